@@ -1,0 +1,181 @@
+package policy
+
+import (
+	"fmt"
+	"net/netip"
+	"sort"
+	"strings"
+)
+
+// AddrRange is an inclusive range of addresses of one family. Peers resolve
+// to ranges rather than prefixes because ipBlock.except and merged pod IPs
+// rarely stay aligned to prefix boundaries; nftables interval sets take
+// ranges directly.
+type AddrRange struct {
+	From, To netip.Addr
+}
+
+// String renders a range as a single address, a prefix when it is one, or
+// "from-to".
+func (r AddrRange) String() string {
+	if r.From == r.To {
+		return r.From.String()
+	}
+	for bits := 0; bits <= r.From.BitLen(); bits++ {
+		p := netip.PrefixFrom(r.From, bits).Masked()
+		if p.Addr() == r.From && lastAddr(p) == r.To {
+			return p.String()
+		}
+	}
+	return r.From.String() + "-" + r.To.String()
+}
+
+// AddrSet is an immutable set of addresses kept as sorted, disjoint,
+// non-adjacent ranges, IPv4 before IPv6. Membership is a binary search, so
+// a peer with thousands of pod IPs costs the same to test as one CIDR.
+type AddrSet struct {
+	ranges []AddrRange
+}
+
+// AllAddrs is every IPv4 and IPv6 address: the peer of an empty from/to list.
+func AllAddrs() *AddrSet {
+	return NewAddrSet(
+		AddrRange{netip.IPv4Unspecified(), netip.MustParseAddr("255.255.255.255")},
+		AddrRange{netip.IPv6Unspecified(), netip.MustParseAddr("ffff:ffff:ffff:ffff:ffff:ffff:ffff:ffff")},
+	)
+}
+
+// NewAddrSet normalises arbitrary ranges (in any order, overlapping or not)
+// into a set. Ranges whose ends differ in family or are reversed are dropped:
+// callers validate input before building sets.
+func NewAddrSet(rs ...AddrRange) *AddrSet {
+	clean := make([]AddrRange, 0, len(rs))
+	for _, r := range rs {
+		if !r.From.IsValid() || !r.To.IsValid() || r.From.Is4() != r.To.Is4() || r.To.Less(r.From) {
+			continue
+		}
+		clean = append(clean, r)
+	}
+	sort.Slice(clean, func(i, j int) bool { return clean[i].From.Less(clean[j].From) })
+	out := clean[:0]
+	for _, r := range clean {
+		if n := len(out); n > 0 {
+			last := &out[n-1]
+			if last.To.Is4() == r.From.Is4() && (!last.To.Less(r.From) || last.To.Next() == r.From) {
+				if last.To.Less(r.To) {
+					last.To = r.To
+				}
+				continue
+			}
+		}
+		out = append(out, r)
+	}
+	return &AddrSet{ranges: out}
+}
+
+// PrefixRange converts a prefix into the range of addresses it covers.
+func PrefixRange(p netip.Prefix) AddrRange {
+	p = p.Masked()
+	return AddrRange{From: p.Addr(), To: lastAddr(p)}
+}
+
+// AddrsOf builds a set of single addresses.
+func AddrsOf(addrs ...netip.Addr) *AddrSet {
+	rs := make([]AddrRange, len(addrs))
+	for i, a := range addrs {
+		rs[i] = AddrRange{a, a}
+	}
+	return NewAddrSet(rs...)
+}
+
+func lastAddr(p netip.Prefix) netip.Addr {
+	b := p.Addr().AsSlice()
+	bits := p.Bits()
+	for i := range b {
+		for bit := 0; bit < 8; bit++ {
+			if i*8+bit >= bits {
+				b[i] |= 0x80 >> bit
+			}
+		}
+	}
+	a, _ := netip.AddrFromSlice(b)
+	return a
+}
+
+// Ranges returns the normalised ranges; callers must not modify them.
+func (s *AddrSet) Ranges() []AddrRange {
+	if s == nil {
+		return nil
+	}
+	return s.ranges
+}
+
+// Empty reports whether the set holds no address.
+func (s *AddrSet) Empty() bool { return s == nil || len(s.ranges) == 0 }
+
+// Contains reports whether a is in the set.
+func (s *AddrSet) Contains(a netip.Addr) bool {
+	if s == nil || !a.IsValid() {
+		return false
+	}
+	a = a.Unmap()
+	i := sort.Search(len(s.ranges), func(i int) bool { return !s.ranges[i].To.Less(a) })
+	return i < len(s.ranges) && !a.Less(s.ranges[i].From) && s.ranges[i].From.Is4() == a.Is4()
+}
+
+// Union returns the addresses in s or o.
+func (s *AddrSet) Union(o *AddrSet) *AddrSet {
+	return NewAddrSet(append(append([]AddrRange{}, s.Ranges()...), o.Ranges()...)...)
+}
+
+// Subtract returns the addresses of s that are not in o: ipBlock.except.
+func (s *AddrSet) Subtract(o *AddrSet) *AddrSet {
+	out := make([]AddrRange, 0, len(s.Ranges()))
+	holes := o.Ranges()
+	for _, r := range s.Ranges() {
+		cur := r
+		alive := true
+		for _, h := range holes {
+			if !alive {
+				break
+			}
+			if h.From.Is4() != cur.From.Is4() || h.To.Less(cur.From) || cur.To.Less(h.From) {
+				continue
+			}
+			if cur.From.Less(h.From) {
+				out = append(out, AddrRange{cur.From, h.From.Prev()})
+			}
+			if h.To.Less(cur.To) {
+				cur.From = h.To.Next()
+			} else {
+				alive = false
+			}
+		}
+		if alive {
+			out = append(out, cur)
+		}
+	}
+	return NewAddrSet(out...)
+}
+
+// String lists the ranges, for explanations and golden files.
+func (s *AddrSet) String() string {
+	parts := make([]string, len(s.Ranges()))
+	for i, r := range s.Ranges() {
+		parts[i] = r.String()
+	}
+	return "{" + strings.Join(parts, ", ") + "}"
+}
+
+// ParseCIDR parses a CIDR. Host bits are masked (the API server accepts them
+// in ipBlock), but an unparsable string or a zone is an error.
+func ParseCIDR(s string) (netip.Prefix, error) {
+	p, err := netip.ParsePrefix(strings.TrimSpace(s))
+	if err != nil {
+		return netip.Prefix{}, fmt.Errorf("invalid CIDR %q: %w", s, err)
+	}
+	if p.Addr().Zone() != "" {
+		return netip.Prefix{}, fmt.Errorf("invalid CIDR %q: zones are not allowed", s)
+	}
+	return p.Masked(), nil
+}

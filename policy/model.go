@@ -1,0 +1,79 @@
+package policy
+
+import (
+	"net/netip"
+
+	networkingv1 "k8s.io/api/networking/v1"
+
+	"github.com/moat-net/moat/api/v1alpha2"
+)
+
+// Cluster is the snapshot the compiler works from: what sources (manifest
+// files, informers) know about the cluster, reduced to what policy needs.
+// Sources build it; nothing downstream reaches back into them.
+type Cluster struct {
+	Namespaces             []Namespace
+	Pods                   []Pod
+	Nodes                  []Node
+	NetworkPolicies        []NetworkPolicy
+	ClusterNetworkPolicies []ClusterNetworkPolicy
+}
+
+// Namespace carries the labels that namespace selectors match.
+type Namespace struct {
+	Name   string
+	Labels map[string]string
+}
+
+// Pod is a pod as policy sees it: labels for selectors, IPs for address
+// matching, named ports for named-port resolution, and where it runs.
+type Pod struct {
+	Namespace, Name string
+	Labels          map[string]string
+	NodeName        string
+	// HostNetwork pods share their node's addresses; they are never
+	// subjects nor pod/namespace peers.
+	HostNetwork bool
+	// IPs are status.podIPs, primary first.
+	IPs   []netip.Addr
+	Ports []ContainerPort
+}
+
+// Key is "namespace/name".
+func (p *Pod) Key() string { return p.Namespace + "/" + p.Name }
+
+// ContainerPort is one declared container port; Name may be empty.
+type ContainerPort struct {
+	Name     string
+	Protocol Protocol
+	Port     uint16
+}
+
+// Node carries labels for the `nodes` peer and the addresses it selects.
+type Node struct {
+	Name   string
+	Labels map[string]string
+	Addrs  []netip.Addr
+}
+
+// NetworkPolicy wraps the Kubernetes object with what decoding learned
+// about it.
+type NetworkPolicy struct {
+	*networkingv1.NetworkPolicy
+	// UnknownFields are JSON field paths (e.g. "spec.ingress[0].from[1].foo")
+	// that the decoder found but Moat's types do not have. The compiler
+	// fails closed on the parts they belong to.
+	UnknownFields []string
+	// Source names where the object came from (file:line or "api").
+	Source string
+}
+
+// ClusterNetworkPolicy wraps the API object with what decoding learned
+// about it.
+type ClusterNetworkPolicy struct {
+	*v1alpha2.ClusterNetworkPolicy
+	// UnknownFields: see NetworkPolicy.UnknownFields.
+	UnknownFields []string
+	// Source names where the object came from.
+	Source string
+}

@@ -1,0 +1,220 @@
+package policy
+
+import (
+	"fmt"
+	"net/netip"
+)
+
+// Direction says which end of a connection a rule judges: egress rules
+// are judged for the source pod, ingress rules for the destination pod.
+type Direction int
+
+// The two directions, ingress first as in the API objects.
+const (
+	Ingress Direction = iota
+	Egress
+)
+
+// String is "ingress" or "egress".
+func (d Direction) String() string {
+	if d == Egress {
+		return "egress"
+	}
+	return "ingress"
+}
+
+// Tier names where a decision was made, in evaluation order.
+type Tier string
+
+// Tiers of DESIGN §3, plus the pseudo-tiers that explain decisions made
+// before or without policy.
+const (
+	TierAdmin         Tier = "Admin"
+	TierNetworkPolicy Tier = "NetworkPolicy"
+	TierBaseline      Tier = "Baseline"
+	// TierDefault: no tier decided, Kubernetes' default allow.
+	TierDefault Tier = "Default"
+	// TierNotPoliced: this end is not a pod-network pod (external IP,
+	// node, host-network pod) or the flow is a pod talking to itself.
+	TierNotPoliced Tier = "NotPoliced"
+	// TierNodeLocal: the node's own addresses reaching its pods (kubelet
+	// probes), allowed unless Options.DenyNodeLocal.
+	TierNodeLocal Tier = "NodeLocal"
+)
+
+// Action is what a ClusterNetworkPolicy rule does with matching traffic.
+type Action string
+
+// Rule actions. Allow and Isolate describe NetworkPolicy-tier outcomes so
+// every decision carries an action.
+const (
+	ActionAccept Action = "Accept"
+	ActionDeny   Action = "Deny"
+	ActionPass   Action = "Pass"
+	// ActionAllow: a NetworkPolicy rule allowed the traffic.
+	ActionAllow Action = "Allow"
+	// ActionIsolate: NetworkPolicies select the pod and none allowed it.
+	ActionIsolate Action = "Isolate"
+)
+
+// PolicyRef names a policy object.
+type PolicyRef struct {
+	Kind      string `json:"kind"`
+	Namespace string `json:"namespace,omitempty"`
+	Name      string `json:"name"`
+}
+
+// String is "Kind namespace/name" or "Kind name".
+func (r PolicyRef) String() string {
+	if r.Namespace == "" {
+		return r.Kind + " " + r.Name
+	}
+	return r.Kind + " " + r.Namespace + "/" + r.Name
+}
+
+// Term is one product of addresses and ports; a Match is a union of terms.
+// Most rules compile to one term; egress named ports add one term per
+// destination pod, because the name resolves differently on each.
+type Term struct {
+	Addrs *AddrSet
+	Ports *PortSet
+}
+
+// Match is the set of (peer address, protocol, port) a rule matches: the
+// peer is the remote end (destination for egress, source for ingress).
+type Match []Term
+
+// Matches reports whether the remote address, protocol and port match.
+func (m Match) Matches(remote netip.Addr, proto Protocol, port uint16) bool {
+	for _, t := range m {
+		if t.Ports.Matches(proto, port) && t.Addrs.Contains(remote) {
+			return true
+		}
+	}
+	return false
+}
+
+// Rule is one compiled ClusterNetworkPolicy rule.
+type Rule struct {
+	Policy    PolicyRef
+	Tier      Tier
+	Priority  int32
+	Direction Direction
+	// Index is the rule's position in spec.ingress or spec.egress.
+	Index int
+	Name  string
+	// Action is the effective action: a Pass or Deny rule that failed
+	// closed becomes Deny.
+	Action Action
+	// FailClosed explains why the rule was changed, empty if it was not.
+	FailClosed string
+}
+
+// Field is the rule's field path, e.g. "spec.egress[2]".
+func (r *Rule) Field() string { return fmt.Sprintf("spec.%s[%d]", r.Direction, r.Index) }
+
+// RuleMatch is a rule as it applies to one pod: the match may depend on
+// the pod when the rule uses named ports.
+type RuleMatch struct {
+	Rule  *Rule
+	Match Match
+}
+
+// NPRule is one NetworkPolicy rule as it applies to one pod.
+type NPRule struct {
+	Policy PolicyRef
+	Index  int
+	Match  Match
+}
+
+// NPTier is the NetworkPolicy tier of one pod in one direction: the
+// policies that select it (so it is isolated) and their rules.
+type NPTier struct {
+	Policies []PolicyRef
+	Rules    []NPRule
+}
+
+// DirPolicy is everything that judges one direction of one pod, in
+// evaluation order. Pods with the same selecting policies share one.
+type DirPolicy struct {
+	Admin []RuleMatch
+	// NP is nil when no NetworkPolicy selects the pod for this direction.
+	NP       *NPTier
+	Baseline []RuleMatch
+}
+
+// PodPolicy is the compiled policy of one pod-network pod.
+type PodPolicy struct {
+	Ingress, Egress *DirPolicy
+}
+
+// Dir returns the direction's policy.
+func (p *PodPolicy) Dir(d Direction) *DirPolicy {
+	if d == Egress {
+		return p.Egress
+	}
+	return p.Ingress
+}
+
+// PolicyStatus is what the compiler concluded about one policy object:
+// the data behind a ClusterNetworkPolicy's Accepted condition.
+type PolicyStatus struct {
+	Policy   PolicyRef `json:"policy"`
+	Accepted bool      `json:"accepted"`
+	// Reason is InvalidSpec or UnknownField when not accepted.
+	Reason  string `json:"reason,omitempty"`
+	Message string `json:"message,omitempty"`
+}
+
+// Options change compilation.
+type Options struct {
+	// DenyNodeLocal turns off the default allowance of traffic from a
+	// node's own addresses to the pods on that node.
+	DenyNodeLocal bool
+}
+
+// Program is the single compiled form of all policies of a snapshot. The
+// evaluator and the nftables backend both read it; it is immutable.
+type Program struct {
+	Options Options
+	// Pods are all pods with their index as ID, sorted by namespace/name.
+	Pods []Pod
+	// Policies holds one PodPolicy per pod, nil for host-network pods and
+	// pods without IPs (they are not policed).
+	Policies []*PodPolicy
+	Nodes    []Node
+	// Status has one entry per policy object, sorted by kind and name.
+	Status      []PolicyStatus
+	Diagnostics []Diagnostic
+
+	podByKey  map[string]int
+	podByIP   map[netip.Addr]int
+	nodeByIP  map[netip.Addr]int
+	nodeIndex map[string]int
+}
+
+// PodByKey finds a pod by "namespace/name".
+func (p *Program) PodByKey(key string) (int, bool) {
+	i, ok := p.podByKey[key]
+	return i, ok
+}
+
+// PodByIP finds the pod-network pod that owns an address.
+func (p *Program) PodByIP(a netip.Addr) (int, bool) {
+	i, ok := p.podByIP[a.Unmap()]
+	return i, ok
+}
+
+// NodeByIP finds the node that owns an address.
+func (p *Program) NodeByIP(a netip.Addr) (int, bool) {
+	i, ok := p.nodeByIP[a.Unmap()]
+	return i, ok
+}
+
+// NodeAddrs returns the addresses of a node by name, nil if unknown.
+func (p *Program) NodeAddrs(name string) []netip.Addr {
+	if i, ok := p.nodeIndex[name]; ok {
+		return p.Nodes[i].Addrs
+	}
+	return nil
+}
