@@ -1,0 +1,232 @@
+package manifest
+
+import (
+	"encoding/json"
+	"fmt"
+	"net/netip"
+	"strings"
+
+	corev1 "k8s.io/api/core/v1"
+	networkingv1 "k8s.io/api/networking/v1"
+	sigsjson "sigs.k8s.io/json"
+
+	"github.com/moat-net/moat/api/v1alpha2"
+	"github.com/moat-net/moat/policy"
+)
+
+// defaultNamespace is where namespaced objects without metadata.namespace
+// land, as with kubectl.
+const defaultNamespace = "default"
+
+type decoder struct {
+	res  Result
+	seen map[string]string
+}
+
+func newDecoder() *decoder { return &decoder{seen: map[string]string{}} }
+
+func (d *decoder) result() *Result { return &d.res }
+
+type typeMeta struct {
+	APIVersion string            `json:"apiVersion"`
+	Kind       string            `json:"kind"`
+	Items      []json.RawMessage `json:"items"`
+	Metadata   struct {
+		Name      string `json:"name"`
+		Namespace string `json:"namespace"`
+	} `json:"metadata"`
+}
+
+func (d *decoder) add(sev policy.Severity, object, field, source, msg string) {
+	d.res.Diagnostics = append(d.res.Diagnostics, policy.Diagnostic{Severity: sev, Object: object, Field: field, Source: source, Message: msg})
+}
+
+// decodeObject decodes one JSON document. Only a document that is not a
+// JSON object at all is an error; everything else is a diagnostic.
+func (d *decoder) decodeObject(source string, js []byte) error {
+	var tm typeMeta
+	if err := json.Unmarshal(js, &tm); err != nil {
+		return fmt.Errorf("not a Kubernetes object: %w", err)
+	}
+	if tm.Kind == "" {
+		d.add(policy.SeverityError, "<unknown kind>", "kind", source, "missing kind")
+		return nil
+	}
+	if strings.HasSuffix(tm.Kind, "List") && tm.Items != nil {
+		for i, item := range tm.Items {
+			if err := d.decodeObject(fmt.Sprintf("%s items[%d]", source, i), item); err != nil {
+				return fmt.Errorf("items[%d]: %w", i, err)
+			}
+		}
+		return nil
+	}
+	ns := tm.Metadata.Namespace
+	if ns == "" {
+		ns = defaultNamespace
+	}
+	want := map[string]string{
+		"Namespace":            "v1",
+		"Pod":                  "v1",
+		"Node":                 "v1",
+		"NetworkPolicy":        "networking.k8s.io/v1",
+		"ClusterNetworkPolicy": "policy.networking.k8s.io/v1alpha2",
+	}
+	wantVersion, known := want[tm.Kind]
+	object := tm.Kind + " " + tm.Metadata.Name
+	switch tm.Kind {
+	case "Pod", "NetworkPolicy":
+		object = tm.Kind + " " + ns + "/" + tm.Metadata.Name
+	}
+	if !known {
+		d.res.Skipped = append(d.res.Skipped, fmt.Sprintf("%s %s (%s): kind not used by Moat", tm.Kind, tm.Metadata.Name, source))
+		return nil
+	}
+	if tm.APIVersion != wantVersion {
+		d.add(policy.SeverityError, object, "apiVersion", source, fmt.Sprintf("unsupported apiVersion %q for kind %s (want %q): object not loaded", tm.APIVersion, tm.Kind, wantVersion))
+		return nil
+	}
+	key := object
+	if prev, dup := d.seen[key]; dup {
+		d.add(policy.SeverityError, object, "", source, "duplicate object, also defined at "+prev+": the first one is used")
+		return nil
+	}
+	d.seen[key] = source
+
+	switch tm.Kind {
+	case "Namespace":
+		var o corev1.Namespace
+		if !d.unmarshal(object, source, js, &o) {
+			return nil
+		}
+		d.res.Cluster.Namespaces = append(d.res.Cluster.Namespaces, policy.Namespace{Name: o.Name, Labels: o.Labels})
+	case "Pod":
+		var o corev1.Pod
+		if !d.unmarshal(object, source, js, &o) {
+			return nil
+		}
+		if o.Namespace == "" {
+			o.Namespace = defaultNamespace
+		}
+		d.res.Cluster.Pods = append(d.res.Cluster.Pods, d.pod(object, source, &o))
+	case "Node":
+		var o corev1.Node
+		if !d.unmarshal(object, source, js, &o) {
+			return nil
+		}
+		d.res.Cluster.Nodes = append(d.res.Cluster.Nodes, d.node(object, source, &o))
+	case "NetworkPolicy":
+		var o networkingv1.NetworkPolicy
+		unknown, ok := d.strict(object, source, js, &o)
+		if !ok {
+			return nil
+		}
+		if o.Namespace == "" {
+			o.Namespace = defaultNamespace
+		}
+		d.res.Cluster.NetworkPolicies = append(d.res.Cluster.NetworkPolicies, policy.NetworkPolicy{NetworkPolicy: &o, UnknownFields: unknown, Source: source})
+	case "ClusterNetworkPolicy":
+		var o v1alpha2.ClusterNetworkPolicy
+		unknown, ok := d.strict(object, source, js, &o)
+		if !ok {
+			return nil
+		}
+		d.res.Cluster.ClusterNetworkPolicies = append(d.res.Cluster.ClusterNetworkPolicies, policy.ClusterNetworkPolicy{ClusterNetworkPolicy: &o, UnknownFields: unknown, Source: source})
+	}
+	return nil
+}
+
+// unmarshal decodes leniently (inventory objects: Pods, Nodes, Namespaces
+// carry many fields Moat does not need).
+func (d *decoder) unmarshal(object, source string, js []byte, into any) bool {
+	if err := sigsjson.UnmarshalCaseSensitivePreserveInts(js, into); err != nil {
+		d.add(policy.SeverityError, object, "", source, fmt.Sprintf("cannot decode: %v: object not loaded", err))
+		return false
+	}
+	return true
+}
+
+// strict decodes a policy and returns the paths of unknown and duplicate
+// fields. They are reported here and returned so the compiler can fail
+// closed on the parts they belong to.
+func (d *decoder) strict(object, source string, js []byte, into any) ([]string, bool) {
+	strictErrs, err := sigsjson.UnmarshalStrict(js, into, sigsjson.DisallowDuplicateFields, sigsjson.DisallowUnknownFields)
+	if err != nil {
+		d.add(policy.SeverityError, object, "", source, fmt.Sprintf("cannot decode: %v: object not loaded", err))
+		return nil, false
+	}
+	var paths []string
+	for _, e := range strictErrs {
+		msg := e.Error()
+		path, kind := "", ""
+		for _, prefix := range []string{"unknown field ", "duplicate field "} {
+			if strings.HasPrefix(msg, prefix) {
+				kind = strings.TrimSpace(prefix)
+				path = strings.Trim(strings.TrimPrefix(msg, prefix), `"`)
+			}
+		}
+		if path == "" {
+			d.add(policy.SeverityError, object, "", source, msg)
+			continue
+		}
+		if strings.HasPrefix(path, "metadata.") || strings.HasPrefix(path, "status.") {
+			// Not policy: standard metadata and implementation-written status.
+			continue
+		}
+		d.add(policy.SeverityError, object, path, source, kind+" (enforced fail-closed)")
+		paths = append(paths, path)
+	}
+	return paths, true
+}
+
+func (d *decoder) pod(object, source string, o *corev1.Pod) policy.Pod {
+	p := policy.Pod{Namespace: o.Namespace, Name: o.Name, Labels: o.Labels, NodeName: o.Spec.NodeName, HostNetwork: o.Spec.HostNetwork}
+	var ipStrings []string
+	for _, ip := range o.Status.PodIPs {
+		ipStrings = append(ipStrings, ip.IP)
+	}
+	if len(ipStrings) == 0 && o.Status.PodIP != "" {
+		ipStrings = []string{o.Status.PodIP}
+	}
+	for i, s := range ipStrings {
+		a, err := netip.ParseAddr(s)
+		if err != nil {
+			d.add(policy.SeverityError, object, fmt.Sprintf("status.podIPs[%d].ip", i), source, fmt.Sprintf("invalid IP %q", s))
+			continue
+		}
+		p.IPs = append(p.IPs, a.Unmap())
+	}
+	for ci, c := range append(append([]corev1.Container{}, o.Spec.InitContainers...), o.Spec.Containers...) {
+		for pi, cp := range c.Ports {
+			proto := policy.ProtoTCP
+			if cp.Protocol != "" {
+				var err error
+				if proto, err = policy.ParseProtocol(string(cp.Protocol)); err != nil || !proto.HasPorts() {
+					d.add(policy.SeverityError, object, fmt.Sprintf("spec.containers[%d].ports[%d].protocol", ci, pi), source, fmt.Sprintf("unsupported protocol %q", cp.Protocol))
+					continue
+				}
+			}
+			if cp.ContainerPort < 1 || cp.ContainerPort > 65535 {
+				d.add(policy.SeverityError, object, fmt.Sprintf("spec.containers[%d].ports[%d].containerPort", ci, pi), source, "must be between 1 and 65535")
+				continue
+			}
+			p.Ports = append(p.Ports, policy.ContainerPort{Name: cp.Name, Protocol: proto, Port: uint16(cp.ContainerPort)})
+		}
+	}
+	return p
+}
+
+func (d *decoder) node(object, source string, o *corev1.Node) policy.Node {
+	n := policy.Node{Name: o.Name, Labels: o.Labels}
+	for i, a := range o.Status.Addresses {
+		if a.Type == corev1.NodeHostName || a.Type == corev1.NodeInternalDNS || a.Type == corev1.NodeExternalDNS {
+			continue
+		}
+		ip, err := netip.ParseAddr(a.Address)
+		if err != nil {
+			d.add(policy.SeverityError, object, fmt.Sprintf("status.addresses[%d].address", i), source, fmt.Sprintf("invalid IP %q", a.Address))
+			continue
+		}
+		n.Addrs = append(n.Addrs, ip.Unmap())
+	}
+	return n
+}

@@ -1,0 +1,199 @@
+package policy
+
+import (
+	"fmt"
+	"net/netip"
+	"sort"
+	"strings"
+
+	"k8s.io/apimachinery/pkg/util/validation/field"
+)
+
+// nsNameLabel is the label the API server puts on every namespace; selectors
+// rely on it, so the compiler adds it even for namespaces it only knows by
+// name.
+const nsNameLabel = "kubernetes.io/metadata.name"
+
+// compiler holds the indexes of one compilation. It lives only for one
+// Compile call.
+type compiler struct {
+	prog *Program
+	// nsLabels are namespace labels by name, including namespaces that
+	// only pods mention.
+	nsLabels map[string]map[string]string
+	nsNames  []string
+	// podsByNS lists pod-network pods with IPs, by namespace.
+	podsByNS map[string][]int
+	// policed lists the pods that get a PodPolicy.
+	policed []int
+	nps     []*npCompiled
+	cnps    []*cnpCompiled
+	sel     selectorCache
+	// peerPodCache memoises which pods a (namespace selector, pod selector)
+	// pair selects.
+	peerPodCache map[string][]int
+}
+
+// Compile turns a snapshot into a Program. It never fails: objects that do
+// not validate, or that carry fields Moat does not know, are compiled fail
+// closed and reported in Program.Status and Program.Diagnostics.
+func Compile(c *Cluster, opts Options) *Program {
+	k := &compiler{
+		prog:         &Program{Options: opts},
+		nsLabels:     map[string]map[string]string{},
+		podsByNS:     map[string][]int{},
+		peerPodCache: map[string][]int{},
+		sel:          selectorCache{},
+	}
+	k.indexNamespaces(c)
+	k.indexNodes(c)
+	k.indexPods(c)
+	for i := range c.NetworkPolicies {
+		k.nps = append(k.nps, k.compileNP(&c.NetworkPolicies[i]))
+	}
+	for i := range c.ClusterNetworkPolicies {
+		k.cnps = append(k.cnps, k.compileCNP(&c.ClusterNetworkPolicies[i]))
+	}
+	k.assemble()
+	k.finishStatus()
+	return k.prog
+}
+
+func (k *compiler) diag(sev Severity, object, fieldPath, source, msg string) {
+	k.prog.Diagnostics = append(k.prog.Diagnostics, Diagnostic{Severity: sev, Object: object, Field: fieldPath, Message: msg, Source: source})
+}
+
+func (k *compiler) indexNamespaces(c *Cluster) {
+	for _, ns := range c.Namespaces {
+		if _, dup := k.nsLabels[ns.Name]; dup {
+			k.diag(SeverityWarning, "Namespace "+ns.Name, "", "", "duplicate object: the first one is used")
+			continue
+		}
+		k.nsLabels[ns.Name] = withNSName(ns.Labels, ns.Name)
+	}
+	for _, p := range c.Pods {
+		if _, ok := k.nsLabels[p.Namespace]; !ok {
+			k.nsLabels[p.Namespace] = withNSName(nil, p.Namespace)
+		}
+	}
+	for name := range k.nsLabels {
+		k.nsNames = append(k.nsNames, name)
+	}
+	sort.Strings(k.nsNames)
+}
+
+func withNSName(l map[string]string, name string) map[string]string {
+	out := make(map[string]string, len(l)+1)
+	for k, v := range l {
+		out[k] = v
+	}
+	out[nsNameLabel] = name
+	return out
+}
+
+func (k *compiler) indexNodes(c *Cluster) {
+	p := k.prog
+	p.nodeIndex = map[string]int{}
+	p.nodeByIP = map[netip.Addr]int{}
+	nodes := append([]Node(nil), c.Nodes...)
+	sort.SliceStable(nodes, func(i, j int) bool { return nodes[i].Name < nodes[j].Name })
+	for _, n := range nodes {
+		if _, dup := p.nodeIndex[n.Name]; dup {
+			k.diag(SeverityWarning, "Node "+n.Name, "", "", "duplicate object: the first one is used")
+			continue
+		}
+		if len(n.Addrs) == 0 {
+			k.diag(SeverityWarning, "Node "+n.Name, "status.addresses", "", "node has no IP address: `nodes` peers select nothing on it")
+		}
+		p.nodeIndex[n.Name] = len(p.Nodes)
+		for _, a := range n.Addrs {
+			if other, dup := p.nodeByIP[a.Unmap()]; dup {
+				k.diag(SeverityWarning, "Node "+n.Name, "status.addresses", "", fmt.Sprintf("address %s also belongs to node %s", a, p.Nodes[other].Name))
+				continue
+			}
+			p.nodeByIP[a.Unmap()] = len(p.Nodes)
+		}
+		p.Nodes = append(p.Nodes, n)
+	}
+}
+
+func (k *compiler) indexPods(c *Cluster) {
+	p := k.prog
+	p.podByKey = map[string]int{}
+	p.podByIP = map[netip.Addr]int{}
+	pods := append([]Pod(nil), c.Pods...)
+	sort.SliceStable(pods, func(i, j int) bool { return pods[i].Key() < pods[j].Key() })
+	for _, pod := range pods {
+		key := pod.Key()
+		if _, dup := p.podByKey[key]; dup {
+			k.diag(SeverityWarning, "Pod "+key, "", "", "duplicate object: the first one is used")
+			continue
+		}
+		idx := len(p.Pods)
+		p.podByKey[key] = idx
+		p.Pods = append(p.Pods, pod)
+		if len(pod.IPs) == 0 {
+			k.diag(SeverityWarning, "Pod "+key, "status.podIPs", "", "pod has no IP address: it is not policed and cannot be a peer by address")
+			continue
+		}
+		if pod.HostNetwork {
+			continue
+		}
+		dupIP := false
+		for _, a := range pod.IPs {
+			if other, dup := p.podByIP[a.Unmap()]; dup {
+				k.diag(SeverityWarning, "Pod "+key, "status.podIPs", "", fmt.Sprintf("address %s also belongs to pod %s: the pod is not policed and its address is judged as %s's", a, p.Pods[other].Key(), p.Pods[other].Key()))
+				dupIP = true
+				continue
+			}
+			p.podByIP[a.Unmap()] = idx
+		}
+		if dupIP {
+			// Its traffic cannot be told apart from the other pod's; leave it
+			// out of selection rather than guess.
+			continue
+		}
+		k.podsByNS[pod.Namespace] = append(k.podsByNS[pod.Namespace], idx)
+		k.policed = append(k.policed, idx)
+	}
+}
+
+// badPaths collects the field paths of an object that failed validation or
+// were not understood, so compilation can fail closed on exactly the parts
+// they belong to.
+type badPaths []badPath
+
+type badPath struct {
+	path, msg string
+}
+
+func newBadPaths(errs field.ErrorList, unknown []string) badPaths {
+	var b badPaths
+	for _, e := range errs {
+		b = append(b, badPath{e.Field, e.ErrorBody()})
+	}
+	for _, u := range unknown {
+		b = append(b, badPath{u, "unknown field"})
+	}
+	return b
+}
+
+// under returns the first problem at or below path, "" if none.
+func (b badPaths) under(path string) string {
+	for _, p := range b {
+		if p.path == path || strings.HasPrefix(p.path, path+".") || strings.HasPrefix(p.path, path+"[") {
+			return p.path + ": " + p.msg
+		}
+	}
+	return ""
+}
+
+// exactly returns the first problem at exactly path, "" if none.
+func (b badPaths) exactly(path string) string {
+	for _, p := range b {
+		if p.path == path {
+			return p.path + ": " + p.msg
+		}
+	}
+	return ""
+}

@@ -1,0 +1,270 @@
+package policy
+
+import (
+	"fmt"
+	"strings"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/util/validation/field"
+
+	"github.com/moat-net/moat/api/v1alpha2"
+)
+
+// cnpCompiled is a ClusterNetworkPolicy with subject and peers resolved.
+type cnpCompiled struct {
+	ref      PolicyRef
+	tier     Tier
+	priority int32
+	selected []int
+	rules    [2][]cnpRule
+	status   PolicyStatus
+}
+
+// cnpRule is one rule before per-pod named-port resolution.
+type cnpRule struct {
+	rule  *Rule
+	peers peerSet
+	ports portSpec
+}
+
+// cnpPeerFields are the peer fields Moat understands, with ingress and
+// egress alike (NPEP-127).
+type cnpPeerFields struct {
+	namespaces *metav1.LabelSelector
+	pods       *v1alpha2.NamespacedPod
+	nodes      *metav1.LabelSelector
+	networks   []v1alpha2.CIDR
+	domains    []v1alpha2.DomainName
+}
+
+func (k *compiler) compileCNP(cnp *ClusterNetworkPolicy) *cnpCompiled {
+	ref := PolicyRef{Kind: "ClusterNetworkPolicy", Name: cnp.Name}
+	out := &cnpCompiled{ref: ref, status: PolicyStatus{Policy: ref, Accepted: true}}
+	errs := ValidateClusterNetworkPolicy(cnp.ClusterNetworkPolicy)
+	bad := newBadPaths(errs, cnp.UnknownFields)
+	for _, e := range errs {
+		k.diag(SeverityError, ref.String(), e.Field, cnp.Source, e.ErrorBody())
+	}
+	for _, u := range cnp.UnknownFields {
+		k.diag(SeverityError, ref.String(), u, cnp.Source, "unknown field: the part it belongs to is enforced fail-closed")
+	}
+	if len(bad) > 0 {
+		out.status.Accepted = false
+		out.status.Reason, out.status.Message = statusReason(errs, cnp.UnknownFields)
+	}
+	spec := &cnp.Spec
+
+	// Problems with the policy as a whole (tier, priority, rule counts,
+	// unknown spec fields) void every Accept and turn Pass into Deny.
+	whole := ""
+	for _, b := range bad {
+		if b.path == "spec" || isDirectChild("spec", b.path) && b.path != "spec.subject" && !isListField("spec", b.path, "ingress", "egress") ||
+			b.path == "spec.ingress" || b.path == "spec.egress" {
+			whole = b.path + ": " + b.msg
+			break
+		}
+	}
+	out.tier = TierAdmin
+	if spec.Tier == v1alpha2.BaselineTier {
+		out.tier = TierBaseline
+	}
+	out.priority = min(max(spec.Priority, 0), maxPriority)
+
+	// Subject. One that cannot be understood could select any pod: Deny and
+	// Pass rules then apply to every pod, Accept rules to none.
+	subjectBad := bad.under("spec.subject")
+	if subjectBad == "" {
+		out.selected = k.cnpSubject(&spec.Subject)
+	} else {
+		out.selected = k.policed
+	}
+
+	for i := range spec.Ingress {
+		r := &spec.Ingress[i]
+		pfs := make([]cnpPeerFields, len(r.From))
+		for j, p := range r.From {
+			pfs[j] = cnpPeerFields{namespaces: p.Namespaces, pods: p.Pods, nodes: p.Nodes, networks: p.Networks}
+		}
+		out.rules[Ingress] = append(out.rules[Ingress], k.compileCNPRule(out, Ingress, i, r.Name, r.Action, "from", pfs, r.Protocols, bad, firstOf(whole, subjectBad)))
+	}
+	for i := range spec.Egress {
+		r := &spec.Egress[i]
+		pfs := make([]cnpPeerFields, len(r.To))
+		for j, p := range r.To {
+			pfs[j] = cnpPeerFields{namespaces: p.Namespaces, pods: p.Pods, nodes: p.Nodes, networks: p.Networks, domains: p.DomainNames}
+		}
+		out.rules[Egress] = append(out.rules[Egress], k.compileCNPRule(out, Egress, i, r.Name, r.Action, "to", pfs, r.Protocols, bad, firstOf(whole, subjectBad)))
+	}
+	return out
+}
+
+func firstOf(ss ...string) string {
+	for _, s := range ss {
+		if s != "" {
+			return s
+		}
+	}
+	return ""
+}
+
+func (k *compiler) cnpSubject(s *v1alpha2.ClusterNetworkPolicySubject) []int {
+	var namespaces []string
+	podSel := labels.Everything()
+	key := ""
+	switch {
+	case s.Namespaces != nil:
+		sel, _ := k.sel.get(s.Namespaces)
+		namespaces = k.namespacesMatching(sel)
+		key = "nssel=" + selectorKey(s.Namespaces) + "|pod=all"
+	case s.Pods != nil:
+		sel, _ := k.sel.get(&s.Pods.NamespaceSelector)
+		namespaces = k.namespacesMatching(sel)
+		podSel, _ = k.sel.get(&s.Pods.PodSelector)
+		key = "nssel=" + selectorKey(&s.Pods.NamespaceSelector) + "|pod=" + selectorKey(&s.Pods.PodSelector)
+	}
+	return k.podsIn(key, namespaces, podSel)
+}
+
+// compileCNPRule resolves one rule and applies fail-closed semantics
+// (DESIGN §3): a part Moat cannot understand makes an Accept rule match
+// nothing and turns a Deny or Pass rule into a Deny of everything that part
+// could have matched.
+func (k *compiler) compileCNPRule(c *cnpCompiled, dir Direction, index int, name string, action v1alpha2.ClusterNetworkPolicyRuleAction, peerField string, pfs []cnpPeerFields, protos []v1alpha2.ClusterNetworkPolicyProtocol, bad badPaths, inherited string) cnpRule {
+	path := fmt.Sprintf("spec.%s[%d]", dir, index)
+	rule := &Rule{Policy: c.ref, Tier: c.tier, Priority: c.priority, Direction: dir, Index: index, Name: name, Action: Action(action)}
+	out := cnpRule{rule: rule}
+
+	var failed []string
+	if inherited != "" {
+		failed = append(failed, inherited)
+	}
+	// Problems on the rule itself (its action, an unknown field beside
+	// from/to) affect everything it matches. The name is cosmetic.
+	ruleWide := ""
+	for _, b := range bad {
+		if (b.path == path || isDirectChild(path, b.path)) && !isListField(path, b.path, peerField, "protocols") && b.path != path+".name" {
+			ruleWide = b.path + ": " + b.msg
+			break
+		}
+	}
+	if ruleWide != "" {
+		failed = append(failed, ruleWide)
+	}
+
+	// Peers.
+	allPeers := inherited != "" || ruleWide != ""
+	var peers []peer
+	for j := range pfs {
+		pp := fmt.Sprintf("%s.%s[%d]", path, peerField, j)
+		if msg := bad.under(pp); msg != "" {
+			failed = append(failed, msg)
+			allPeers = true
+			continue
+		}
+		peers = append(peers, k.cnpPeer(&pfs[j]))
+	}
+	if bad.exactly(path+"."+peerField) != "" {
+		allPeers = true
+		failed = append(failed, bad.exactly(path+"."+peerField))
+	}
+	if allPeers {
+		out.peers = peerSet{addrs: AllAddrs(), allPods: true}
+	} else {
+		out.peers = unionPeers(peers)
+	}
+
+	// Protocols.
+	allPorts := inherited != "" || ruleWide != "" || len(protos) == 0
+	if msg := bad.exactly(path + ".protocols"); msg != "" {
+		allPorts = true
+		failed = append(failed, msg)
+	}
+	for j := range protos {
+		pp := fmt.Sprintf("%s.protocols[%d]", path, j)
+		if msg := bad.under(pp); msg != "" {
+			failed = append(failed, msg)
+			allPorts = true
+			continue
+		}
+		addCNPProtocol(&out.ports, &protos[j])
+	}
+	if allPorts {
+		out.ports = portSpec{all: true}
+	}
+
+	if len(failed) > 0 {
+		rule.FailClosed = strings.Join(failed, "; ")
+		switch rule.Action {
+		case ActionAccept:
+			// Matches nothing.
+			out.peers = peerSet{addrs: NewAddrSet()}
+			out.ports = portSpec{}
+		default:
+			rule.Action = ActionDeny
+		}
+	}
+	return out
+}
+
+func addCNPProtocol(s *portSpec, p *v1alpha2.ClusterNetworkPolicyProtocol) {
+	add := func(proto Protocol, dp *v1alpha2.Port) {
+		switch {
+		case dp == nil:
+		case dp.Range != nil:
+			s.numeric = append(s.numeric, protoRange{proto, PortRange{uint16(dp.Range.Start), uint16(dp.Range.End)}})
+		case dp.Number != 0:
+			s.numeric = append(s.numeric, protoRange{proto, PortRange{uint16(dp.Number), uint16(dp.Number)}})
+		}
+	}
+	switch {
+	case p.TCP != nil:
+		add(ProtoTCP, p.TCP.DestinationPort)
+	case p.UDP != nil:
+		add(ProtoUDP, p.UDP.DestinationPort)
+	case p.SCTP != nil:
+		add(ProtoSCTP, p.SCTP.DestinationPort)
+	case p.DestinationNamedPort != "":
+		s.named = append(s.named, namedPort{0, p.DestinationNamedPort})
+	}
+}
+
+// cnpPeer resolves one valid peer. domainNames are understood but not
+// enforced (Moat has no DNS snooping): they match no address, which for the
+// Accept-only domainNames peer is the closed direction.
+func (k *compiler) cnpPeer(p *cnpPeerFields) peer {
+	switch {
+	case p.namespaces != nil:
+		sel, _ := k.sel.get(p.namespaces)
+		pods := k.podsIn("nssel="+selectorKey(p.namespaces)+"|pod=all", k.namespacesMatching(sel), labels.Everything())
+		return peer{addrs: k.podAddrs(pods), pods: pods}
+	case p.pods != nil:
+		nsSel, _ := k.sel.get(&p.pods.NamespaceSelector)
+		podSel, _ := k.sel.get(&p.pods.PodSelector)
+		pods := k.podsIn("nssel="+selectorKey(&p.pods.NamespaceSelector)+"|pod="+selectorKey(&p.pods.PodSelector), k.namespacesMatching(nsSel), podSel)
+		return peer{addrs: k.podAddrs(pods), pods: pods}
+	case p.nodes != nil:
+		sel, _ := k.sel.get(p.nodes)
+		return peer{addrs: k.nodeAddrs(sel)}
+	case p.networks != nil:
+		var rs []AddrRange
+		for _, c := range p.networks {
+			if pre, err := ParseCIDR(string(c)); err == nil {
+				rs = append(rs, PrefixRange(pre))
+			}
+		}
+		return peer{addrs: NewAddrSet(rs...)}
+	}
+	return peer{addrs: NewAddrSet()}
+}
+
+// statusReason summarises problems for a status condition.
+func statusReason(errs field.ErrorList, unknown []string) (reason, msg string) {
+	if len(unknown) > 0 {
+		return "UnknownField", fmt.Sprintf("unknown field %s: enforced fail-closed", strings.Join(unknown, ", "))
+	}
+	if len(errs) > 0 {
+		return "InvalidSpec", errs[0].Error() + ": enforced fail-closed"
+	}
+	return "", ""
+}

@@ -1,0 +1,124 @@
+package policy
+
+import (
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/labels"
+)
+
+// selectorCache converts API label selectors once per distinct selector.
+type selectorCache map[string]labels.Selector
+
+// get converts sel; ok is false when the selector is invalid, and callers
+// must then fail closed.
+func (c selectorCache) get(sel *metav1.LabelSelector) (labels.Selector, bool) {
+	if sel == nil {
+		return labels.Nothing(), true
+	}
+	key := sel.String()
+	if s, hit := c[key]; hit {
+		return s, s != nil
+	}
+	s, err := metav1.LabelSelectorAsSelector(sel)
+	if err != nil {
+		c[key] = nil
+		return nil, false
+	}
+	c[key] = s
+	return s, true
+}
+
+// selectorKey identifies a selector for memoisation.
+func selectorKey(sel *metav1.LabelSelector) string {
+	if sel == nil {
+		return "<nil>"
+	}
+	return sel.String()
+}
+
+// namespacesMatching lists the namespaces a selector selects.
+func (k *compiler) namespacesMatching(sel labels.Selector) []string {
+	var out []string
+	for _, ns := range k.nsNames {
+		if sel.Matches(labels.Set(k.nsLabels[ns])) {
+			out = append(out, ns)
+		}
+	}
+	return out
+}
+
+// podsIn lists the pod-network pods of the given namespaces that podSel
+// selects. The result is memoised by key.
+func (k *compiler) podsIn(key string, namespaces []string, podSel labels.Selector) []int {
+	if out, hit := k.peerPodCache[key]; hit {
+		return out
+	}
+	var out []int
+	for _, ns := range namespaces {
+		for _, i := range k.podsByNS[ns] {
+			if podSel.Matches(labels.Set(k.prog.Pods[i].Labels)) {
+				out = append(out, i)
+			}
+		}
+	}
+	k.peerPodCache[key] = out
+	return out
+}
+
+// podAddrs is the set of addresses of the given pods.
+func (k *compiler) podAddrs(pods []int) *AddrSet {
+	var addrs []AddrRange
+	for _, i := range pods {
+		for _, a := range k.prog.Pods[i].IPs {
+			addrs = append(addrs, AddrRange{a, a})
+		}
+	}
+	return NewAddrSet(addrs...)
+}
+
+// nodeAddrs is the set of addresses of the nodes a selector selects.
+func (k *compiler) nodeAddrs(sel labels.Selector) *AddrSet {
+	var addrs []AddrRange
+	for _, n := range k.prog.Nodes {
+		if sel.Matches(labels.Set(n.Labels)) {
+			for _, a := range n.Addrs {
+				addrs = append(addrs, AddrRange{a, a})
+			}
+		}
+	}
+	return NewAddrSet(addrs...)
+}
+
+// peer is a resolved peer: the addresses it covers and, for selector
+// peers, the pods behind them (where named ports resolve).
+type peer struct {
+	addrs *AddrSet
+	pods  []int
+	// allPods: named ports resolve on every pod-network pod (the
+	// "all peers" of an empty NetworkPolicy from/to list).
+	allPods bool
+}
+
+// peerSet is the union of a rule's peers.
+type peerSet struct {
+	addrs   *AddrSet
+	pods    []int
+	allPods bool
+}
+
+func unionPeers(ps []peer) peerSet {
+	var out peerSet
+	var ranges []AddrRange
+	seen := map[int]bool{}
+	for _, p := range ps {
+		ranges = append(ranges, p.addrs.Ranges()...)
+		out.allPods = out.allPods || p.allPods
+		for _, i := range p.pods {
+			if !seen[i] {
+				seen[i] = true
+				out.pods = append(out.pods, i)
+			}
+		}
+	}
+	out.addrs = NewAddrSet(ranges...)
+	return out
+}
