@@ -1,0 +1,329 @@
+package mux
+
+import (
+	"errors"
+	"io"
+	"math"
+	"net"
+	"sync"
+	"time"
+
+	"github.com/moat-net/moat/tunnel/proto"
+)
+
+// ErrOverflow closes a connection whose peer sent more than its queue holds.
+var ErrOverflow = errors.New("receive queue overflow: reader stalled or peer ignored the window")
+
+// ErrClosed is returned by a connection after Close.
+var ErrClosed = errors.New("connection closed")
+
+// closeLinger is how long a closed requester connection keeps its ID
+// reserved while it waits for the peer's CLOSE_RSP.
+const closeLinger = 30 * time.Second
+
+// Conn is one tunneled connection. Read/WriteTo deliver the peer's data in
+// order, Write/ReadFrom send data within the connection's credit.
+type Conn struct {
+	s         *Session
+	key       key
+	requester bool // this side sent the DIAL_REQ
+
+	mu       sync.Mutex
+	cond     sync.Cond
+	queue    [][]byte
+	queued   int
+	eof      bool  // peer closed: deliver the queue, then io.EOF
+	err      error // fatal: session gone or overflow
+	closed   bool  // Close was called
+	consumed int   // bytes read since the last credit update
+	credit   int64 // bytes we may still send
+}
+
+func (s *Session) newConn(k key, requester bool) *Conn {
+	c := &Conn{s: s, key: k, requester: requester, credit: math.MaxInt64}
+	if s.cfg.Credit {
+		c.credit = int64(s.cfg.Window)
+	}
+	c.cond.L = &c.mu
+	s.active.Add(1)
+	s.cfg.Metrics.open(k.origin, 1)
+	return c
+}
+
+// ID is the connectID on the tunnel.
+func (c *Conn) ID() int64 { return c.key.id }
+
+// Origin is the side that requested the connection.
+func (c *Conn) Origin() proto.Origin { return c.key.origin }
+
+func (c *Conn) limit() int {
+	if c.s.cfg.Credit {
+		return c.s.cfg.Window
+	}
+	return c.s.cfg.MaxQueue
+}
+
+// push is called by the read loop; it never blocks.
+func (c *Conn) push(b []byte) {
+	c.mu.Lock()
+	if c.closed || c.err != nil || c.eof {
+		c.mu.Unlock()
+		return
+	}
+	if c.queued+len(b) > c.limit() {
+		c.mu.Unlock()
+		c.s.cfg.Metrics.badPacket("queue_overflow")
+		c.s.cfg.Log.Warn("closing connection: receive queue overflow", "origin", c.key.origin.String(), "connectID", c.key.id, "limit", c.limit())
+		c.abort(ErrOverflow)
+		return
+	}
+	c.queue = append(c.queue, b)
+	c.queued += len(b)
+	c.mu.Unlock()
+	c.cond.Broadcast()
+}
+
+func (c *Conn) addCredit(n uint64) {
+	c.mu.Lock()
+	if n > math.MaxInt64-uint64(c.credit) {
+		c.credit = math.MaxInt64
+	} else {
+		c.credit += int64(n)
+	}
+	c.mu.Unlock()
+	c.cond.Broadcast()
+}
+
+// remoteClose marks the peer's end closed: queued data is still delivered.
+func (c *Conn) remoteClose() {
+	c.mu.Lock()
+	c.eof = true
+	c.mu.Unlock()
+	c.cond.Broadcast()
+}
+
+// fail ends the connection without sending anything (the session is gone).
+func (c *Conn) fail(err error) {
+	c.mu.Lock()
+	if c.err == nil {
+		c.err = err
+	}
+	was := c.closed
+	c.closed = true
+	c.queue, c.queued = nil, 0
+	c.mu.Unlock()
+	c.cond.Broadcast()
+	if !was {
+		c.released()
+	}
+}
+
+// abort closes the connection locally with err and tells the peer.
+func (c *Conn) abort(err error) {
+	c.mu.Lock()
+	if c.err == nil {
+		c.err = err
+	}
+	c.mu.Unlock()
+	c.Close()
+}
+
+func (c *Conn) released() {
+	c.s.active.Add(-1)
+	c.s.cfg.Metrics.open(c.key.origin, -1)
+}
+
+// take waits for queued data; it returns the whole queue, or an error.
+func (c *Conn) take() ([][]byte, error) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for len(c.queue) == 0 {
+		if c.err != nil {
+			return nil, c.err
+		}
+		if c.closed {
+			return nil, ErrClosed
+		}
+		if c.eof {
+			return nil, io.EOF
+		}
+		c.cond.Wait()
+	}
+	q := c.queue
+	c.queue, c.queued = nil, 0
+	return q, nil
+}
+
+// consume returns credit for n delivered bytes once enough has accumulated.
+func (c *Conn) consume(n int) {
+	if !c.s.cfg.Credit {
+		return
+	}
+	c.mu.Lock()
+	c.consumed += n
+	var grant int
+	if c.consumed >= c.s.cfg.Window/4 && !c.closed && !c.eof {
+		grant, c.consumed = c.consumed, 0
+	}
+	c.mu.Unlock()
+	if grant > 0 {
+		c.s.queue(proto.Credit(c.key.origin, c.key.id, uint64(grant)))
+	}
+}
+
+// WriteTo writes the peer's data to w until the peer closes (nil) or an error.
+func (c *Conn) WriteTo(w io.Writer) (int64, error) {
+	var total int64
+	for {
+		q, err := c.take()
+		if err != nil {
+			if errors.Is(err, io.EOF) {
+				return total, nil
+			}
+			return total, err
+		}
+		for i, b := range q {
+			n, werr := w.Write(b)
+			total += int64(n)
+			q[i] = nil
+			c.consume(n)
+			if werr != nil {
+				return total, werr
+			}
+		}
+	}
+}
+
+// Read implements io.Reader over the peer's data.
+func (c *Conn) Read(p []byte) (int, error) {
+	c.mu.Lock()
+	for len(c.queue) == 0 {
+		if c.err != nil {
+			c.mu.Unlock()
+			return 0, c.err
+		}
+		if c.closed {
+			c.mu.Unlock()
+			return 0, ErrClosed
+		}
+		if c.eof {
+			c.mu.Unlock()
+			return 0, io.EOF
+		}
+		c.cond.Wait()
+	}
+	n := copy(p, c.queue[0])
+	if n == len(c.queue[0]) {
+		c.queue[0] = nil
+		c.queue = c.queue[1:]
+	} else {
+		c.queue[0] = c.queue[0][n:]
+	}
+	c.queued -= n
+	c.mu.Unlock()
+	c.consume(n)
+	return n, nil
+}
+
+// reserve waits for credit and returns how many bytes (<= want) may be sent.
+func (c *Conn) reserve(want int) (int, error) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for {
+		if c.err != nil {
+			return 0, c.err
+		}
+		if c.closed || c.eof {
+			return 0, ErrClosed
+		}
+		if c.credit > 0 {
+			n := int64(want)
+			if n > c.credit {
+				n = c.credit
+			}
+			c.credit -= n
+			return int(n), nil
+		}
+		c.cond.Wait()
+	}
+}
+
+// Write sends p as DATA packets within the connection's credit. It blocks
+// while the window is spent, which stops the caller reading its socket: that
+// is the backpressure.
+func (c *Conn) Write(p []byte) (int, error) {
+	sent := 0
+	for sent < len(p) {
+		want := len(p) - sent
+		if want > c.s.cfg.MaxChunk {
+			want = c.s.cfg.MaxChunk
+		}
+		n, err := c.reserve(want)
+		if err != nil {
+			return sent, err
+		}
+		if err := c.s.send(proto.Data(c.key.origin, c.key.id, p[sent:sent+n])); err != nil {
+			return sent, err
+		}
+		c.s.cfg.Metrics.bytes(c.key.origin, "sent", n)
+		sent += n
+	}
+	return sent, nil
+}
+
+// ReadFrom sends everything read from r until EOF or an error.
+func (c *Conn) ReadFrom(r io.Reader) (int64, error) {
+	return readChunks(r, c.s.cfg.MaxChunk, func(b []byte) error {
+		_, err := c.Write(b)
+		return err
+	})
+}
+
+// Close releases the connection and tells the peer: CLOSE_REQ if this side
+// requested it, CLOSE_RSP if this side dialed it. It is idempotent.
+func (c *Conn) Close() error {
+	c.mu.Lock()
+	if c.closed {
+		c.mu.Unlock()
+		return nil
+	}
+	c.closed = true
+	peerClosed := c.eof
+	c.queue, c.queued = nil, 0
+	c.mu.Unlock()
+	c.cond.Broadcast()
+	c.released()
+	if c.requester {
+		if peerClosed {
+			c.s.remove(c)
+			return nil
+		}
+		c.s.queue(proto.CloseReq(c.key.origin, c.key.id))
+		// Keep the ID reserved until CLOSE_RSP (handleCloseRsp removes it).
+		time.AfterFunc(closeLinger, func() { c.s.remove(c) })
+		return nil
+	}
+	c.s.remove(c)
+	c.s.queue(proto.CloseRsp(c.key.origin, c.key.id, ""))
+	return nil
+}
+
+// Pipe copies between a real TCP connection and a tunneled one until either
+// side ends, then closes both.
+func Pipe(nc net.Conn, c *Conn) { PipeReader(nc, nc, c) }
+
+// PipeReader is Pipe where the bytes from the local side come from r (for
+// example a hijacked HTTP connection with bytes already buffered).
+func PipeReader(r io.Reader, nc net.Conn, c *Conn) {
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		_, _ = c.WriteTo(nc)
+		nc.Close()
+		c.Close()
+	}()
+	_, _ = c.ReadFrom(r)
+	c.Close()
+	nc.Close()
+	<-done
+}

@@ -1,0 +1,10 @@
+// Package mux carries many TCP connections over one konnectivity Packet
+// stream (an agent tunnel) with per-connection flow control.
+//
+// The receive loop never blocks: DATA is appended to the connection's own
+// bounded queue and a per-connection consumer drains it. With a Moat peer the
+// sender holds per-connection credit (window) and stops reading its socket
+// when the window is spent, so a stalled reader only stops its own
+// connection. With a stock peer (no credit extension) a connection whose queue
+// exceeds its bound is closed with an error instead of stalling the others.
+package mux

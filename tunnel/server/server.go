@@ -1,0 +1,207 @@
+// Package server is moat-proxy-server's library: it accepts agent tunnels
+// (AgentService), serves kube-apiserver through the gRPC ProxyService and
+// HTTP CONNECT frontends, and dials allowed control-plane destinations for
+// node clients (KEP-2025).
+package server
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"net"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/metadata"
+	"google.golang.org/grpc/status"
+	"sigs.k8s.io/apiserver-network-proxy/konnectivity-client/proto/client"
+
+	"github.com/moat-net/moat/tunnel/dest"
+	"github.com/moat-net/moat/tunnel/mux"
+	"github.com/moat-net/moat/tunnel/proto"
+)
+
+// Authenticator checks an agent's bearer token.
+type Authenticator interface {
+	Authenticate(ctx context.Context, token string) error
+}
+
+// Config is the server's behaviour; listeners and TLS are wired by Serve.
+type Config struct {
+	ServerID    string
+	ServerCount int
+	// Strategies are tried in order to pick an agent for a dial.
+	Strategies []Strategy
+	// NodeToControlPlane is the EnableClusterToMasterTraffic gate.
+	NodeToControlPlane bool
+	// Allowed are the destinations node clients may reach; nil allows none.
+	Allowed *dest.AllowList
+	// Auth, if set, requires a valid bearer token from every agent.
+	Auth Authenticator
+	// DialTimeout bounds a dial in either direction (default 10s).
+	DialTimeout time.Duration
+	// Window and MaxQueue tune per-connection flow control (see mux.Config).
+	Window, MaxQueue int
+	Log              *slog.Logger
+	Registry         prometheus.Registerer
+}
+
+// Server holds the connected agents.
+type Server struct {
+	cfg      Config
+	backends *backends
+	metrics  *mux.Metrics
+	refused  prometheus.Counter
+	log      *slog.Logger
+}
+
+// New returns a server; cfg.Registry defaults to a private registry.
+func New(cfg Config) *Server {
+	if cfg.ServerCount <= 0 {
+		cfg.ServerCount = 1
+	}
+	if cfg.DialTimeout <= 0 {
+		cfg.DialTimeout = 10 * time.Second
+	}
+	if len(cfg.Strategies) == 0 {
+		cfg.Strategies = []Strategy{StrategyDefault}
+	}
+	if cfg.Log == nil {
+		cfg.Log = slog.New(slog.DiscardHandler)
+	}
+	if cfg.Registry == nil {
+		cfg.Registry = prometheus.NewRegistry()
+	}
+	backendGauge := prometheus.NewGauge(prometheus.GaugeOpts{
+		Name: "moat_tunnel_backends",
+		Help: "Agent tunnels connected to this server.",
+	})
+	refused := prometheus.NewCounter(prometheus.CounterOpts{
+		Name: "moat_tunnel_refused_destinations_total",
+		Help: "Node-originated dials refused because the destination is not allowed or the feature gate is off.",
+	})
+	cfg.Registry.MustRegister(backendGauge, refused)
+	return &Server{
+		cfg:      cfg,
+		backends: newBackends(backendGauge),
+		metrics:  mux.NewMetrics(cfg.Registry),
+		refused:  refused,
+		log:      cfg.Log,
+	}
+}
+
+// Ready reports whether at least one agent is connected.
+func (s *Server) Ready() bool { return s.backends.count() > 0 }
+
+// Backends is the number of connected agent tunnels.
+func (s *Server) Backends() int { return s.backends.count() }
+
+// Register adds the AgentService to an agent-facing gRPC server.
+func (s *Server) RegisterAgentService(g *grpc.Server) { proto.RegisterAgentServiceServer(g, s) }
+
+// RegisterProxyService adds the ProxyService to a kube-apiserver-facing gRPC server.
+func (s *Server) RegisterProxyService(g *grpc.Server) { client.RegisterProxyServiceServer(g, s) }
+
+// Connect serves one agent tunnel.
+func (s *Server) Connect(st proto.AgentService_ConnectServer) error {
+	ctx := st.Context()
+	md, _ := metadata.FromIncomingContext(ctx)
+	ids := md.Get(proto.MetaAgentID)
+	if len(ids) != 1 || ids[0] == "" {
+		s.metrics.BadPacket("agent_id")
+		return status.Errorf(codes.InvalidArgument, "expected exactly one non-empty agentID metadata value, got %d", len(ids))
+	}
+	agentID := ids[0]
+	var idents Identifiers
+	if v := md.Get(proto.MetaAgentIdentifiers); len(v) > 0 {
+		var err error
+		if idents, err = ParseIdentifiers(v[0]); err != nil {
+			return status.Errorf(codes.InvalidArgument, "agent %s: agentIdentifiers: %v", agentID, err)
+		}
+	}
+	if s.cfg.Auth != nil {
+		tok, err := bearer(md.Get(proto.MetaAuthorization))
+		if err == nil {
+			err = s.cfg.Auth.Authenticate(ctx, tok)
+		}
+		if err != nil {
+			s.log.Warn("agent rejected", "agentID", agentID, "err", err)
+			s.metrics.BadPacket("unauthenticated")
+			return status.Errorf(codes.Unauthenticated, "agent %s: %v", agentID, err)
+		}
+	}
+	feat := proto.ParseFeatures(md.Get(proto.MetaFeatures))
+	hdr := metadata.Pairs(proto.HeaderServerID, s.cfg.ServerID, proto.HeaderServerCount, strconv.Itoa(s.cfg.ServerCount))
+	if feat != (proto.Features{}) {
+		hdr.Set(proto.MetaFeatures, feat.String())
+	}
+	if err := st.SendHeader(hdr); err != nil {
+		return fmt.Errorf("agent %s: send header: %w", agentID, err)
+	}
+	b := &backend{id: agentID, idents: idents}
+	b.sess = mux.New(st, mux.Config{
+		LocalOrigin: proto.OriginControlPlane,
+		Credit:      feat.Credit,
+		Window:      s.cfg.Window,
+		MaxQueue:    s.cfg.MaxQueue,
+		DialTimeout: s.cfg.DialTimeout,
+		Dial:        s.dialNode,
+		OnDrain:     func() { s.log.Info("agent draining", "agentID", agentID) },
+		Metrics:     s.metrics,
+		Log:         s.log.With("agentID", agentID),
+	})
+	s.backends.add(b)
+	defer s.backends.remove(b)
+	s.log.Info("agent connected", "agentID", agentID, "features", feat.String())
+	err := b.sess.Run(ctx)
+	s.log.Info("agent disconnected", "agentID", agentID, "err", err)
+	return nil
+}
+
+func bearer(vals []string) (string, error) {
+	if len(vals) != 1 {
+		return "", fmt.Errorf("expected one authorization header, got %d", len(vals))
+	}
+	tok, ok := strings.CutPrefix(vals[0], "Bearer ")
+	if !ok || tok == "" {
+		return "", fmt.Errorf("authorization header is not a bearer token")
+	}
+	return tok, nil
+}
+
+// dialNode dials a control-plane destination for a node client (KEP-2025).
+func (s *Server) dialNode(ctx context.Context, o proto.Origin, address string) (net.Conn, error) {
+	if !s.cfg.NodeToControlPlane {
+		s.refused.Inc()
+		s.metrics.Refused(o)
+		return nil, fmt.Errorf("dial %s refused: node-to-control-plane traffic is disabled (feature gate EnableClusterToMasterTraffic)", address)
+	}
+	d, err := s.cfg.Allowed.Match(address)
+	if err != nil {
+		s.refused.Inc()
+		s.metrics.Refused(o)
+		s.log.Warn("node dial refused", "address", address, "err", err)
+		return nil, fmt.Errorf("dial refused: %w", err)
+	}
+	var nd net.Dialer
+	c, err := nd.DialContext(ctx, "tcp", d.String())
+	if err != nil {
+		return nil, fmt.Errorf("dial %s: %w", d, err)
+	}
+	return c, nil
+}
+
+// dial picks an agent for address and asks it to connect.
+func (s *Server) dial(ctx context.Context, address string) (*mux.Conn, error) {
+	b := s.backends.pick(s.cfg.Strategies, address)
+	if b == nil {
+		return nil, errNoAgent
+	}
+	ctx, cancel := context.WithTimeout(ctx, s.cfg.DialTimeout)
+	defer cancel()
+	return b.sess.Dial(ctx, address)
+}
