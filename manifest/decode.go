@@ -37,6 +37,12 @@ type typeMeta struct {
 	} `json:"metadata"`
 }
 
+// drop reports an object that could not be loaded at all.
+func (d *decoder) drop(object, field, source, msg string) {
+	d.add(policy.SeverityError, object, field, source, msg+": object not loaded")
+	d.res.Dropped = append(d.res.Dropped, object)
+}
+
 func (d *decoder) add(sev policy.Severity, object, field, source, msg string) {
 	d.res.Diagnostics = append(d.res.Diagnostics, policy.Diagnostic{Severity: sev, Object: object, Field: field, Source: source, Message: msg})
 }
@@ -49,7 +55,7 @@ func (d *decoder) decodeObject(source string, js []byte) error {
 		return fmt.Errorf("not a Kubernetes object: %w", err)
 	}
 	if tm.Kind == "" {
-		d.add(policy.SeverityError, "<unknown kind>", "kind", source, "missing kind")
+		d.drop("<unknown kind>", "kind", source, "missing kind")
 		return nil
 	}
 	if strings.HasSuffix(tm.Kind, "List") && tm.Items != nil {
@@ -82,7 +88,7 @@ func (d *decoder) decodeObject(source string, js []byte) error {
 		return nil
 	}
 	if tm.APIVersion != wantVersion {
-		d.add(policy.SeverityError, object, "apiVersion", source, fmt.Sprintf("unsupported apiVersion %q for kind %s (want %q): object not loaded", tm.APIVersion, tm.Kind, wantVersion))
+		d.drop(object, "apiVersion", source, fmt.Sprintf("unsupported apiVersion %q for kind %s (want %q)", tm.APIVersion, tm.Kind, wantVersion))
 		return nil
 	}
 	key := object
@@ -139,7 +145,7 @@ func (d *decoder) decodeObject(source string, js []byte) error {
 // carry many fields Moat does not need).
 func (d *decoder) unmarshal(object, source string, js []byte, into any) bool {
 	if err := sigsjson.UnmarshalCaseSensitivePreserveInts(js, into); err != nil {
-		d.add(policy.SeverityError, object, "", source, fmt.Sprintf("cannot decode: %v: object not loaded", err))
+		d.drop(object, "", source, fmt.Sprintf("cannot decode: %v", err))
 		return false
 	}
 	return true
@@ -151,7 +157,7 @@ func (d *decoder) unmarshal(object, source string, js []byte, into any) bool {
 func (d *decoder) strict(object, source string, js []byte, into any) ([]string, bool) {
 	strictErrs, err := sigsjson.UnmarshalStrict(js, into, sigsjson.DisallowDuplicateFields, sigsjson.DisallowUnknownFields)
 	if err != nil {
-		d.add(policy.SeverityError, object, "", source, fmt.Sprintf("cannot decode: %v: object not loaded", err))
+		d.drop(object, "", source, fmt.Sprintf("cannot decode: %v", err))
 		return nil, false
 	}
 	var paths []string
@@ -172,7 +178,11 @@ func (d *decoder) strict(object, source string, js []byte, into any) ([]string, 
 			// Not policy: standard metadata and implementation-written status.
 			continue
 		}
-		d.add(policy.SeverityError, object, path, source, kind+" (enforced fail-closed)")
+		if kind == "duplicate field" {
+			d.add(policy.SeverityError, object, path, source, "duplicate field (the part it belongs to is enforced fail-closed)")
+		}
+		// Unknown fields are reported by the compiler, which owns what
+		// they do to enforcement.
 		paths = append(paths, path)
 	}
 	return paths, true

@@ -29,6 +29,10 @@ type Result struct {
 	// problems are still loaded where possible so the compiler can fail
 	// closed on them.
 	Diagnostics []policy.Diagnostic
+	// Dropped names objects that could not be loaded at all (wrong
+	// apiVersion, undecodable). Leaving out a policy could widen access,
+	// so commands that judge traffic refuse to run when this is not empty.
+	Dropped []string
 	// Skipped lists objects of kinds Moat does not read, for -v.
 	Skipped []string
 }

@@ -1,0 +1,53 @@
+package main
+
+import (
+	"fmt"
+
+	"github.com/spf13/cobra"
+
+	"github.com/moat-net/moat/policy"
+)
+
+func newCheckCommand() *cobra.Command {
+	var in inputFlags
+	cmd := &cobra.Command{
+		Use:   "check -f FILE...",
+		Short: "Validate manifests as the API server and the CRDs would, listing every violation",
+		Long: `check validates NetworkPolicies (networking.k8s.io/v1, with endPort) and
+ClusterNetworkPolicies (policy.networking.k8s.io/v1alpha2, experimental channel)
+and prints every violation as "<Kind> <namespace/name>: <field path>: <message>".
+Unknown fields are errors. Exit status: 0 valid, 1 invalid.`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			res, err := in.load(cmd.InOrStdin())
+			if err != nil {
+				return &exitError{1, err}
+			}
+			prog := policy.Compile(&res.Cluster, policy.Options{})
+			out := cmd.OutOrStdout()
+			errs := 0
+			for _, list := range [][]policy.Diagnostic{res.Diagnostics, prog.Diagnostics} {
+				for _, d := range list {
+					if d.Severity == policy.SeverityError {
+						errs++
+						fmt.Fprintln(out, d)
+					} else {
+						fmt.Fprintln(cmd.ErrOrStderr(), "warning:", d)
+					}
+				}
+			}
+			if in.verbose {
+				for _, s := range res.Skipped {
+					fmt.Fprintln(cmd.ErrOrStderr(), "skipped:", s)
+				}
+			}
+			if errs > 0 {
+				return &exitError{1, fmt.Errorf("%d error(s)", errs)}
+			}
+			fmt.Fprintf(out, "ok: %d NetworkPolicies, %d ClusterNetworkPolicies valid\n", len(res.Cluster.NetworkPolicies), len(res.Cluster.ClusterNetworkPolicies))
+			return nil
+		},
+	}
+	in.register(cmd)
+	return cmd
+}

@@ -1,0 +1,94 @@
+package main
+
+import (
+	"encoding/json"
+	"fmt"
+	"io"
+
+	"github.com/spf13/cobra"
+
+	"github.com/moat-net/moat/matrix"
+	"github.com/moat-net/moat/policy"
+)
+
+func newExplainCommand() *cobra.Command {
+	var (
+		in             inputFlags
+		from, to, prot string
+		port           int
+		output         string
+	)
+	cmd := &cobra.Command{
+		Use:   "explain -f FILE... --from X --to Y --port N [--protocol TCP|UDP|SCTP]",
+		Short: "Say whether one flow is allowed, and which rule decided each direction",
+		Long: `explain judges a new connection from X to Y, where each is namespace/pod or
+an IP address. It prints the verdict and, for egress (judged at the source pod)
+and ingress (judged at the destination pod), the tier, policy, rule and action
+that decided. Exit status: 0 when a verdict was computed (allowed or not),
+1 for bad input.`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			if from == "" || to == "" {
+				return &exitError{1, fmt.Errorf("--from and --to are required")}
+			}
+			proto, err := policy.ParseProtocol(prot)
+			if err != nil || !proto.HasPorts() {
+				return &exitError{1, fmt.Errorf("--protocol: must be TCP, UDP or SCTP, got %q", prot)}
+			}
+			if port < 1 || port > 65535 {
+				return &exitError{1, fmt.Errorf("--port: must be between 1 and 65535, got %d", port)}
+			}
+			prog, err := in.compile(cmd)
+			if err != nil {
+				return err
+			}
+			src, err := prog.ParseEndpoint(from)
+			if err != nil {
+				return &exitError{1, fmt.Errorf("--from: %w", err)}
+			}
+			dst, err := prog.ParseEndpoint(to)
+			if err != nil {
+				return &exitError{1, fmt.Errorf("--to: %w", err)}
+			}
+			f := matrix.Judge(prog, matrix.Endpoint{Label: from, Endpoint: src}, matrix.Endpoint{Label: to, Endpoint: dst}, matrix.PortProto{Port: uint16(port), Protocol: proto})
+			switch output {
+			case "json":
+				enc := json.NewEncoder(cmd.OutOrStdout())
+				enc.SetIndent("", "  ")
+				return enc.Encode(f)
+			case "text", "":
+				writeExplanation(cmd.OutOrStdout(), f)
+				return nil
+			}
+			return &exitError{1, fmt.Errorf("-o: must be text or json, got %q", output)}
+		},
+	}
+	in.register(cmd)
+	cmd.Flags().StringVar(&from, "from", "", "source: namespace/pod or IP address")
+	cmd.Flags().StringVar(&to, "to", "", "destination: namespace/pod or IP address")
+	cmd.Flags().IntVar(&port, "port", 0, "destination port")
+	cmd.Flags().StringVar(&prot, "protocol", "TCP", "TCP, UDP or SCTP")
+	cmd.Flags().StringVarP(&output, "output", "o", "text", "text or json")
+	return cmd
+}
+
+func writeExplanation(w io.Writer, f matrix.Flow) {
+	verdict := "DENIED"
+	if f.Allowed {
+		verdict = "ALLOWED"
+	}
+	fmt.Fprintf(w, "%s -> %s %d/%s: %s\n", f.From, f.To, f.Port, f.Protocol, verdict)
+	for _, d := range []struct {
+		name string
+		dec  policy.Decision
+	}{{"egress ", f.Egress}, {"ingress", f.Ingress}} {
+		word := "allow"
+		if !d.dec.Allowed {
+			word = "deny "
+		}
+		fmt.Fprintf(w, "  %s %s [%s] %s\n", d.name, word, d.dec.Tier, d.dec.Reason)
+		for _, p := range d.dec.Passed {
+			fmt.Fprintf(w, "          passed by %s\n", p)
+		}
+	}
+}

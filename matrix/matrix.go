@@ -1,0 +1,155 @@
+// Package matrix computes and renders connectivity matrices: every source
+// against every destination, per port, with the evaluator's explanation of
+// each cell. `moat matrix` prints it; `moat lab` measures the same flows.
+package matrix
+
+import (
+	"fmt"
+	"net/netip"
+	"sort"
+	"strconv"
+	"strings"
+
+	"github.com/moat-net/moat/policy"
+)
+
+// PortProto is one port and protocol of the matrix, e.g. 80/TCP.
+type PortProto struct {
+	Port     uint16
+	Protocol policy.Protocol
+}
+
+// String is "80/TCP".
+func (p PortProto) String() string { return fmt.Sprintf("%d/%s", p.Port, p.Protocol) }
+
+// ParsePortProto parses "80", "80/TCP" or "53/udp".
+func ParsePortProto(s string) (PortProto, error) {
+	num, proto, found := strings.Cut(s, "/")
+	pp := PortProto{Protocol: policy.ProtoTCP}
+	if found {
+		p, err := policy.ParseProtocol(proto)
+		if err != nil || !p.HasPorts() {
+			return pp, fmt.Errorf("port %q: protocol must be TCP, UDP or SCTP", s)
+		}
+		pp.Protocol = p
+	}
+	n, err := strconv.Atoi(num)
+	if err != nil || n < 1 || n > 65535 {
+		return pp, fmt.Errorf("port %q: must be a number between 1 and 65535", s)
+	}
+	pp.Port = uint16(n)
+	return pp, nil
+}
+
+// Options choose the matrix's axes.
+type Options struct {
+	// Ports to judge; empty means every distinct container port of the
+	// snapshot.
+	Ports []PortProto
+	// Peers are extra endpoints outside the pod network (external
+	// addresses, node IPs).
+	Peers []netip.Addr
+}
+
+// Flow is one cell: the JSON schema of `moat matrix -o json`.
+type Flow struct {
+	From     string          `json:"from"`
+	To       string          `json:"to"`
+	Port     uint16          `json:"port"`
+	Protocol string          `json:"protocol"`
+	Allowed  bool            `json:"allowed"`
+	Egress   policy.Decision `json:"egress"`
+	Ingress  policy.Decision `json:"ingress"`
+}
+
+// Result is the whole matrix.
+type Result struct {
+	// Endpoints are the row and column labels, in order.
+	Endpoints []string    `json:"-"`
+	Ports     []PortProto `json:"-"`
+	Flows     []Flow      `json:"flows"`
+}
+
+// Endpoint is a matrix row/column: a label and the endpoint it stands for.
+type Endpoint struct {
+	Label    string
+	Endpoint policy.Endpoint
+}
+
+// Endpoints lists the matrix's rows and columns: every pod with an address
+// (host-network pods included), then each peer.
+func Endpoints(p *policy.Program, peers []netip.Addr) []Endpoint {
+	var out []Endpoint
+	for i := range p.Pods {
+		pod := &p.Pods[i]
+		if len(pod.IPs) == 0 {
+			continue
+		}
+		out = append(out, Endpoint{Label: pod.Key(), Endpoint: policy.Endpoint{Pod: i, Addr: pod.IPs[0]}})
+	}
+	for _, a := range peers {
+		out = append(out, Endpoint{Label: a.String(), Endpoint: policy.Endpoint{Pod: -1, Addr: a.Unmap()}})
+	}
+	return out
+}
+
+// DefaultPorts is every distinct container port of the snapshot.
+func DefaultPorts(p *policy.Program) []PortProto {
+	seen := map[PortProto]bool{}
+	var out []PortProto
+	for _, pod := range p.Pods {
+		for _, cp := range pod.Ports {
+			pp := PortProto{cp.Port, cp.Protocol}
+			if !seen[pp] {
+				seen[pp] = true
+				out = append(out, pp)
+			}
+		}
+	}
+	sort.Slice(out, func(i, j int) bool {
+		if out[i].Port != out[j].Port {
+			return out[i].Port < out[j].Port
+		}
+		return out[i].Protocol < out[j].Protocol
+	})
+	return out
+}
+
+// Build evaluates every ordered pair of endpoints (self included) on every
+// port.
+func Build(p *policy.Program, opts Options) (*Result, error) {
+	ports := opts.Ports
+	if len(ports) == 0 {
+		ports = DefaultPorts(p)
+	}
+	if len(ports) == 0 {
+		return nil, fmt.Errorf("no ports: the input declares no container ports, pass --port")
+	}
+	eps := Endpoints(p, opts.Peers)
+	res := &Result{Ports: ports}
+	for _, e := range eps {
+		res.Endpoints = append(res.Endpoints, e.Label)
+	}
+	for _, pp := range ports {
+		for _, src := range eps {
+			for _, dst := range eps {
+				res.Flows = append(res.Flows, Judge(p, src, dst, pp))
+			}
+		}
+	}
+	return res, nil
+}
+
+// Judge evaluates one cell.
+func Judge(p *policy.Program, src, dst Endpoint, pp PortProto) Flow {
+	f := Flow{From: src.Label, To: dst.Label, Port: pp.Port, Protocol: pp.Protocol.String()}
+	s, d, ok := p.PairAddrs(src.Endpoint, dst.Endpoint)
+	if !ok {
+		no := policy.Decision{Allowed: false, Tier: policy.TierNotPoliced, Reason: "source and destination share no IP family"}
+		f.Egress, f.Ingress = no, no
+		return f
+	}
+	v := p.Evaluate(policy.Flow{Src: s, Dst: d, Proto: pp.Protocol, Port: pp.Port})
+	f.Allowed, f.Egress, f.Ingress = v.Allowed, v.Egress, v.Ingress
+	return f
+}
