@@ -33,7 +33,7 @@ type Config struct {
 	// Server is the proxy server (or its load balancer) as host:port.
 	Server string
 	// Creds secure the tunnel (mTLS); required.
-	Creds credentials.TransportCredentials
+	Creds   credentials.TransportCredentials
 	AgentID string
 	// Identifiers is the URL-encoded agentIdentifiers value.
 	Identifiers string

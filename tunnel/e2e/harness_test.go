@@ -38,11 +38,11 @@ func testLog(t testing.TB) *slog.Logger {
 }
 
 type pki struct {
-	dir                  string
-	ca                   *testpki.CA
-	server, agent, kas   *testpki.Leaf
-	otherCA              *testpki.CA
-	otherAgent           *testpki.Leaf
+	dir                string
+	ca                 *testpki.CA
+	server, agent, kas *testpki.Leaf
+	otherCA            *testpki.CA
+	otherAgent         *testpki.Leaf
 }
 
 func newPKI(t testing.TB) *pki {

@@ -156,7 +156,9 @@ func dialer(t testing.TB, p *pki, mode string, ps *proxyServer) func(ctx context
 			return c, err
 		}
 	}
-	return func(ctx context.Context, addr string) (net.Conn, error) { return grpcDial(ctx, t, p, ps.frontAddr, addr) }
+	return func(ctx context.Context, addr string) (net.Conn, error) {
+		return grpcDial(ctx, t, p, ps.frontAddr, addr)
+	}
 }
 
 // TestStalledReader: a client that stops reading must not slow another

@@ -104,7 +104,7 @@ type Session struct {
 
 	mu       sync.Mutex
 	conns    map[key]*Conn
-	pending  map[int64]chan dialResult     // our dials, by random
+	pending  map[int64]chan dialResult    // our dials, by random
 	incoming map[int64]context.CancelFunc // peer's dials being made, by random
 	nextID   int64
 	closed   bool
