@@ -27,14 +27,43 @@ func newDecoder() *decoder { return &decoder{seen: map[string]string{}} }
 
 func (d *decoder) result() *Result { return &d.res }
 
-type typeMeta struct {
-	APIVersion string            `json:"apiVersion"`
-	Kind       string            `json:"kind"`
-	Items      []json.RawMessage `json:"items"`
-	Metadata   struct {
-		Name      string `json:"name"`
-		Namespace string `json:"namespace"`
-	} `json:"metadata"`
+// header is what every document must have before its kind can be known.
+// Fields are decoded loosely so that a wrongly typed field becomes a
+// diagnostic naming it, not a failure of the whole file.
+type header struct {
+	APIVersion, Kind, Name, Namespace string
+	Items                             []json.RawMessage
+	isList                            bool
+}
+
+func parseHeader(js []byte) (header, error) {
+	var raw map[string]json.RawMessage
+	if err := json.Unmarshal(js, &raw); err != nil {
+		return header{}, fmt.Errorf("not a Kubernetes object (want a mapping with apiVersion and kind): %w", err)
+	}
+	var h header
+	str := func(m map[string]json.RawMessage, key string) string {
+		var s string
+		if v, ok := m[key]; ok {
+			if json.Unmarshal(v, &s) != nil {
+				s = strings.Trim(string(v), `"`)
+			}
+		}
+		return s
+	}
+	h.APIVersion, h.Kind = str(raw, "apiVersion"), str(raw, "kind")
+	var md map[string]json.RawMessage
+	if v, ok := raw["metadata"]; ok {
+		_ = json.Unmarshal(v, &md)
+	}
+	h.Name, h.Namespace = str(md, "name"), str(md, "namespace")
+	if v, ok := raw["items"]; ok {
+		h.isList = true
+		if err := json.Unmarshal(v, &h.Items); err != nil {
+			return h, fmt.Errorf("%s: items: must be a list: %w", h.Kind, err)
+		}
+	}
+	return h, nil
 }
 
 // drop reports an object that could not be loaded at all.
@@ -50,15 +79,15 @@ func (d *decoder) add(sev policy.Severity, object, field, source, msg string) {
 // decodeObject decodes one JSON document. Only a document that is not a
 // JSON object at all is an error; everything else is a diagnostic.
 func (d *decoder) decodeObject(source string, js []byte) error {
-	var tm typeMeta
-	if err := json.Unmarshal(js, &tm); err != nil {
-		return fmt.Errorf("not a Kubernetes object: %w", err)
+	tm, err := parseHeader(js)
+	if err != nil {
+		return err
 	}
 	if tm.Kind == "" {
 		d.drop("<unknown kind>", "kind", source, "missing kind")
 		return nil
 	}
-	if strings.HasSuffix(tm.Kind, "List") && tm.Items != nil {
+	if strings.HasSuffix(tm.Kind, "List") && tm.isList {
 		for i, item := range tm.Items {
 			if err := d.decodeObject(fmt.Sprintf("%s items[%d]", source, i), item); err != nil {
 				return fmt.Errorf("items[%d]: %w", i, err)
@@ -66,7 +95,7 @@ func (d *decoder) decodeObject(source string, js []byte) error {
 		}
 		return nil
 	}
-	ns := tm.Metadata.Namespace
+	ns := tm.Namespace
 	if ns == "" {
 		ns = defaultNamespace
 	}
@@ -78,13 +107,13 @@ func (d *decoder) decodeObject(source string, js []byte) error {
 		"ClusterNetworkPolicy": "policy.networking.k8s.io/v1alpha2",
 	}
 	wantVersion, known := want[tm.Kind]
-	object := tm.Kind + " " + tm.Metadata.Name
+	object := tm.Kind + " " + tm.Name
 	switch tm.Kind {
 	case "Pod", "NetworkPolicy":
-		object = tm.Kind + " " + ns + "/" + tm.Metadata.Name
+		object = tm.Kind + " " + ns + "/" + tm.Name
 	}
 	if !known {
-		d.res.Skipped = append(d.res.Skipped, fmt.Sprintf("%s %s (%s): kind not used by Moat", tm.Kind, tm.Metadata.Name, source))
+		d.res.Skipped = append(d.res.Skipped, fmt.Sprintf("%s %s (%s): kind not used by Moat", tm.Kind, tm.Name, source))
 		return nil
 	}
 	if tm.APIVersion != wantVersion {

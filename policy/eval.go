@@ -12,6 +12,9 @@ type Endpoint struct {
 	Pod int
 	// Addr is the address the packet carries.
 	Addr netip.Addr
+	// Fixed pins Addr: the user named this address, so PairAddrs must not
+	// pick another of the pod's addresses.
+	Fixed bool
 }
 
 // Flow is one connection attempt: a new connection from Src to Dst.
@@ -155,9 +158,9 @@ func (p *Program) ParseEndpoint(s string) (Endpoint, error) {
 	if a, err := netip.ParseAddr(s); err == nil {
 		a = a.Unmap()
 		if i, ok := p.PodByIP(a); ok {
-			return Endpoint{Pod: i, Addr: a}, nil
+			return Endpoint{Pod: i, Addr: a, Fixed: true}, nil
 		}
-		return Endpoint{Pod: -1, Addr: a}, nil
+		return Endpoint{Pod: -1, Addr: a, Fixed: true}, nil
 	}
 	i, ok := p.PodByKey(s)
 	if !ok {
@@ -190,7 +193,7 @@ func (p *Program) PairAddrs(src, dst Endpoint) (Endpoint, Endpoint, bool) {
 }
 
 func (p *Program) endpointAddrs(e Endpoint) []netip.Addr {
-	if e.Pod >= 0 {
+	if e.Pod >= 0 && !e.Fixed {
 		return p.Pods[e.Pod].IPs
 	}
 	return []netip.Addr{e.Addr}

@@ -1,0 +1,127 @@
+package policy_test
+
+import (
+	"strconv"
+	"strings"
+	"testing"
+
+	"github.com/moat-net/moat/manifest"
+	"github.com/moat-net/moat/matrix"
+	"github.com/moat-net/moat/policy"
+)
+
+// baseCluster is the inventory every semantics case runs against.
+const baseCluster = `
+apiVersion: v1
+kind: Node
+metadata: {name: n1, labels: {role: worker}}
+status: {addresses: [{type: InternalIP, address: 10.0.0.1}, {type: InternalIP, address: "fd00::a:1"}, {type: Hostname, address: n1}]}
+---
+apiVersion: v1
+kind: Node
+metadata: {name: n2, labels: {role: worker, compromised: "true"}}
+status: {addresses: [{type: InternalIP, address: 10.0.0.2}]}
+---
+apiVersion: v1
+kind: Namespace
+metadata: {name: a, labels: {env: prod}}
+---
+apiVersion: v1
+kind: Namespace
+metadata: {name: b, labels: {env: dev}}
+---
+apiVersion: v1
+kind: Pod
+metadata: {name: x, namespace: a, labels: {app: x}}
+spec:
+  nodeName: n1
+  containers: [{name: c, ports: [{name: http, containerPort: 80}, {name: dns, containerPort: 53, protocol: UDP}]}]
+status: {podIPs: [{ip: 10.1.1.1}, {ip: "fd00::1:1"}]}
+---
+apiVersion: v1
+kind: Pod
+metadata: {name: "y", namespace: a, labels: {app: "y"}}
+spec:
+  nodeName: n2
+  containers: [{name: c, ports: [{name: http, containerPort: 8080}]}]
+status: {podIP: 10.1.2.1}
+---
+apiVersion: v1
+kind: Pod
+metadata: {name: z, namespace: b, labels: {app: z}}
+spec:
+  nodeName: n1
+  containers: [{name: c, ports: [{name: web, containerPort: 80}]}]
+status: {podIPs: [{ip: 10.1.1.2}, {ip: "fd00::1:2"}]}
+---
+apiVersion: v1
+kind: Pod
+metadata: {name: h, namespace: kube-system, labels: {app: h}}
+spec:
+  nodeName: n1
+  hostNetwork: true
+  containers: [{name: c, ports: [{name: m, containerPort: 9100}]}]
+status: {podIP: 10.0.0.1}
+`
+
+type flowCase struct {
+	name      string
+	from, to  string
+	port      uint16
+	proto     string
+	allowed   bool
+	egress    policy.Tier // "" = don't check
+	ingress   policy.Tier
+	reasonHas string
+}
+
+func compile(t *testing.T, policies string, opts policy.Options) *policy.Program {
+	t.Helper()
+	l := manifest.Loader{Stdin: strings.NewReader(baseCluster + "\n---\n" + policies)}
+	res, err := l.Load("-")
+	if err != nil {
+		t.Fatalf("load: %v", err)
+	}
+	if len(res.Dropped) > 0 {
+		t.Fatalf("dropped objects: %v %v", res.Dropped, res.Diagnostics)
+	}
+	return policy.Compile(&res.Cluster, opts)
+}
+
+func runFlows(t *testing.T, prog *policy.Program, cases []flowCase) {
+	t.Helper()
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			src, err := prog.ParseEndpoint(c.from)
+			if err != nil {
+				t.Fatal(err)
+			}
+			dst, err := prog.ParseEndpoint(c.to)
+			if err != nil {
+				t.Fatal(err)
+			}
+			proto := "TCP"
+			if c.proto != "" {
+				proto = c.proto
+			}
+			pp, err := matrix.ParsePortProto(strconv.Itoa(int(c.port)) + "/" + proto)
+			if err != nil {
+				t.Fatal(err)
+			}
+			f := matrix.Judge(prog, matrix.Endpoint{Label: c.from, Endpoint: src}, matrix.Endpoint{Label: c.to, Endpoint: dst}, pp)
+			if f.Allowed != c.allowed {
+				t.Errorf("allowed = %v, want %v\negress: %+v\ningress: %+v", f.Allowed, c.allowed, f.Egress, f.Ingress)
+			}
+			if c.egress != "" && f.Egress.Tier != c.egress {
+				t.Errorf("egress tier = %s, want %s (%s)", f.Egress.Tier, c.egress, f.Egress.Reason)
+			}
+			if c.ingress != "" && f.Ingress.Tier != c.ingress {
+				t.Errorf("ingress tier = %s, want %s (%s)", f.Ingress.Tier, c.ingress, f.Ingress.Reason)
+			}
+			if c.reasonHas != "" && !strings.Contains(f.Egress.Reason+" | "+f.Ingress.Reason, c.reasonHas) {
+				t.Errorf("reasons %q | %q lack %q", f.Egress.Reason, f.Ingress.Reason, c.reasonHas)
+			}
+		})
+	}
+}
+
