@@ -125,3 +125,20 @@ func runFlows(t *testing.T, prog *policy.Program, cases []flowCase) {
 	}
 }
 
+
+func judge(t *testing.T, prog *policy.Program, from, to string, port uint16, proto string) bool {
+	t.Helper()
+	src, err := prog.ParseEndpoint(from)
+	if err != nil {
+		t.Fatal(err)
+	}
+	dst, err := prog.ParseEndpoint(to)
+	if err != nil {
+		t.Fatal(err)
+	}
+	pp, err := matrix.ParsePortProto(strconv.Itoa(int(port)) + "/" + proto)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return matrix.Judge(prog, matrix.Endpoint{Label: from, Endpoint: src}, matrix.Endpoint{Label: to, Endpoint: dst}, pp).Allowed
+}
