@@ -1,0 +1,64 @@
+package kubetest
+
+import "time"
+
+// Names of the users every environment's token file holds.
+const (
+	// AdminUser is in system:masters: every request is allowed.
+	AdminUser = "kubetest-admin"
+	// UnprivilegedUser is authenticated but belongs to no group beyond
+	// system:authenticated, so RBAC grants it nothing until a test binds a role.
+	UnprivilegedUser = "kubetest-user"
+)
+
+// User is an entry of the static token file.
+type User struct {
+	Name   string
+	Groups []string
+}
+
+// Option changes how an environment is started.
+type Option func(*options)
+
+type options struct {
+	crds          [][]byte
+	users         []User
+	apiServerArgs []string
+	readyTimeout  time.Duration
+}
+
+func defaultOptions() *options {
+	return &options{
+		users: []User{
+			{Name: AdminUser, Groups: []string{"system:masters"}},
+			{Name: UnprivilegedUser},
+		},
+		// Generous: a cold start on a busy 2-core CI machine is much slower
+		// than the ~3 s measured on an idle one.
+		readyTimeout: 2 * time.Minute,
+	}
+}
+
+// WithCRDs installs CustomResourceDefinitions (each argument a YAML stream of
+// one or more documents) once the server is ready, and waits until they are
+// Established and served.
+func WithCRDs(yamls ...[]byte) Option {
+	return func(o *options) { o.crds = append(o.crds, yamls...) }
+}
+
+// WithUsers adds users to the token file, for tests that need several
+// distinct identities (for example one per node agent).
+func WithUsers(users ...User) Option {
+	return func(o *options) { o.users = append(o.users, users...) }
+}
+
+// WithAPIServerArgs appends kube-apiserver flags (later flags win), for
+// example --feature-gates or request limits for benchmarks.
+func WithAPIServerArgs(args ...string) Option {
+	return func(o *options) { o.apiServerArgs = append(o.apiServerArgs, args...) }
+}
+
+// WithReadyTimeout bounds the wait for /readyz.
+func WithReadyTimeout(d time.Duration) Option {
+	return func(o *options) { o.readyTimeout = d }
+}
