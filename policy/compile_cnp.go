@@ -86,7 +86,7 @@ func (k *compiler) compileCNP(cnp *ClusterNetworkPolicy) *cnpCompiled {
 		for j, p := range r.From {
 			pfs[j] = cnpPeerFields{namespaces: p.Namespaces, pods: p.Pods, nodes: p.Nodes, networks: p.Networks}
 		}
-		out.rules[Ingress] = append(out.rules[Ingress], k.compileCNPRule(out, Ingress, i, r.Name, r.Action, "from", pfs, r.Protocols, bad, firstOf(whole, subjectBad)))
+		out.rules[Ingress] = append(out.rules[Ingress], k.compileCNPRule(out, Ingress, i, r.Name, r.Action, "from", pfs, r.Protocols, bad, whole, subjectBad))
 	}
 	for i := range spec.Egress {
 		r := &spec.Egress[i]
@@ -94,18 +94,9 @@ func (k *compiler) compileCNP(cnp *ClusterNetworkPolicy) *cnpCompiled {
 		for j, p := range r.To {
 			pfs[j] = cnpPeerFields{namespaces: p.Namespaces, pods: p.Pods, nodes: p.Nodes, networks: p.Networks, domains: p.DomainNames}
 		}
-		out.rules[Egress] = append(out.rules[Egress], k.compileCNPRule(out, Egress, i, r.Name, r.Action, "to", pfs, r.Protocols, bad, firstOf(whole, subjectBad)))
+		out.rules[Egress] = append(out.rules[Egress], k.compileCNPRule(out, Egress, i, r.Name, r.Action, "to", pfs, r.Protocols, bad, whole, subjectBad))
 	}
 	return out
-}
-
-func firstOf(ss ...string) string {
-	for _, s := range ss {
-		if s != "" {
-			return s
-		}
-	}
-	return ""
 }
 
 func (k *compiler) cnpSubject(s *v1alpha2.ClusterNetworkPolicySubject) []int {
@@ -129,15 +120,19 @@ func (k *compiler) cnpSubject(s *v1alpha2.ClusterNetworkPolicySubject) []int {
 // compileCNPRule resolves one rule and applies fail-closed semantics
 // (DESIGN §3): a part Moat cannot understand makes an Accept rule match
 // nothing and turns a Deny or Pass rule into a Deny of everything that part
-// could have matched.
-func (k *compiler) compileCNPRule(c *cnpCompiled, dir Direction, index int, name string, action v1alpha2.ClusterNetworkPolicyRuleAction, peerField string, pfs []cnpPeerFields, protos []v1alpha2.ClusterNetworkPolicyProtocol, bad badPaths, inherited string) cnpRule {
+// could have matched. wide is a problem with the whole policy (everything
+// could be meant); subject is a problem with the subject only (the rule
+// keeps its peers and protocols, and already applies to every pod).
+func (k *compiler) compileCNPRule(c *cnpCompiled, dir Direction, index int, name string, action v1alpha2.ClusterNetworkPolicyRuleAction, peerField string, pfs []cnpPeerFields, protos []v1alpha2.ClusterNetworkPolicyProtocol, bad badPaths, wide, subject string) cnpRule {
 	path := fmt.Sprintf("spec.%s[%d]", dir, index)
 	rule := &Rule{Policy: c.ref, Tier: c.tier, Priority: c.priority, Direction: dir, Index: index, Name: name, Action: Action(action)}
 	out := cnpRule{rule: rule}
 
 	var failed []string
-	if inherited != "" {
-		failed = append(failed, inherited)
+	for _, f := range []string{wide, subject} {
+		if f != "" {
+			failed = append(failed, f)
+		}
 	}
 	// Problems on the rule itself (its action, an unknown field beside
 	// from/to) affect everything it matches. The name is cosmetic.
@@ -150,10 +145,12 @@ func (k *compiler) compileCNPRule(c *cnpCompiled, dir Direction, index int, name
 	}
 	if ruleWide != "" {
 		failed = append(failed, ruleWide)
+	} else {
+		ruleWide = wide
 	}
 
 	// Peers.
-	allPeers := inherited != "" || ruleWide != ""
+	allPeers := ruleWide != ""
 	var peers []peer
 	for j := range pfs {
 		pp := fmt.Sprintf("%s.%s[%d]", path, peerField, j)
@@ -175,7 +172,7 @@ func (k *compiler) compileCNPRule(c *cnpCompiled, dir Direction, index int, name
 	}
 
 	// Protocols.
-	allPorts := inherited != "" || ruleWide != "" || len(protos) == 0
+	allPorts := ruleWide != "" || len(protos) == 0
 	if msg := bad.exactly(path + ".protocols"); msg != "" {
 		allPorts = true
 		failed = append(failed, msg)
