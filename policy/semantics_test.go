@@ -125,7 +125,6 @@ func runFlows(t *testing.T, prog *policy.Program, cases []flowCase) {
 	}
 }
 
-
 func judge(t *testing.T, prog *policy.Program, from, to string, port uint16, proto string) bool {
 	t.Helper()
 	src, err := prog.ParseEndpoint(from)

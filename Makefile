@@ -1,0 +1,20 @@
+# Moat's developer entry points. The README's two commands work without make.
+.PHONY: build test generate verify bench demo
+
+build:
+	go build -o bin/ ./cmd/...
+
+test:
+	./hack/test.sh
+
+generate:
+	./hack/update-codegen.sh
+
+verify:
+	./hack/verify-codegen.sh
+
+bench:
+	go test -run '^$$' -bench . -benchmem ./policy/
+
+demo:
+	go run ./cmd/moat matrix --peer 203.0.113.10
