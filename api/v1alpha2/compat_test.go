@@ -133,7 +133,7 @@ spec:
     protocols:
     - tcp: {destinationPort: {range: {start: 1, end: 110}}}
     - tcp: {destinationPort: {range: {start: 112, end: 444}}}
-    - sctp: {}
+    - sctp: {destinationPort: {number: 9899}}
 `,
 	},
 	{
