@@ -1,0 +1,118 @@
+package nft
+
+import (
+	"net/netip"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/moat-net/moat/manifest"
+	"github.com/moat-net/moat/policy"
+)
+
+// compileFile loads manifests from testdata and compiles them.
+func compileFile(t testing.TB, name string, opts policy.Options) *policy.Program {
+	t.Helper()
+	res, err := (&manifest.Loader{}).Load(filepath.Join("testdata", name))
+	if err != nil {
+		t.Fatalf("load %s: %v", name, err)
+	}
+	return policy.Compile(&res.Cluster, opts)
+}
+
+// compileYAML compiles manifests given as a string.
+func compileYAML(t testing.TB, yaml string) *policy.Program {
+	t.Helper()
+	res, err := (&manifest.Loader{Stdin: strings.NewReader(yaml)}).Load("-")
+	if err != nil {
+		t.Fatalf("load: %v", err)
+	}
+	return policy.Compile(&res.Cluster, policy.Options{})
+}
+
+// endpointNode says which node's rules a packet from or to e crosses.
+func endpointNode(prog *policy.Program, e policy.Endpoint) string {
+	if e.Pod >= 0 {
+		return prog.Pods[e.Pod].NodeName
+	}
+	if n, ok := prog.NodeByIP(e.Addr); ok {
+		return prog.Nodes[n].Name
+	}
+	return ""
+}
+
+// checkAgainstEvaluator compares, for every ordered pair of endpoints
+// (pods plus extra addresses), every address-family pairing and every
+// port, the evaluator's verdict with what the rulesets of the crossed
+// nodes do.
+func checkAgainstEvaluator(t *testing.T, prog *policy.Program, extra []netip.Addr, ports []Packet) int {
+	t.Helper()
+	rulesets := map[string]*Ruleset{}
+	for _, n := range prog.Nodes {
+		rulesets[n.Name] = Build(prog, n.Name)
+	}
+	type ep struct {
+		e     policy.Endpoint
+		addrs []netip.Addr
+		label string
+	}
+	var eps []ep
+	for i, p := range prog.Pods {
+		if len(p.IPs) > 0 {
+			eps = append(eps, ep{policy.Endpoint{Pod: i}, p.IPs, p.Key()})
+		}
+	}
+	for _, a := range extra {
+		e := policy.Endpoint{Pod: -1, Addr: a}
+		if i, ok := prog.PodByIP(a); ok {
+			e.Pod = i
+		}
+		eps = append(eps, ep{e, []netip.Addr{a}, a.String()})
+	}
+	n := 0
+	for _, s := range eps {
+		for _, d := range eps {
+			for _, sa := range s.addrs {
+				for _, da := range d.addrs {
+					if sa.Is4() != da.Is4() {
+						continue
+					}
+					src, dst := s.e, d.e
+					src.Addr, dst.Addr = sa, da
+					sn, dn := endpointNode(prog, src), endpointNode(prog, dst)
+					if src.Pod >= 0 && src.Pod == dst.Pod {
+						sn, dn = "", ""
+					}
+					for _, pp := range ports {
+						v := prog.Evaluate(policy.Flow{Src: src, Dst: dst, Proto: pp.Proto, Port: pp.Port})
+						got := PathAllows(rulesets, sn, dn, Packet{Src: sa, Dst: da, Proto: pp.Proto, Port: pp.Port})
+						n++
+						if got != v.Allowed {
+							t.Errorf("%s (%s) -> %s (%s) %s/%d: rules say %v, evaluator %v (egress: %s; ingress: %s)",
+								s.label, sa, d.label, da, pp.Proto, pp.Port, got, v.Allowed, v.Egress.Reason, v.Ingress.Reason)
+						}
+					}
+				}
+			}
+		}
+	}
+	return n
+}
+
+func readGolden(t *testing.T, path, got string) {
+	t.Helper()
+	if os.Getenv("UPDATE_GOLDEN") != "" {
+		if err := os.WriteFile(path, []byte(got), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		return
+	}
+	want, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatalf("%v (run with UPDATE_GOLDEN=1 to create it)", err)
+	}
+	if string(want) != got {
+		t.Errorf("%s differs from the rendered ruleset (UPDATE_GOLDEN=1 rewrites it); got:\n%s", path, got)
+	}
+}

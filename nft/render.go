@@ -1,0 +1,361 @@
+package nft
+
+import (
+	"fmt"
+	"net/netip"
+	"strings"
+
+	"sigs.k8s.io/knftables"
+
+	"github.com/moat-net/moat/policy"
+)
+
+// Table is the one table Moat owns: family inet, so IPv4 and IPv6 share
+// every chain.
+const Table = "moat"
+
+const (
+	dispatchChain = "dispatch"
+	conflictChain = "conflict"
+	tableComment  = "moat: network policy; managed by moat, do not edit"
+)
+
+// staticChain is a chain whose rules never change.
+type staticChain struct {
+	name  string
+	hook  knftables.BaseChainHook
+	rules []string
+}
+
+// Every packet that enters, leaves or crosses the node meets the same
+// judgement: replies of allowed connections pass, invalid packets drop,
+// new connections go to dispatch. dispatch lets a pod reach itself, judges
+// the source pod's egress (a verdict map from address to chain; the chain
+// returns when egress allows), lets the node's own addresses reach its pods
+// and finally judges the destination pod's ingress the same way.
+var staticChains = []staticChain{
+	{name: conflictChain, rules: []string{"drop"}},
+	{name: dispatchChain, rules: []string{
+		"ip saddr . ip daddr @self4 accept",
+		"ip6 saddr . ip6 daddr @self6 accept",
+		"ip saddr vmap @egress4",
+		"ip6 saddr vmap @egress6",
+		"ip saddr @nodelocal4 accept",
+		"ip6 saddr @nodelocal6 accept",
+		"ip daddr vmap @ingress4",
+		"ip6 daddr vmap @ingress6",
+	}},
+	{name: "forward", hook: knftables.ForwardHook, rules: baseRules},
+	{name: "input", hook: knftables.InputHook, rules: baseRules},
+	{name: "output", hook: knftables.OutputHook, rules: baseRules},
+}
+
+var baseRules = []string{
+	"ct state established,related accept",
+	"ct state invalid drop",
+	"jump " + dispatchChain,
+}
+
+var staticSets = []knftables.Set{
+	{Name: "self4", Type: "ipv4_addr . ipv4_addr", Comment: knftables.PtrTo("local pod addresses, to themselves")},
+	{Name: "self6", Type: "ipv6_addr . ipv6_addr", Comment: knftables.PtrTo("local pod addresses, to themselves")},
+	{Name: "nodelocal4", Type: "ipv4_addr", Comment: knftables.PtrTo("this node's addresses when node-local traffic is allowed")},
+	{Name: "nodelocal6", Type: "ipv6_addr", Comment: knftables.PtrTo("this node's addresses when node-local traffic is allowed")},
+}
+
+var staticMaps = []knftables.Map{
+	{Name: "egress4", Type: "ipv4_addr : verdict", Comment: knftables.PtrTo("local pod address to its egress chain")},
+	{Name: "egress6", Type: "ipv6_addr : verdict", Comment: knftables.PtrTo("local pod address to its egress chain")},
+	{Name: "ingress4", Type: "ipv4_addr : verdict", Comment: knftables.PtrTo("local pod address to its ingress chain")},
+	{Name: "ingress6", Type: "ipv6_addr : verdict", Comment: knftables.PtrTo("local pod address to its ingress chain")},
+}
+
+func (k SetKind) nftType() string {
+	return [...]string{"ipv4_addr", "ipv6_addr", "ipv4_addr . inet_proto . inet_service", "ipv6_addr . inet_proto . inet_service"}[k]
+}
+
+func (v Verdict) String() string {
+	switch v.Kind {
+	case Drop:
+		return "drop"
+	case Goto:
+		return "goto " + v.Target
+	}
+	return "return"
+}
+
+// renderChainRules expands a policy chain into nft rules: a rule with a
+// set looks the remote end up in the run's four sets (the family decides
+// which two can match).
+func renderChainRules(c *Chain) []*knftables.Rule {
+	field := "daddr"
+	if c.Dir == policy.Ingress {
+		field = "saddr"
+	}
+	var out []*knftables.Rule
+	for _, r := range c.Rules {
+		var cm *string
+		if r.Comment != "" {
+			cm = knftables.PtrTo(comment(r.Comment))
+		}
+		v := r.Verdict.String()
+		if r.Set == "" {
+			out = append(out, &knftables.Rule{Chain: c.Name, Rule: v, Comment: cm})
+			continue
+		}
+		out = append(out,
+			&knftables.Rule{Chain: c.Name, Rule: fmt.Sprintf("ip %s @%s-a4 %s", field, r.Set, v), Comment: cm},
+			&knftables.Rule{Chain: c.Name, Rule: fmt.Sprintf("ip6 %s @%s-a6 %s", field, r.Set, v), Comment: cm},
+			&knftables.Rule{Chain: c.Name, Rule: fmt.Sprintf("ip %s . meta l4proto . th dport @%s-p4 %s", field, r.Set, v), Comment: cm},
+			&knftables.Rule{Chain: c.Name, Rule: fmt.Sprintf("ip6 %s . meta l4proto . th dport @%s-p6 %s", field, r.Set, v), Comment: cm},
+		)
+	}
+	return out
+}
+
+func setObject(s *Set) *knftables.Set {
+	return &knftables.Set{Name: s.Name, Type: s.Kind.nftType(), Flags: []knftables.SetFlag{knftables.IntervalFlag}}
+}
+
+func mapName(dir policy.Direction, a netip.Addr) string {
+	n := "egress"
+	if dir == policy.Ingress {
+		n = "ingress"
+	}
+	if a.Is4() {
+		return n + "4"
+	}
+	return n + "6"
+}
+
+func family(a netip.Addr) string {
+	if a.Is4() {
+		return "4"
+	}
+	return "6"
+}
+
+func mapElement(dir policy.Direction, a netip.Addr, chain string) *knftables.Element {
+	return &knftables.Element{Map: mapName(dir, a), Key: []string{a.String()}, Value: []string{"jump " + chain}}
+}
+
+func selfElement(a netip.Addr) *knftables.Element {
+	return &knftables.Element{Set: "self" + family(a), Key: []string{a.String(), a.String()}}
+}
+
+func nodeLocalElement(a netip.Addr) *knftables.Element {
+	return &knftables.Element{Set: "nodelocal" + family(a), Key: []string{a.String()}}
+}
+
+// addStatic adds the table's fixed skeleton: sets, maps and chains that
+// every ruleset has.
+func addStatic(tx *knftables.Transaction) {
+	for i := range staticSets {
+		s := staticSets[i]
+		tx.Add(&s)
+	}
+	for i := range staticMaps {
+		m := staticMaps[i]
+		tx.Add(&m)
+	}
+	for _, c := range staticChains {
+		ch := &knftables.Chain{Name: c.name}
+		if c.hook != "" {
+			ch.Type = knftables.PtrTo(knftables.FilterType)
+			ch.Hook = knftables.PtrTo(c.hook)
+			ch.Priority = knftables.PtrTo(knftables.FilterPriority)
+			ch.Policy = knftables.PtrTo(knftables.AcceptPolicy)
+		}
+		tx.Add(ch)
+	}
+}
+
+func addStaticRules(tx *knftables.Transaction) {
+	for _, c := range staticChains {
+		for _, r := range c.rules {
+			tx.Add(&knftables.Rule{Chain: c.name, Rule: r})
+		}
+	}
+}
+
+// fullTransaction replaces the whole table in one transaction: the add
+// makes the delete legal on a fresh node, and nft applies all or nothing,
+// so packets see either the old table or the complete new one.
+func fullTransaction(tx *knftables.Transaction, rs *Ruleset) {
+	tx.Add(&knftables.Table{Comment: knftables.PtrTo(tableComment)})
+	tx.Delete(&knftables.Table{})
+	tx.Add(&knftables.Table{Comment: knftables.PtrTo(tableComment)})
+	addStatic(tx)
+	for _, name := range sortedKeys(rs.Sets) {
+		tx.Add(setObject(rs.Sets[name]))
+	}
+	for _, name := range sortedKeys(rs.Chains) {
+		tx.Add(&knftables.Chain{Name: name})
+	}
+	addStaticRules(tx)
+	for _, name := range sortedKeys(rs.Chains) {
+		for _, r := range renderChainRules(rs.Chains[name]) {
+			tx.Add(r)
+		}
+	}
+	for _, name := range sortedKeys(rs.Sets) {
+		s := rs.Sets[name]
+		for _, k := range s.elementKeys() {
+			tx.Add(&knftables.Element{Set: s.Name, Key: k})
+		}
+	}
+	for _, a := range rs.Self {
+		tx.Add(selfElement(a))
+	}
+	for _, a := range rs.NodeLocal {
+		tx.Add(nodeLocalElement(a))
+	}
+	for _, a := range sortedAddrs(rs.Egress) {
+		tx.Add(mapElement(policy.Egress, a, rs.Egress[a]))
+	}
+	for _, a := range sortedAddrs(rs.Ingress) {
+		tx.Add(mapElement(policy.Ingress, a, rs.Ingress[a]))
+	}
+}
+
+// diffTransaction turns old into new with the fewest operations: new sets
+// and chains are added, elements of surviving sets and maps are patched,
+// and chains and sets nothing uses any more are deleted last. Chains never
+// change in place (their names hash their content), so when only pods or
+// labels change the transaction holds element operations only. It returns
+// the number of operations.
+func diffTransaction(tx *knftables.Transaction, old, rs *Ruleset) {
+	for _, name := range sortedKeys(rs.Sets) {
+		s := rs.Sets[name]
+		if _, ok := old.Sets[name]; !ok {
+			tx.Add(setObject(s))
+			for _, k := range s.elementKeys() {
+				tx.Add(&knftables.Element{Set: name, Key: k})
+			}
+		}
+	}
+	// Deletions come before additions within a set: an interval set
+	// refuses a new element that overlaps one still present.
+	for _, name := range sortedKeys(rs.Sets) {
+		o, ok := old.Sets[name]
+		if !ok {
+			continue
+		}
+		del, add := diffKeys(o.elementKeys(), rs.Sets[name].elementKeys())
+		for _, k := range del {
+			tx.Delete(&knftables.Element{Set: name, Key: k})
+		}
+		for _, k := range add {
+			tx.Add(&knftables.Element{Set: name, Key: k})
+		}
+	}
+	var newChains []string
+	for _, name := range sortedKeys(rs.Chains) {
+		if _, ok := old.Chains[name]; !ok {
+			newChains = append(newChains, name)
+			tx.Add(&knftables.Chain{Name: name})
+		}
+	}
+	for _, name := range newChains {
+		for _, r := range renderChainRules(rs.Chains[name]) {
+			tx.Add(r)
+		}
+	}
+	diffAddrList(tx, old.Self, rs.Self, selfElement)
+	diffAddrList(tx, old.NodeLocal, rs.NodeLocal, nodeLocalElement)
+	for _, dir := range []policy.Direction{policy.Egress, policy.Ingress} {
+		om, nm := old.Egress, rs.Egress
+		if dir == policy.Ingress {
+			om, nm = old.Ingress, rs.Ingress
+		}
+		for _, a := range sortedAddrs(om) {
+			if c, ok := nm[a]; !ok || c != om[a] {
+				tx.Delete(&knftables.Element{Map: mapName(dir, a), Key: []string{a.String()}})
+			}
+		}
+		for _, a := range sortedAddrs(nm) {
+			if c, ok := om[a]; !ok || c != nm[a] {
+				tx.Add(mapElement(dir, a, nm[a]))
+			}
+		}
+	}
+	// A chain may only go once nothing jumps to it: delete the chains
+	// that others refer to after those others.
+	var gone []string
+	for _, name := range sortedKeys(old.Chains) {
+		if _, ok := rs.Chains[name]; !ok {
+			gone = append(gone, name)
+		}
+	}
+	for _, name := range orderReferrersFirst(old, gone) {
+		tx.Delete(&knftables.Chain{Name: name})
+	}
+	for _, name := range sortedKeys(old.Sets) {
+		if _, ok := rs.Sets[name]; !ok {
+			tx.Delete(&knftables.Set{Name: name})
+		}
+	}
+}
+
+func orderReferrersFirst(rs *Ruleset, names []string) []string {
+	referenced := map[string]bool{}
+	for _, n := range names {
+		for _, r := range rs.Chains[n].Rules {
+			if r.Verdict.Kind == Goto {
+				referenced[r.Verdict.Target] = true
+			}
+		}
+	}
+	var first, last []string
+	for _, n := range names {
+		if referenced[n] {
+			last = append(last, n)
+		} else {
+			first = append(first, n)
+		}
+	}
+	return append(first, last...)
+}
+
+func diffKeys(old, cur [][]string) (del, add [][]string) {
+	in := func(ks [][]string) map[string][]string {
+		m := make(map[string][]string, len(ks))
+		for _, k := range ks {
+			m[strings.Join(k, " . ")] = k
+		}
+		return m
+	}
+	om, nm := in(old), in(cur)
+	for _, k := range old {
+		if _, ok := nm[strings.Join(k, " . ")]; !ok {
+			del = append(del, k)
+		}
+	}
+	for _, k := range cur {
+		if _, ok := om[strings.Join(k, " . ")]; !ok {
+			add = append(add, k)
+		}
+	}
+	return del, add
+}
+
+func diffAddrList(tx *knftables.Transaction, old, cur []netip.Addr, elem func(netip.Addr) *knftables.Element) {
+	om := map[netip.Addr]bool{}
+	for _, a := range old {
+		om[a] = true
+	}
+	nm := map[netip.Addr]bool{}
+	for _, a := range cur {
+		nm[a] = true
+	}
+	for _, a := range old {
+		if !nm[a] {
+			tx.Delete(elem(a))
+		}
+	}
+	for _, a := range cur {
+		if !om[a] {
+			tx.Add(elem(a))
+		}
+	}
+}

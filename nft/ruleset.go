@@ -1,0 +1,159 @@
+// Package nft turns a compiled policy.Program into the nftables ruleset of
+// one node (table "inet moat", DESIGN §4) and keeps the kernel in step with
+// it: a full replace or a diff, each in one transaction, and removal of
+// established flows the new rules deny.
+//
+// The package first builds a Ruleset, a small intermediate form that can be
+// diffed against what is programmed, rendered into knftables operations and
+// interpreted in Go (to pick the conntrack entries to remove, and to test
+// the translation without a kernel).
+package nft
+
+import (
+	"net/netip"
+	"sort"
+
+	"github.com/moat-net/moat/policy"
+)
+
+// SetKind says what a set holds and so which nftables type it has.
+type SetKind int
+
+// Set kinds. Each rule run gets one set of every kind, so that pod churn
+// only changes elements, never which sets a chain looks up.
+const (
+	// Addr4 is "ipv4_addr" with flags interval: remote addresses that
+	// match on all traffic (a rule without ports).
+	Addr4 SetKind = iota
+	// Addr6 is Addr4 for IPv6.
+	Addr6
+	// Ports4 is "ipv4_addr . inet_proto . inet_service" with flags
+	// interval: remote address, protocol and destination port.
+	Ports4
+	// Ports6 is Ports4 for IPv6.
+	Ports6
+)
+
+// setKinds lists the kinds in the order rules look them up.
+var setKinds = [...]SetKind{Addr4, Addr6, Ports4, Ports6}
+
+// suffix is appended to a run's base name to name the set of this kind.
+func (k SetKind) suffix() string {
+	return [...]string{"-a4", "-a6", "-p4", "-p6"}[k]
+}
+
+func (k SetKind) ipv4() bool { return k == Addr4 || k == Ports4 }
+
+// Box is one element of a ports set: a range of remote addresses, one
+// protocol and a range of destination ports.
+type Box struct {
+	Addrs policy.AddrRange
+	Proto policy.Protocol
+	Ports policy.PortRange
+}
+
+// Set is one named set with its elements.
+type Set struct {
+	Name string
+	Kind SetKind
+	// Addrs holds the elements of Addr4/Addr6 sets: sorted, disjoint.
+	Addrs []policy.AddrRange
+	// Boxes holds the elements of Ports4/Ports6 sets: sorted by address
+	// range, then protocol, then port; pairwise disjoint.
+	Boxes []Box
+}
+
+// VerdictKind is what a rule does when it matches.
+type VerdictKind int
+
+// Verdicts. Return hands the packet back to the dispatch chain, which
+// then judges the other direction; Drop ends it; Goto continues in the
+// next tier's chain.
+const (
+	Return VerdictKind = iota
+	Drop
+	Goto
+)
+
+// Verdict is a rule's verdict.
+type Verdict struct {
+	Kind VerdictKind
+	// Target is the chain of a Goto.
+	Target string
+}
+
+// Rule is one rule of a policy chain. A rule with a set base name looks
+// the remote address (and protocol and port) up in the run's four sets; a
+// rule without one always matches.
+type Rule struct {
+	Set     string
+	Verdict Verdict
+	Comment string
+}
+
+// Chain is one policy chain. Its name is derived from its content, so two
+// pods judged alike share it and a chain, once created, never changes.
+type Chain struct {
+	Name  string
+	Dir   policy.Direction
+	Rules []Rule
+}
+
+// Ruleset is everything that varies in one node's table.
+type Ruleset struct {
+	Node string
+	// Sets and Chains are the policy sets and chains, by name.
+	Sets   map[string]*Set
+	Chains map[string]*Chain
+	// Egress and Ingress map a local pod address to the chain that
+	// judges that direction; a pod no policy selects has no entry.
+	Egress, Ingress map[netip.Addr]string
+	// Self lists local pod addresses: a pod reaching its own address is
+	// not policed.
+	Self []netip.Addr
+	// NodeLocal lists the node's addresses whose traffic to local pods is
+	// allowed; empty when node-local traffic is policed.
+	NodeLocal []netip.Addr
+	// Warnings describe input the ruleset could not honour exactly, and
+	// how it failed closed.
+	Warnings []string
+}
+
+// Stats counts what a ruleset programs.
+type Stats struct {
+	Chains, Rules, Sets, Elements int
+}
+
+// Stats counts chains, rules, sets and elements, static ones included.
+func (rs *Ruleset) Stats() Stats {
+	st := Stats{Chains: len(rs.Chains) + len(staticChains), Sets: len(rs.Sets) + len(staticSets) + len(staticMaps)}
+	for _, c := range staticChains {
+		st.Rules += len(c.rules)
+	}
+	for _, c := range rs.Chains {
+		st.Rules += len(renderChainRules(c))
+	}
+	for _, s := range rs.Sets {
+		st.Elements += len(s.Addrs) + len(s.Boxes)
+	}
+	st.Elements += len(rs.Egress) + len(rs.Ingress) + len(rs.Self) + len(rs.NodeLocal)
+	return st
+}
+
+func sortedAddrs(m map[netip.Addr]string) []netip.Addr {
+	out := make([]netip.Addr, 0, len(m))
+	for a := range m {
+		out = append(out, a)
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].Less(out[j]) })
+	return out
+}
+
+func sortedKeys[V any](m map[string]V) []string {
+	out := make([]string, 0, len(m))
+	for k := range m {
+		out = append(out, k)
+	}
+	sort.Strings(out)
+	return out
+}

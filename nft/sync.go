@@ -1,0 +1,159 @@
+package nft
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+
+	"sigs.k8s.io/knftables"
+
+	"github.com/moat-net/moat/policy"
+)
+
+// Options configure a Syncer.
+type Options struct {
+	// Node is the node whose pods the rules judge (Pod.NodeName).
+	Node string
+	// CutDenied removes, right after each transaction that changed the
+	// rules, the established connections the new rules deny.
+	CutDenied bool
+	// Conntrack is where those connections are found; nil means
+	// NetlinkConntrack in the calling thread's network namespace.
+	Conntrack Conntrack
+}
+
+// Result says what one Sync did.
+type Result struct {
+	// Applied is true when the kernel now holds the new ruleset.
+	Applied bool
+	// Full is true when the whole table was replaced rather than patched.
+	Full bool
+	// Operations is the size of the transaction (0: nothing changed).
+	Operations int
+	// Stats describe the ruleset now programmed.
+	Stats Stats
+	// ConntrackDeleted counts established connections removed.
+	ConntrackDeleted int
+	// Warnings are the ruleset's warnings (input it failed closed on).
+	Warnings []string
+}
+
+// Syncer keeps one node's table in step with successive Programs. It
+// remembers what it last programmed so each Sync sends only the
+// difference; the first Sync, and any after a failure, replaces the whole
+// table. Both kinds are one nft transaction: the kernel holds either the
+// old rules or the new ones, never an empty or half-written table.
+type Syncer struct {
+	nft  knftables.Interface
+	opts Options
+
+	mu      sync.Mutex
+	applied *Ruleset
+}
+
+// New returns a Syncer for the table "inet moat" behind nft, which the
+// caller creates with knftables.New(knftables.InetFamily, nft.Table) (or
+// knftables.NewFake for tests).
+func New(nft knftables.Interface, opts Options) *Syncer {
+	if opts.Conntrack == nil {
+		opts.Conntrack = NetlinkConntrack{}
+	}
+	return &Syncer{nft: nft, opts: opts}
+}
+
+// NewInterface opens the real table "inet moat" in the calling thread's
+// network namespace.
+func NewInterface() (knftables.Interface, error) {
+	nft, err := knftables.New(knftables.InetFamily, Table)
+	if err != nil {
+		return nil, fmt.Errorf("nftables: %w", err)
+	}
+	return nft, nil
+}
+
+// Sync programs the node's part of prog.
+func (s *Syncer) Sync(ctx context.Context, prog *policy.Program) (Result, error) {
+	return s.Apply(ctx, Build(prog, s.opts.Node))
+}
+
+// Apply programs a ruleset built by Build. On an nft error the previous
+// rules stay in force, the error is returned and the next Apply replaces
+// the whole table. When rules were applied but removing established
+// connections failed, the Result has Applied set and the error says so.
+func (s *Syncer) Apply(ctx context.Context, rs *Ruleset) (Result, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	res := Result{Stats: rs.Stats(), Warnings: rs.Warnings}
+	var incErr error
+	if s.applied != nil {
+		tx := s.nft.NewTransaction()
+		diffTransaction(tx, s.applied, rs)
+		res.Operations = tx.NumOperations()
+		if res.Operations == 0 {
+			s.applied = rs
+			res.Applied = true
+			return res, nil
+		}
+		if incErr = s.nft.Run(ctx, tx); incErr == nil {
+			s.applied = rs
+			res.Applied = true
+		}
+	}
+	if !res.Applied {
+		// The kernel may not hold what we think (someone edited the
+		// table, or this is the first sync): start from nothing.
+		s.applied = nil
+		tx := s.nft.NewTransaction()
+		fullTransaction(tx, rs)
+		res.Full = true
+		res.Operations = tx.NumOperations()
+		if err := s.nft.Run(ctx, tx); err != nil {
+			if incErr != nil {
+				err = errors.Join(fmt.Errorf("patch: %w", incErr), fmt.Errorf("replace: %w", err))
+			}
+			return res, fmt.Errorf("program table inet %s on node %s: %w", Table, s.opts.Node, err)
+		}
+		s.applied = rs
+		res.Applied = true
+	}
+	if s.opts.CutDenied {
+		n, err := s.opts.Conntrack.Delete(ctx, func(p Packet) bool { return !rs.Allows(p) })
+		res.ConntrackDeleted = n
+		if err != nil {
+			return res, fmt.Errorf("rules applied on node %s; removing denied established connections: %w", s.opts.Node, err)
+		}
+	}
+	return res, nil
+}
+
+// Applied returns the ruleset last programmed, nil if none (or if the
+// last attempt failed).
+func (s *Syncer) Applied() *Ruleset {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.applied
+}
+
+// Invalidate makes the next Apply replace the whole table: for periodic
+// resyncs that must repair edits made behind Moat's back.
+func (s *Syncer) Invalidate() {
+	s.mu.Lock()
+	s.applied = nil
+	s.mu.Unlock()
+}
+
+// Remove deletes the table: the node stops enforcing. It is not an error
+// when the table does not exist.
+func (s *Syncer) Remove(ctx context.Context) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	tx := s.nft.NewTransaction()
+	tx.Add(&knftables.Table{})
+	tx.Delete(&knftables.Table{})
+	if err := s.nft.Run(ctx, tx); err != nil {
+		return fmt.Errorf("delete table inet %s on node %s: %w", Table, s.opts.Node, err)
+	}
+	s.applied = nil
+	return nil
+}
