@@ -144,7 +144,7 @@ func (d *decoder) decodeStream(name string, r io.Reader) error {
 		if len(bytes.TrimSpace(stripComments(raw))) == 0 {
 			continue
 		}
-		js, err := sigsyaml.YAMLToJSON(raw)
+		js, err := sigsyaml.YAMLToJSONStrict(raw)
 		if err != nil {
 			return fmt.Errorf("%s: document %d: invalid YAML: %w", name, doc, err)
 		}

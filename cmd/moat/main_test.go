@@ -1,0 +1,137 @@
+package main
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"strings"
+	"testing"
+)
+
+// run executes the CLI in-process and returns stdout, stderr and the exit
+// status main would use.
+func run(t *testing.T, stdin string, args ...string) (string, string, int) {
+	t.Helper()
+	root := newRootCommand()
+	var out, errOut bytes.Buffer
+	root.SetOut(&out)
+	root.SetErr(&errOut)
+	root.SetIn(strings.NewReader(stdin))
+	root.SetArgs(args)
+	err := root.Execute()
+	code := 0
+	if err != nil {
+		code = 1
+		var ee *exitError
+		if errors.As(err, &ee) {
+			code = ee.code
+		}
+		errOut.WriteString(err.Error())
+	}
+	return out.String(), errOut.String(), code
+}
+
+func TestCheck(t *testing.T) {
+	out, _, code := run(t, "", "check", "-f", "../../examples/passive-ftp")
+	if code != 0 || !strings.Contains(out, "ok: 2 NetworkPolicies") {
+		t.Errorf("valid example: code %d, out %q", code, out)
+	}
+	out, _, code = run(t, "", "check", "-f", "../../examples/unknown-field-fail-closed")
+	if code != 1 {
+		t.Errorf("invalid example: code %d", code)
+	}
+	for _, want := range []string{
+		"ClusterNetworkPolicy allow-icmp-monitoring: spec.ingress[0].protocols[0].icmp: unknown field",
+		"ClusterNetworkPolicy deny-by-service-account: spec.ingress[0].from[0].serviceAccounts: unknown field",
+	} {
+		if !strings.Contains(out, want) {
+			t.Errorf("check output lacks %q:\n%s", want, out)
+		}
+	}
+	const bad = "apiVersion: networking.k8s.io/v1\nkind: NetworkPolicy\nmetadata: {name: p, namespace: ns1}\nspec: {podSelector: {}, ingress: [{ports: [{port: 80}, {port: 90, endPort: 80}]}]}\n"
+	out, _, code = run(t, bad, "check", "-f", "-")
+	if code != 1 || !strings.HasPrefix(out, "NetworkPolicy ns1/p: spec.ingress[0].ports[1].endPort: Invalid value: 80: must be greater than or equal to `port`") {
+		t.Errorf("stdin: code %d, out %q", code, out)
+	}
+}
+
+func TestExplain(t *testing.T) {
+	out, _, code := run(t, "", "explain", "--from", "frontend/web", "--to", "backend/db", "--port", "5432")
+	if code != 0 || !strings.Contains(out, "DENIED") || !strings.Contains(out, "NetworkPolicies select the pod for ingress (backend/db-from-api)") {
+		t.Errorf("code %d out:\n%s", code, out)
+	}
+	out, _, code = run(t, "", "explain", "--from", "backend/api", "--to", "10.244.2.30", "--port", "5432", "-o", "json")
+	if code != 0 {
+		t.Fatalf("code %d", code)
+	}
+	var f map[string]any
+	if err := json.Unmarshal([]byte(out), &f); err != nil {
+		t.Fatal(err)
+	}
+	ing := f["ingress"].(map[string]any)
+	if f["allowed"] != true || ing["tier"] != "NetworkPolicy" || ing["policy"].(map[string]any)["name"] != "db-from-api" || ing["rule"] != 0.0 {
+		t.Errorf("json = %s", out)
+	}
+	for _, args := range [][]string{
+		{"explain", "--from", "nope/pod", "--to", "backend/db", "--port", "1"},
+		{"explain", "--from", "backend/api", "--to", "backend/db", "--port", "0"},
+		{"explain", "--from", "backend/api", "--to", "backend/db", "--port", "1", "--protocol", "ICMP"},
+		{"explain", "--from", "backend/api", "--to", "bogus", "--port", "1"},
+	} {
+		if _, errOut, code := run(t, "", args...); code != 1 || errOut == "" {
+			t.Errorf("%v: code %d, stderr %q", args, code, errOut)
+		}
+	}
+}
+
+func TestMatrixJSONSchema(t *testing.T) {
+	out, _, code := run(t, "", "matrix", "--port", "5432/TCP", "--peer", "203.0.113.10", "-o", "json")
+	if code != 0 {
+		t.Fatalf("code %d", code)
+	}
+	var doc map[string][]map[string]json.RawMessage
+	if err := json.Unmarshal([]byte(out), &doc); err != nil {
+		t.Fatal(err)
+	}
+	flows := doc["flows"]
+	// 5 pods (host-network included) + 1 peer, every ordered pair, 1 port.
+	if len(doc) != 1 || len(flows) != 36 {
+		t.Fatalf("keys %d, flows %d", len(doc), len(flows))
+	}
+	for _, f := range flows {
+		if len(f) != 7 {
+			t.Fatalf("flow keys: %v", f)
+		}
+		for _, k := range []string{"from", "to", "port", "protocol", "allowed", "egress", "ingress"} {
+			if _, ok := f[k]; !ok {
+				t.Fatalf("flow lacks %q: %v", k, f)
+			}
+		}
+	}
+}
+
+func TestMatrixHTMLIsSelfContained(t *testing.T) {
+	out, _, code := run(t, "", "matrix", "-o", "html")
+	if code != 0 || !strings.Contains(out, "<table>") || !strings.Contains(out, `title="frontend/web -&gt; backend/db 5432/TCP: denied`) {
+		t.Fatalf("code %d, html:\n%.2000s", code, out)
+	}
+	for _, remote := range []string{"http://", "https://", "<script src", "<link"} {
+		if strings.Contains(out, remote) {
+			t.Errorf("html references %q", remote)
+		}
+	}
+}
+
+func TestBadFlags(t *testing.T) {
+	for _, args := range [][]string{
+		{"matrix", "--port", "99999"},
+		{"matrix", "--port", "80/ICMP"},
+		{"matrix", "--peer", "not-an-ip"},
+		{"matrix", "-o", "yaml"},
+		{"matrix", "-f", "/does/not/exist"},
+	} {
+		if _, errOut, code := run(t, "", args...); code != 1 || errOut == "" {
+			t.Errorf("%v: code %d, stderr %q", args, code, errOut)
+		}
+	}
+}

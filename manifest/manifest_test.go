@@ -1,0 +1,105 @@
+package manifest_test
+
+import (
+	"net/netip"
+	"strings"
+	"testing"
+
+	"github.com/moat-net/moat/manifest"
+	"github.com/moat-net/moat/policy"
+)
+
+func TestLoadDirectoryRecursiveYAMLJSONList(t *testing.T) {
+	var l manifest.Loader
+	res, err := l.Load("testdata/tree")
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := res.Cluster
+	if len(c.Namespaces) != 1 || c.Namespaces[0].Name != "one" {
+		t.Errorf("namespaces = %+v", c.Namespaces)
+	}
+	if len(c.Pods) != 2 {
+		t.Fatalf("pods = %+v", c.Pods)
+	}
+	p := c.Pods[0]
+	want := []netip.Addr{netip.MustParseAddr("10.0.0.1"), netip.MustParseAddr("fd00::1")}
+	if p.Name != "p" || p.NodeName != "n1" || p.Labels["a"] != "b" || len(p.IPs) != 2 || p.IPs[0] != want[0] || p.IPs[1] != want[1] {
+		t.Errorf("pod = %+v", p)
+	}
+	if len(p.Ports) != 2 || p.Ports[0] != (policy.ContainerPort{Name: "dns", Protocol: policy.ProtoUDP, Port: 53}) || p.Ports[1].Protocol != policy.ProtoTCP {
+		t.Errorf("ports = %+v", p.Ports)
+	}
+	if len(res.Skipped) != 1 || !strings.Contains(res.Skipped[0], "ConfigMap skipped") {
+		t.Errorf("skipped = %v", res.Skipped)
+	}
+	// A pod without an IP is loaded and reported by the compiler.
+	prog := policy.Compile(&c, policy.Options{})
+	found := false
+	for _, d := range prog.Diagnostics {
+		if d.Object == "Pod one/noip" && strings.Contains(d.Message, "no IP") {
+			found = true
+		}
+	}
+	if !found {
+		t.Errorf("pod without IP not reported: %v", prog.Diagnostics)
+	}
+}
+
+func TestLoadBadInput(t *testing.T) {
+	cases := []struct {
+		name, doc string
+		// fatal: Load itself fails; otherwise wantDiag must appear and
+		// dropped says whether the object is left out.
+		fatal    string
+		wantDiag string
+		dropped  bool
+	}{
+		{name: "malformed YAML", doc: "kind: [oops", fatal: "document 1"},
+		{name: "scalar document", doc: "just a string", fatal: "not a Kubernetes object"},
+		{name: "wrong apiVersion", doc: "apiVersion: extensions/v1beta1\nkind: NetworkPolicy\nmetadata: {name: p}\nspec: {podSelector: {}}",
+			wantDiag: `NetworkPolicy default/p: apiVersion: unsupported apiVersion "extensions/v1beta1"`, dropped: true},
+		{name: "missing kind", doc: "apiVersion: v1\nmetadata: {name: p}", wantDiag: "kind: missing kind", dropped: true},
+		{name: "wrong type", doc: "apiVersion: policy.networking.k8s.io/v1alpha2\nkind: ClusterNetworkPolicy\nmetadata: {name: c}\nspec: {priority: high}",
+			wantDiag: "ClusterNetworkPolicy c: : cannot decode", dropped: true},
+		{name: "duplicate object", doc: "apiVersion: v1\nkind: Namespace\nmetadata: {name: a}\n---\napiVersion: v1\nkind: Namespace\nmetadata: {name: a}",
+			wantDiag: "Namespace a: : duplicate object, also defined at <stdin>#1"},
+		{name: "duplicate field", doc: "apiVersion: networking.k8s.io/v1\nkind: NetworkPolicy\nmetadata: {name: p}\nspec: {podSelector: {}, podSelector: {}}",
+			fatal: "document 1"},
+		{name: "bad pod IP", doc: "apiVersion: v1\nkind: Pod\nmetadata: {name: p}\nstatus: {podIP: 10.0.0.300}", wantDiag: `Pod default/p: status.podIPs[0].ip: invalid IP "10.0.0.300"`},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			l := manifest.Loader{Stdin: strings.NewReader(c.doc)}
+			res, err := l.Load("-")
+			if c.fatal != "" {
+				if err == nil || !strings.Contains(err.Error(), c.fatal) {
+					t.Fatalf("err = %v, want one containing %q", err, c.fatal)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			var all []string
+			for _, d := range res.Diagnostics {
+				all = append(all, d.Object+": "+d.Field+": "+d.Message)
+			}
+			joined := strings.Join(all, "\n")
+			if !strings.Contains(joined, c.wantDiag) {
+				t.Errorf("diagnostics:\n%s\nwant one containing %q", joined, c.wantDiag)
+			}
+			if (len(res.Dropped) > 0) != c.dropped {
+				t.Errorf("dropped = %v, want dropped=%v", res.Dropped, c.dropped)
+			}
+		})
+	}
+}
+
+func TestLoadMissingFileNamesIt(t *testing.T) {
+	var l manifest.Loader
+	_, err := l.Load("testdata/nope.yaml")
+	if err == nil || !strings.Contains(err.Error(), "testdata/nope.yaml") {
+		t.Fatalf("err = %v", err)
+	}
+}
