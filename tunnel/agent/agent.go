@@ -162,6 +162,7 @@ func (a *Agent) Run(ctx context.Context) error {
 		}
 		select {
 		case <-ctx.Done():
+			a.closeListeners()
 			a.closeAll()
 			a.wg.Wait()
 			return nil

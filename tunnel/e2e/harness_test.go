@@ -57,11 +57,11 @@ func newPKI(t testing.TB) *pki {
 	}
 	p.ca, err = testpki.NewCA(dir, "cluster")
 	must(err)
-	p.server, err = p.ca.Issue("proxy-server", "localhost", "127.0.0.1", "::1", "10.99.0.1")
+	p.server, err = p.ca.Issue("proxy-server", "localhost", "127.0.0.1", "::1", "192.168.251.1")
 	must(err)
 	p.agent, err = p.ca.Issue("proxy-agent")
 	must(err)
-	p.kas, err = p.ca.Issue("kube-apiserver")
+	p.kas, err = p.ca.Issue("kube-apiserver", "kubernetes", "10.0.0.1", "10.0.0.2", "127.0.0.1")
 	must(err)
 	p.otherCA, err = testpki.NewCA(dir, "other")
 	must(err)
