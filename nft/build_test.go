@@ -110,3 +110,44 @@ status: {podIP: 10.0.0.1}
 		}
 	}
 }
+
+func TestPeerChurnTouchesElementsOnly(t *testing.T) {
+	base := mustRead(t, "testdata/tiers.yaml")
+	for name, edit := range map[string]func(string) string{
+		"peer address": func(s string) string { return strings.ReplaceAll(s, "10.0.2.10", "10.0.2.99") },
+		"peer relabel": func(s string) string {
+			return strings.Replace(s, "labels: {app: client}}", "labels: {app: other}}", 1)
+		},
+		"new peer pod": func(s string) string {
+			return s + `---
+apiVersion: v1
+kind: Pod
+metadata: {name: client2, namespace: shop, labels: {app: client}}
+spec: {nodeName: node-2}
+status: {podIPs: [{ip: 10.0.2.11}]}
+`
+		},
+	} {
+		t.Run(name, func(t *testing.T) {
+			ctx := context.Background()
+			fake := knftables.NewFake(knftables.InetFamily, Table)
+			s := New(fake, Options{Node: "node-1"})
+			if _, err := s.Sync(ctx, compileYAML(t, base)); err != nil {
+				t.Fatal(err)
+			}
+			res, err := s.Sync(ctx, compileYAML(t, edit(base)))
+			if err != nil {
+				t.Fatal(err)
+			}
+			tx := fake.LastTransaction.String()
+			if res.Full || res.Operations == 0 {
+				t.Errorf("got %+v, want a non-empty patch", res)
+			}
+			for _, line := range strings.Split(strings.TrimSpace(tx), "\n") {
+				if !strings.Contains(line, " element ") {
+					t.Errorf("patch touches more than elements: %q", line)
+				}
+			}
+		})
+	}
+}

@@ -24,11 +24,16 @@ func compileFile(t testing.TB, name string, opts policy.Options) *policy.Program
 // compileYAML compiles manifests given as a string.
 func compileYAML(t testing.TB, yaml string) *policy.Program {
 	t.Helper()
+	return compileYAMLOpts(t, yaml, policy.Options{})
+}
+
+func compileYAMLOpts(t testing.TB, yaml string, opts policy.Options) *policy.Program {
+	t.Helper()
 	res, err := (&manifest.Loader{Stdin: strings.NewReader(yaml)}).Load("-")
 	if err != nil {
 		t.Fatalf("load: %v", err)
 	}
-	return policy.Compile(&res.Cluster, policy.Options{})
+	return policy.Compile(&res.Cluster, opts)
 }
 
 // endpointNode says which node's rules a packet from or to e crosses.
