@@ -114,7 +114,9 @@ func NodeAddr6(i int) netip.Addr {
 	return netip.AddrFrom16([16]byte{0xfd, 0x00, 0, 0x77, 14: 0, 15: byte(10 + i)})
 }
 
-func podAddr4(node, i int) netip.Addr { return netip.AddrFrom4([4]byte{10, 77, byte(node), byte(10 + i)}) }
+func podAddr4(node, i int) netip.Addr {
+	return netip.AddrFrom4([4]byte{10, 77, byte(node), byte(10 + i)})
+}
 func podAddr6(node, i int) netip.Addr {
 	return netip.AddrFrom16([16]byte{0xfd, 0x00, 0, 0x78, 7: byte(node), 15: byte(10 + i)})
 }
