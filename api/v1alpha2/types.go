@@ -322,7 +322,8 @@ type ClusterNetworkPolicyEgressPeer struct {
 	// DomainNames matches connections to these DNS names. Only Accept
 	// rules may use it: the intent is an allow-list of names in front of
 	// a lower-precedence deny. At most 25 names. Experimental channel
-	// only; Moat parses it but does not enforce it.
+	// only. Moat does no DNS-based matching, so such a peer matches no
+	// address: for an Accept-only field that is the fail-closed reading.
 	//
 	// +optional
 	// +listType=set

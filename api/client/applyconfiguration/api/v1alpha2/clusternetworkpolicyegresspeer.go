@@ -36,7 +36,8 @@ type ClusterNetworkPolicyEgressPeerApplyConfiguration struct {
 	// DomainNames matches connections to these DNS names. Only Accept
 	// rules may use it: the intent is an allow-list of names in front of
 	// a lower-precedence deny. At most 25 names. Experimental channel
-	// only; Moat parses it but does not enforce it.
+	// only. Moat does no DNS-based matching, so such a peer matches no
+	// address: for an Accept-only field that is the fail-closed reading.
 	DomainNames []apiv1alpha2.DomainName `json:"domainNames,omitempty"`
 }
 
