@@ -3,7 +3,6 @@ package manifest
 import (
 	"encoding/json"
 	"fmt"
-	"net/netip"
 	"strings"
 
 	corev1 "k8s.io/api/core/v1"
@@ -72,6 +71,13 @@ func (d *decoder) drop(object, field, source, msg string) {
 	d.res.Dropped = append(d.res.Dropped, object)
 }
 
+func (d *decoder) addAll(source string, diags []policy.Diagnostic) {
+	for _, x := range diags {
+		x.Source = source
+		d.res.Diagnostics = append(d.res.Diagnostics, x)
+	}
+}
+
 func (d *decoder) add(sev policy.Severity, object, field, source, msg string) {
 	d.res.Diagnostics = append(d.res.Diagnostics, policy.Diagnostic{Severity: sev, Object: object, Field: field, Source: source, Message: msg})
 }
@@ -133,7 +139,7 @@ func (d *decoder) decodeObject(source string, js []byte) error {
 		if !d.unmarshal(object, source, js, &o) {
 			return nil
 		}
-		d.res.Cluster.Namespaces = append(d.res.Cluster.Namespaces, policy.Namespace{Name: o.Name, Labels: o.Labels})
+		d.res.Cluster.Namespaces = append(d.res.Cluster.Namespaces, policy.NamespaceFromAPI(&o))
 	case "Pod":
 		var o corev1.Pod
 		if !d.unmarshal(object, source, js, &o) {
@@ -142,13 +148,17 @@ func (d *decoder) decodeObject(source string, js []byte) error {
 		if o.Namespace == "" {
 			o.Namespace = defaultNamespace
 		}
-		d.res.Cluster.Pods = append(d.res.Cluster.Pods, d.pod(object, source, &o))
+		pod, diags := policy.PodFromAPI(&o)
+		d.addAll(source, diags)
+		d.res.Cluster.Pods = append(d.res.Cluster.Pods, pod)
 	case "Node":
 		var o corev1.Node
 		if !d.unmarshal(object, source, js, &o) {
 			return nil
 		}
-		d.res.Cluster.Nodes = append(d.res.Cluster.Nodes, d.node(object, source, &o))
+		node, diags := policy.NodeFromAPI(&o)
+		d.addAll(source, diags)
+		d.res.Cluster.Nodes = append(d.res.Cluster.Nodes, node)
 	case "NetworkPolicy":
 		var o networkingv1.NetworkPolicy
 		unknown, ok := d.strict(object, source, js, &o)
@@ -217,55 +227,3 @@ func (d *decoder) strict(object, source string, js []byte, into any) ([]string, 
 	return paths, true
 }
 
-func (d *decoder) pod(object, source string, o *corev1.Pod) policy.Pod {
-	p := policy.Pod{Namespace: o.Namespace, Name: o.Name, Labels: o.Labels, NodeName: o.Spec.NodeName, HostNetwork: o.Spec.HostNetwork}
-	var ipStrings []string
-	for _, ip := range o.Status.PodIPs {
-		ipStrings = append(ipStrings, ip.IP)
-	}
-	if len(ipStrings) == 0 && o.Status.PodIP != "" {
-		ipStrings = []string{o.Status.PodIP}
-	}
-	for i, s := range ipStrings {
-		a, err := netip.ParseAddr(s)
-		if err != nil {
-			d.add(policy.SeverityError, object, fmt.Sprintf("status.podIPs[%d].ip", i), source, fmt.Sprintf("invalid IP %q", s))
-			continue
-		}
-		p.IPs = append(p.IPs, a.Unmap())
-	}
-	for ci, c := range append(append([]corev1.Container{}, o.Spec.InitContainers...), o.Spec.Containers...) {
-		for pi, cp := range c.Ports {
-			proto := policy.ProtoTCP
-			if cp.Protocol != "" {
-				var err error
-				if proto, err = policy.ParseProtocol(string(cp.Protocol)); err != nil || !proto.HasPorts() {
-					d.add(policy.SeverityError, object, fmt.Sprintf("spec.containers[%d].ports[%d].protocol", ci, pi), source, fmt.Sprintf("unsupported protocol %q", cp.Protocol))
-					continue
-				}
-			}
-			if cp.ContainerPort < 1 || cp.ContainerPort > 65535 {
-				d.add(policy.SeverityError, object, fmt.Sprintf("spec.containers[%d].ports[%d].containerPort", ci, pi), source, "must be between 1 and 65535")
-				continue
-			}
-			p.Ports = append(p.Ports, policy.ContainerPort{Name: cp.Name, Protocol: proto, Port: uint16(cp.ContainerPort)})
-		}
-	}
-	return p
-}
-
-func (d *decoder) node(object, source string, o *corev1.Node) policy.Node {
-	n := policy.Node{Name: o.Name, Labels: o.Labels}
-	for i, a := range o.Status.Addresses {
-		if a.Type == corev1.NodeHostName || a.Type == corev1.NodeInternalDNS || a.Type == corev1.NodeExternalDNS {
-			continue
-		}
-		ip, err := netip.ParseAddr(a.Address)
-		if err != nil {
-			d.add(policy.SeverityError, object, fmt.Sprintf("status.addresses[%d].address", i), source, fmt.Sprintf("invalid IP %q", a.Address))
-			continue
-		}
-		n.Addrs = append(n.Addrs, ip.Unmap())
-	}
-	return n
-}

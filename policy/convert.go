@@ -1,0 +1,86 @@
+package policy
+
+import (
+	"fmt"
+	"net/netip"
+
+	corev1 "k8s.io/api/core/v1"
+)
+
+// PodFromAPI reduces an API Pod to what policy needs. Every source (files,
+// informers) converts through here so they agree. Problems (unparsable IPs,
+// bad ports) are returned as diagnostics and the offending value is left
+// out; the pod itself is always returned.
+func PodFromAPI(o *corev1.Pod) (Pod, []Diagnostic) {
+	ns := o.Namespace
+	if ns == "" {
+		ns = "default"
+	}
+	object := "Pod " + ns + "/" + o.Name
+	var diags []Diagnostic
+	bad := func(field, msg string) {
+		diags = append(diags, Diagnostic{Severity: SeverityError, Object: object, Field: field, Message: msg})
+	}
+	p := Pod{Namespace: ns, Name: o.Name, Labels: o.Labels, NodeName: o.Spec.NodeName, HostNetwork: o.Spec.HostNetwork}
+	var ips []string
+	for _, ip := range o.Status.PodIPs {
+		ips = append(ips, ip.IP)
+	}
+	if len(ips) == 0 && o.Status.PodIP != "" {
+		ips = []string{o.Status.PodIP}
+	}
+	for i, s := range ips {
+		a, err := netip.ParseAddr(s)
+		if err != nil {
+			bad(fmt.Sprintf("status.podIPs[%d].ip", i), fmt.Sprintf("invalid IP %q", s))
+			continue
+		}
+		p.IPs = append(p.IPs, a.Unmap())
+	}
+	addPorts := func(field string, cs []corev1.Container) {
+		for ci, c := range cs {
+			for pi, cp := range c.Ports {
+				proto := ProtoTCP
+				if cp.Protocol != "" {
+					var err error
+					if proto, err = ParseProtocol(string(cp.Protocol)); err != nil || !proto.HasPorts() {
+						bad(fmt.Sprintf("spec.%s[%d].ports[%d].protocol", field, ci, pi), fmt.Sprintf("unsupported protocol %q", cp.Protocol))
+						continue
+					}
+				}
+				if cp.ContainerPort < 1 || cp.ContainerPort > 65535 {
+					bad(fmt.Sprintf("spec.%s[%d].ports[%d].containerPort", field, ci, pi), "must be between 1 and 65535")
+					continue
+				}
+				p.Ports = append(p.Ports, ContainerPort{Name: cp.Name, Protocol: proto, Port: uint16(cp.ContainerPort)})
+			}
+		}
+	}
+	addPorts("initContainers", o.Spec.InitContainers)
+	addPorts("containers", o.Spec.Containers)
+	return p, diags
+}
+
+// NodeFromAPI keeps a node's labels and IP addresses (any address type
+// that parses as an IP; host names are skipped).
+func NodeFromAPI(o *corev1.Node) (Node, []Diagnostic) {
+	n := Node{Name: o.Name, Labels: o.Labels}
+	var diags []Diagnostic
+	for i, a := range o.Status.Addresses {
+		if a.Type == corev1.NodeHostName || a.Type == corev1.NodeInternalDNS || a.Type == corev1.NodeExternalDNS {
+			continue
+		}
+		ip, err := netip.ParseAddr(a.Address)
+		if err != nil {
+			diags = append(diags, Diagnostic{Severity: SeverityError, Object: "Node " + o.Name, Field: fmt.Sprintf("status.addresses[%d].address", i), Message: fmt.Sprintf("invalid IP %q", a.Address)})
+			continue
+		}
+		n.Addrs = append(n.Addrs, ip.Unmap())
+	}
+	return n, diags
+}
+
+// NamespaceFromAPI keeps a namespace's name and labels.
+func NamespaceFromAPI(o *corev1.Namespace) Namespace {
+	return Namespace{Name: o.Name, Labels: o.Labels}
+}
