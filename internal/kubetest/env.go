@@ -12,6 +12,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
@@ -87,13 +88,43 @@ func RequireBinaries(t testing.TB) Binaries {
 
 // Launch starts an environment outside a test (for example a benchmark
 // command) in a new temporary directory. The caller must call Stop, which
-// also removes the directory.
+// also removes the directory. Directories left behind by processes that died
+// without calling Stop (a test binary killed by its timeout) are removed.
 func Launch(ctx context.Context, bins Binaries, opts ...Option) (*Env, error) {
-	dir, err := os.MkdirTemp("", "moat-kubetest-")
+	sweepStaleDirs()
+	dir, err := os.MkdirTemp("", launchDirPrefix)
 	if err != nil {
 		return nil, fmt.Errorf("create environment dir: %w", err)
 	}
+	if err := os.WriteFile(filepath.Join(dir, ownerFile), []byte(strconv.Itoa(os.Getpid())), 0o600); err != nil {
+		_ = os.RemoveAll(dir)
+		return nil, fmt.Errorf("create environment dir: %w", err)
+	}
 	return launch(ctx, bins, dir, true, opts)
+}
+
+const (
+	launchDirPrefix = "moat-kubetest-"
+	ownerFile       = "owner.pid"
+)
+
+// sweepStaleDirs removes Launch directories whose owning process is gone.
+// Their servers are gone too (they die with the process that started them).
+func sweepStaleDirs() {
+	dirs, _ := filepath.Glob(filepath.Join(os.TempDir(), launchDirPrefix+"*"))
+	for _, d := range dirs {
+		data, err := os.ReadFile(filepath.Join(d, ownerFile))
+		if err != nil {
+			continue // not ours, or still being created
+		}
+		pid, err := strconv.Atoi(strings.TrimSpace(string(data)))
+		if err != nil || pid <= 0 {
+			continue
+		}
+		if err := syscall.Kill(pid, 0); errors.Is(err, syscall.ESRCH) {
+			_ = os.RemoveAll(d)
+		}
+	}
 }
 
 func launch(ctx context.Context, bins Binaries, dir string, removeDir bool, opts []Option) (_ *Env, err error) {

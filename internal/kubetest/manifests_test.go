@@ -263,7 +263,6 @@ func TestDeployManifestsApply(t *testing.T) {
 // what the DaemonSet's ServiceAccount may do, through SubjectAccessReviews
 // and through real requests with a token of that ServiceAccount.
 func checkAgentRBAC(ctx context.Context, t *testing.T, env *Env, objs []manifest) {
-	t.Helper()
 	var ds *unstructured.Unstructured
 	var rbac []*unstructured.Unstructured
 	for _, m := range objs {
