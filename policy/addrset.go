@@ -3,6 +3,7 @@ package policy
 import (
 	"fmt"
 	"net/netip"
+	"slices"
 	"sort"
 	"strings"
 )
@@ -56,7 +57,7 @@ func NewAddrSet(rs ...AddrRange) *AddrSet {
 		}
 		clean = append(clean, r)
 	}
-	sort.Slice(clean, func(i, j int) bool { return clean[i].From.Less(clean[j].From) })
+	slices.SortFunc(clean, func(a, b AddrRange) int { return a.From.Compare(b.From) })
 	out := clean[:0]
 	for _, r := range clean {
 		if n := len(out); n > 0 {

@@ -32,6 +32,8 @@ type compiler struct {
 	// peerPodCache memoises which pods a (namespace selector, pod selector)
 	// pair selects.
 	peerPodCache map[string][]int
+	// peerCache memoises resolved selector peers by the same keys.
+	peerCache map[string]peer
 }
 
 // Compile turns a snapshot into a Program. It never fails: objects that do
@@ -43,6 +45,7 @@ func Compile(c *Cluster, opts Options) *Program {
 		nsLabels:     map[string]map[string]string{},
 		podsByNS:     map[string][]int{},
 		peerPodCache: map[string][]int{},
+		peerCache:    map[string]peer{},
 		sel:          selectorCache{},
 	}
 	k.indexNamespaces(c)

@@ -233,13 +233,11 @@ func (k *compiler) cnpPeer(p *cnpPeerFields) peer {
 	switch {
 	case p.namespaces != nil:
 		sel, _ := k.sel.get(p.namespaces)
-		pods := k.podsIn("nssel="+selectorKey(p.namespaces)+"|pod=all", k.namespacesMatching(sel), labels.Everything())
-		return peer{addrs: k.podAddrs(pods), pods: pods}
+		return k.podPeer("nssel="+selectorKey(p.namespaces)+"|pod=all", func() []string { return k.namespacesMatching(sel) }, labels.Everything())
 	case p.pods != nil:
 		nsSel, _ := k.sel.get(&p.pods.NamespaceSelector)
 		podSel, _ := k.sel.get(&p.pods.PodSelector)
-		pods := k.podsIn("nssel="+selectorKey(&p.pods.NamespaceSelector)+"|pod="+selectorKey(&p.pods.PodSelector), k.namespacesMatching(nsSel), podSel)
-		return peer{addrs: k.podAddrs(pods), pods: pods}
+		return k.podPeer("nssel="+selectorKey(&p.pods.NamespaceSelector)+"|pod="+selectorKey(&p.pods.PodSelector), func() []string { return k.namespacesMatching(nsSel) }, podSel)
 	case p.nodes != nil:
 		sel, _ := k.sel.get(p.nodes)
 		return peer{addrs: k.nodeAddrs(sel)}

@@ -194,18 +194,17 @@ func (k *compiler) npPeer(ns string, p *networkingv1.NetworkPolicyPeer) peer {
 		}
 		podSel = s
 	}
-	namespaces := []string{ns}
+	namespaces := func() []string { return []string{ns} }
 	nsKey := "ns=" + ns
 	if p.NamespaceSelector != nil {
 		s, ok := k.sel.get(p.NamespaceSelector)
 		if !ok {
 			return peer{addrs: NewAddrSet()}
 		}
-		namespaces = k.namespacesMatching(s)
+		namespaces = func() []string { return k.namespacesMatching(s) }
 		nsKey = "nssel=" + selectorKey(p.NamespaceSelector)
 	}
-	pods := k.podsIn(nsKey+"|pod="+selectorKey(p.PodSelector), namespaces, podSel)
-	return peer{addrs: k.podAddrs(pods), pods: pods}
+	return k.podPeer(nsKey+"|pod="+selectorKey(p.PodSelector), namespaces, podSel)
 }
 
 // protocolOf maps a core protocol, defaulting to TCP.

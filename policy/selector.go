@@ -46,6 +46,19 @@ func (k *compiler) namespacesMatching(sel labels.Selector) []string {
 	return out
 }
 
+// podPeer resolves a selector peer: the pods of the given namespaces that
+// podSel selects, and their addresses. The result is memoised by key, since
+// many policies repeat the same selectors.
+func (k *compiler) podPeer(key string, namespaces func() []string, podSel labels.Selector) peer {
+	if p, hit := k.peerCache[key]; hit {
+		return p
+	}
+	pods := k.podsIn(key, namespaces(), podSel)
+	p := peer{addrs: k.podAddrs(pods), pods: pods}
+	k.peerCache[key] = p
+	return p
+}
+
 // podsIn lists the pod-network pods of the given namespaces that podSel
 // selects. The result is memoised by key.
 func (k *compiler) podsIn(key string, namespaces []string, podSel labels.Selector) []int {
@@ -106,6 +119,9 @@ type peerSet struct {
 }
 
 func unionPeers(ps []peer) peerSet {
+	if len(ps) == 1 {
+		return peerSet{addrs: ps[0].addrs, pods: ps[0].pods, allPods: ps[0].allPods}
+	}
 	var out peerSet
 	var ranges []AddrRange
 	seen := map[int]bool{}
