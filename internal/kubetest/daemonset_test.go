@@ -1,0 +1,132 @@
+package kubetest
+
+import (
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
+	"sigs.k8s.io/yaml"
+)
+
+// agentFlags are the moat-agent flags the DaemonSet may pass (issue 4, item 1).
+var agentFlags = []string{
+	"--node-name", "--kubeconfig", "--metrics-bind-address", "--health-bind-address",
+	"--allow-node-local", "--cut-denied-established", "--feature-gates", "--resync",
+}
+
+// TestAgentDaemonSetIsLeastPrivilege pins the properties of the agent's
+// DaemonSet that a server-side dry run cannot judge: which privileges it
+// has, that it runs everywhere, and that the kubelet can probe it.
+func TestAgentDaemonSetIsLeastPrivilege(t *testing.T) {
+	root, err := RepoRoot()
+	if err != nil {
+		t.Fatal(err)
+	}
+	data, err := os.ReadFile(filepath.Join(root, "deploy/agent/daemonset.yaml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var ds appsv1.DaemonSet
+	if err := yaml.UnmarshalStrict(data, &ds); err != nil {
+		t.Fatalf("deploy/agent/daemonset.yaml: %v", err)
+	}
+	spec := ds.Spec.Template.Spec
+	if !spec.HostNetwork {
+		t.Error("hostNetwork is false: the agent must program the node's own nftables")
+	}
+	if spec.PriorityClassName != "system-node-critical" {
+		t.Errorf("priorityClassName = %q, want system-node-critical", spec.PriorityClassName)
+	}
+	if !slices.ContainsFunc(spec.Tolerations, func(tol corev1.Toleration) bool {
+		return tol.Operator == corev1.TolerationOpExists && tol.Key == "" && tol.Effect == ""
+	}) {
+		t.Errorf("tolerations %v do not tolerate every taint", spec.Tolerations)
+	}
+	if spec.ServiceAccountName == "" || spec.ServiceAccountName == "default" {
+		t.Errorf("serviceAccountName = %q, want the agent's own", spec.ServiceAccountName)
+	}
+	if len(spec.Containers) != 1 || len(spec.InitContainers) != 0 {
+		t.Fatalf("want exactly one container, got %d (+%d init)", len(spec.Containers), len(spec.InitContainers))
+	}
+	c := spec.Containers[0]
+
+	sc := c.SecurityContext
+	if sc == nil || sc.Capabilities == nil {
+		t.Fatal("container has no securityContext.capabilities")
+	}
+	if sc.Privileged == nil || *sc.Privileged {
+		t.Error("privileged must be explicitly false")
+	}
+	if sc.AllowPrivilegeEscalation == nil || *sc.AllowPrivilegeEscalation {
+		t.Error("allowPrivilegeEscalation must be explicitly false")
+	}
+	if got := sc.Capabilities.Drop; !slices.Equal(got, []corev1.Capability{"ALL"}) {
+		t.Errorf("capabilities.drop = %v, want [ALL]", got)
+	}
+	add := slices.Clone(sc.Capabilities.Add)
+	slices.Sort(add)
+	if !slices.Equal(add, []corev1.Capability{"NET_ADMIN", "NET_RAW"}) {
+		t.Errorf("capabilities.add = %v, want exactly NET_ADMIN and NET_RAW", sc.Capabilities.Add)
+	}
+	for _, v := range spec.Volumes {
+		if v.HostPath != nil {
+			t.Errorf("volume %s mounts host path %s: not needed for nftables", v.Name, v.HostPath.Path)
+		}
+	}
+
+	if !slices.ContainsFunc(c.Env, func(e corev1.EnvVar) bool {
+		return e.Name == "NODE_NAME" && e.ValueFrom != nil && e.ValueFrom.FieldRef != nil && e.ValueFrom.FieldRef.FieldPath == "spec.nodeName"
+	}) {
+		t.Error("NODE_NAME is not taken from spec.nodeName")
+	}
+	for _, a := range c.Args {
+		name, _, _ := strings.Cut(a, "=")
+		if !slices.Contains(agentFlags, name) {
+			t.Errorf("argument %q is not a documented moat-agent flag %v", a, agentFlags)
+		}
+	}
+	if c.Resources.Requests.Cpu().IsZero() || c.Resources.Requests.Memory().IsZero() {
+		t.Errorf("resource requests %v: want cpu and memory", c.Resources.Requests)
+	}
+
+	health := flagValue(c.Args, "--health-bind-address")
+	metrics := flagValue(c.Args, "--metrics-bind-address")
+	for _, tc := range []struct {
+		probe *corev1.Probe
+		path  string
+	}{{c.LivenessProbe, "/healthz"}, {c.ReadinessProbe, "/readyz"}} {
+		if tc.probe == nil || tc.probe.HTTPGet == nil || tc.probe.HTTPGet.Path != tc.path {
+			t.Errorf("want an HTTP probe on %s, got %+v", tc.path, tc.probe)
+			continue
+		}
+		if port := containerPort(c, tc.probe.HTTPGet.Port.String()); port == "" || !strings.HasSuffix(health, ":"+port) {
+			t.Errorf("%s probe port %s is not --health-bind-address %q", tc.path, tc.probe.HTTPGet.Port.String(), health)
+		}
+	}
+	if port := containerPort(c, "metrics"); port == "" || !strings.HasSuffix(metrics, ":"+port) {
+		t.Errorf("metrics port %q is not --metrics-bind-address %q", port, metrics)
+	}
+}
+
+func flagValue(args []string, flag string) string {
+	for _, a := range args {
+		if v, ok := strings.CutPrefix(a, flag+"="); ok {
+			return v
+		}
+	}
+	return ""
+}
+
+// containerPort resolves a named (or numeric) port of c to its number.
+func containerPort(c corev1.Container, nameOrNumber string) string {
+	for _, p := range c.Ports {
+		if p.Name == nameOrNumber || itoa(int(p.ContainerPort)) == nameOrNumber {
+			return itoa(int(p.ContainerPort))
+		}
+	}
+	return ""
+}
