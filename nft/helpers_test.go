@@ -91,7 +91,14 @@ func checkAgainstEvaluator(t *testing.T, prog *policy.Program, extra []netip.Add
 					}
 					for _, pp := range ports {
 						v := prog.Evaluate(policy.Flow{Src: src, Dst: dst, Proto: pp.Proto, Port: pp.Port})
-						got := PathAllows(rulesets, sn, dn, Packet{Src: sa, Dst: da, Proto: pp.Proto, Port: pp.Port})
+						var crossed []*Ruleset
+						if sn != "" {
+							crossed = append(crossed, rulesets[sn])
+						}
+						if dn != "" && dn != sn {
+							crossed = append(crossed, rulesets[dn])
+						}
+						got := PathAllows(Packet{Src: sa, Dst: da, Proto: pp.Proto, Port: pp.Port}, crossed...)
 						n++
 						if got != v.Allowed {
 							t.Errorf("%s (%s) -> %s (%s) %s/%d: rules say %v, evaluator %v (egress: %s; ingress: %s)",

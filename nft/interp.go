@@ -37,17 +37,13 @@ func (rs *Ruleset) Allows(p Packet) bool {
 }
 
 // PathAllows reports whether a new connection gets through the rules of
-// the nodes it crosses in a routed pod network: the node holding the
-// source and the node holding the destination ("" for an address outside
-// the cluster; one node when both are the same). A pod reaching itself
-// crosses no node; the caller passes "" for both ends then.
-func PathAllows(rulesets map[string]*Ruleset, srcNode, dstNode string, p Packet) bool {
-	for i, n := range []string{srcNode, dstNode} {
-		if n == "" || (i == 1 && n == srcNode) {
-			continue
-		}
-		rs, ok := rulesets[n]
-		if ok && !rs.Allows(p) {
+// every node it crosses in a routed pod network: the node holding the
+// source and the node holding the destination (pass each once; nil for an
+// end outside the cluster, and nothing for a pod reaching itself, which
+// crosses no node).
+func PathAllows(p Packet, crossed ...*Ruleset) bool {
+	for _, rs := range crossed {
+		if rs != nil && !rs.Allows(p) {
 			return false
 		}
 	}

@@ -50,9 +50,13 @@ var staticChains = []staticChain{
 	{name: "output", hook: knftables.OutputHook, rules: baseRules},
 }
 
+// IPv6 neighbour discovery is link infrastructure, not a connection: a
+// node's neighbour advertisement to an isolated pod's address must not be
+// judged as ingress, or the pod loses its gateway.
 var baseRules = []string{
 	"ct state established,related accept",
 	"ct state invalid drop",
+	"icmpv6 type { nd-router-solicit, nd-router-advert, nd-neighbor-solicit, nd-neighbor-advert, nd-redirect } accept",
 	"jump " + dispatchChain,
 }
 

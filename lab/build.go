@@ -1,0 +1,407 @@
+package lab
+
+import (
+	"errors"
+	"fmt"
+	"net"
+	"net/netip"
+
+	"github.com/vishvananda/netlink"
+	"github.com/vishvananda/netns"
+	"golang.org/x/sys/unix"
+)
+
+// Namespaces holds open handles to a lab's namespaces.
+type Namespaces struct {
+	handles map[string]netns.NsHandle
+}
+
+// Get returns the handle of a namespace of the lab.
+func (n *Namespaces) Get(name string) (netns.NsHandle, error) {
+	h, ok := n.handles[name]
+	if !ok {
+		return netns.None(), fmt.Errorf("lab has no network namespace %s", name)
+	}
+	return h, nil
+}
+
+// Close releases the handles (the namespaces stay while named).
+func (n *Namespaces) Close() {
+	for name, h := range n.handles {
+		h.Close()
+		delete(n.handles, name)
+	}
+}
+
+// Open opens the namespaces of a built lab.
+func (t *Topology) Open() (*Namespaces, error) {
+	ns := &Namespaces{handles: map[string]netns.NsHandle{}}
+	for _, name := range t.Namespaces() {
+		h, err := openNamed(name)
+		if err != nil {
+			ns.Close()
+			return nil, err
+		}
+		ns.handles[name] = h
+	}
+	return ns, nil
+}
+
+// Build creates the lab's namespaces, links, addresses and routes. On
+// error everything it made is removed again.
+func (t *Topology) Build() (ns *Namespaces, err error) {
+	ns = &Namespaces{handles: map[string]netns.NsHandle{}}
+	defer func() {
+		if err != nil {
+			ns.Close()
+			if terr := t.Teardown(); terr != nil {
+				err = errors.Join(err, terr)
+			}
+			ns = nil
+		}
+	}()
+	for _, name := range t.Namespaces() {
+		h, err := createNamed(name)
+		if err != nil {
+			return nil, err
+		}
+		ns.handles[name] = h
+		if err := inNS(h, func() error {
+			// Addresses are added with NODAD; links created later in
+			// this namespace inherit "default".
+			for _, kv := range [][2]string{
+				{"net.ipv6.conf.all.accept_dad", "0"},
+				{"net.ipv6.conf.default.accept_dad", "0"},
+			} {
+				if err := sysctl(kv[0], kv[1]); err != nil {
+					return err
+				}
+			}
+			return nil
+		}); err != nil {
+			return nil, fmt.Errorf("%s: %w", name, err)
+		}
+		nl, err := netlink.NewHandleAt(h)
+		if err != nil {
+			return nil, fmt.Errorf("netlink in %s: %w", name, err)
+		}
+		lo, err := nl.LinkByName("lo")
+		if err == nil {
+			err = nl.LinkSetUp(lo)
+		}
+		nl.Close()
+		if err != nil {
+			return nil, fmt.Errorf("%s: loopback up: %w", name, err)
+		}
+	}
+	for _, n := range t.Nodes {
+		if err := inNS(ns.handles[n.NS], func() error {
+			if err := sysctl("net.ipv4.ip_forward", "1"); err != nil {
+				return err
+			}
+			return sysctl("net.ipv6.conf.all.forwarding", "1")
+		}); err != nil {
+			return nil, fmt.Errorf("%s: %w", n.NS, err)
+		}
+	}
+	if err := t.buildUnderlay(ns); err != nil {
+		return nil, err
+	}
+	for _, p := range t.Pods {
+		if err := t.buildPod(ns, p); err != nil {
+			return nil, fmt.Errorf("pod %s: %w", p.Key, err)
+		}
+	}
+	return ns, nil
+}
+
+// Teardown deletes every namespace of the lab; links and routes go with
+// them. Missing namespaces are not an error.
+func (t *Topology) Teardown() error {
+	var errs []error
+	for _, name := range t.Namespaces() {
+		if err := deleteNamed(name); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	return errors.Join(errs...)
+}
+
+func handleIn(ns *Namespaces, name string) (*netlink.Handle, error) {
+	h, err := ns.Get(name)
+	if err != nil {
+		return nil, err
+	}
+	nl, err := netlink.NewHandleAt(h)
+	if err != nil {
+		return nil, fmt.Errorf("netlink in %s: %w", name, err)
+	}
+	return nl, nil
+}
+
+func hostPrefix(a netip.Addr) *net.IPNet {
+	return &net.IPNet{IP: a.AsSlice(), Mask: net.CIDRMask(a.BitLen(), a.BitLen())}
+}
+
+func addAddr(nl *netlink.Handle, link netlink.Link, a netip.Addr, scope int) error {
+	addr := &netlink.Addr{IPNet: hostPrefix(a), Flags: unix.IFA_F_NODAD, Scope: scope}
+	if a.Is6() && a.IsLinkLocalUnicast() {
+		addr.IPNet.Mask = net.CIDRMask(64, 128)
+	}
+	if err := nl.AddrAdd(link, addr); err != nil {
+		return fmt.Errorf("add address %s to %s: %w", a, link.Attrs().Name, err)
+	}
+	return nil
+}
+
+// route adds dst (a host route) through link, via gw when valid (onlink,
+// so the next hop needs no covering prefix), with a preferred source when
+// src is valid.
+func route(nl *netlink.Handle, link netlink.Link, dst, gw, src netip.Addr) error {
+	r := &netlink.Route{LinkIndex: link.Attrs().Index, Dst: hostPrefix(dst)}
+	if gw.IsValid() {
+		r.Gw = gw.AsSlice()
+		if gw.Is4() == dst.Is4() {
+			r.Flags = int(netlink.FLAG_ONLINK)
+		}
+	} else {
+		r.Scope = netlink.SCOPE_LINK
+	}
+	if src.IsValid() && src.Is4() == dst.Is4() {
+		r.Src = src.AsSlice()
+	}
+	if err := nl.RouteAdd(r); err != nil {
+		return fmt.Errorf("route %s via %s dev %s: %w", dst, gw, link.Attrs().Name, err)
+	}
+	return nil
+}
+
+func linkUp(nl *netlink.Handle, name string) (netlink.Link, error) {
+	l, err := nl.LinkByName(name)
+	if err != nil {
+		return nil, fmt.Errorf("find link %s: %w", name, err)
+	}
+	if err := nl.LinkSetUp(l); err != nil {
+		return nil, fmt.Errorf("set %s up: %w", name, err)
+	}
+	return l, nil
+}
+
+// buildUnderlay makes the bridge that joins nodes and the outside, and
+// routes between them.
+func (t *Topology) buildUnderlay(ns *Namespaces) error {
+	ul, err := handleIn(ns, t.Underlay)
+	if err != nil {
+		return err
+	}
+	defer ul.Close()
+	off := false
+	br := &netlink.Bridge{LinkAttrs: netlink.LinkAttrs{Name: "br0"}, MulticastSnooping: &off}
+	if err := ul.LinkAdd(br); err != nil {
+		return fmt.Errorf("underlay bridge: %w", err)
+	}
+	brl, err := linkUp(ul, "br0")
+	if err != nil {
+		return err
+	}
+	attach := func(port, peerNS string) error {
+		h, err := ns.Get(peerNS)
+		if err != nil {
+			return err
+		}
+		veth := &netlink.Veth{LinkAttrs: netlink.LinkAttrs{Name: port}, PeerName: "ul0", PeerNamespace: netlink.NsFd(int(h))}
+		if err := ul.LinkAdd(veth); err != nil {
+			return fmt.Errorf("underlay link for %s: %w", peerNS, err)
+		}
+		l, err := ul.LinkByName(port)
+		if err != nil {
+			return fmt.Errorf("find %s: %w", port, err)
+		}
+		if err := ul.LinkSetMaster(l, brl); err != nil {
+			return fmt.Errorf("attach %s to the bridge: %w", port, err)
+		}
+		return ul.LinkSetUp(l)
+	}
+	for i, n := range t.Nodes {
+		if err := attach(fmt.Sprintf("n%d", i), n.NS); err != nil {
+			return err
+		}
+	}
+	if err := attach("out", t.Outside.NS); err != nil {
+		return err
+	}
+
+	// Each node: its addresses on ul0; routes to the other nodes, their
+	// pods and the outside.
+	for i, n := range t.Nodes {
+		if err := t.nodeUnderlay(ns, i, n); err != nil {
+			return fmt.Errorf("node %s: %w", n.Name, err)
+		}
+	}
+	return t.outsideUnderlay(ns)
+}
+
+func (t *Topology) nodeUnderlay(ns *Namespaces, i int, n *Node) error {
+	nl, err := handleIn(ns, n.NS)
+	if err != nil {
+		return err
+	}
+	defer nl.Close()
+	l, err := linkUp(nl, "ul0")
+	if err != nil {
+		return err
+	}
+	for _, a := range n.Addrs {
+		if err := addAddr(nl, l, a, int(netlink.SCOPE_UNIVERSE)); err != nil {
+			return err
+		}
+	}
+	if err := addAddr(nl, l, n.LinkLocal, int(netlink.SCOPE_LINK)); err != nil {
+		return err
+	}
+	for j, o := range t.Nodes {
+		if j == i {
+			continue
+		}
+		for _, a := range o.Addrs {
+			if err := route(nl, l, a, netip.Addr{}, n.src(a)); err != nil {
+				return err
+			}
+		}
+	}
+	for _, p := range t.Pods {
+		if p.Node == i {
+			continue
+		}
+		o := t.Nodes[p.Node]
+		for _, a := range p.IPs {
+			gw := o.Src4
+			if a.Is6() {
+				gw = o.LinkLocal
+			}
+			if err := route(nl, l, a, gw, n.src(a)); err != nil {
+				return err
+			}
+		}
+	}
+	for _, a := range t.Outside.Addrs {
+		if err := route(nl, l, a, netip.Addr{}, n.src(a)); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// src is the node's preferred source towards a of the same family.
+func (n *Node) src(a netip.Addr) netip.Addr {
+	if a.Is4() {
+		return n.Src4
+	}
+	return n.Src6
+}
+
+func (t *Topology) outsideUnderlay(ns *Namespaces) error {
+	nl, err := handleIn(ns, t.Outside.NS)
+	if err != nil {
+		return err
+	}
+	defer nl.Close()
+	l, err := linkUp(nl, "ul0")
+	if err != nil {
+		return err
+	}
+	for _, a := range t.Outside.Addrs {
+		if err := addAddr(nl, l, a, int(netlink.SCOPE_UNIVERSE)); err != nil {
+			return err
+		}
+	}
+	if err := addAddr(nl, l, t.Outside.LinkLocal, int(netlink.SCOPE_LINK)); err != nil {
+		return err
+	}
+	for _, n := range t.Nodes {
+		for _, a := range n.Addrs {
+			if err := route(nl, l, a, netip.Addr{}, netip.Addr{}); err != nil {
+				return err
+			}
+		}
+	}
+	for _, p := range t.Pods {
+		o := t.Nodes[p.Node]
+		for _, a := range p.IPs {
+			gw := o.Src4
+			if a.Is6() {
+				gw = o.LinkLocal
+			}
+			if err := route(nl, l, a, gw, netip.Addr{}); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
+}
+
+// buildPod links a pod to its node: eth0 in the pod, p<N> in the node.
+func (t *Topology) buildPod(ns *Namespaces, p *Pod) error {
+	n := t.Nodes[p.Node]
+	nodeNL, err := handleIn(ns, n.NS)
+	if err != nil {
+		return err
+	}
+	defer nodeNL.Close()
+	podH, err := ns.Get(p.NS)
+	if err != nil {
+		return err
+	}
+	veth := &netlink.Veth{LinkAttrs: netlink.LinkAttrs{Name: p.Link}, PeerName: "eth0", PeerNamespace: netlink.NsFd(int(podH))}
+	if err := nodeNL.LinkAdd(veth); err != nil {
+		return fmt.Errorf("veth %s: %w", p.Link, err)
+	}
+	nl, err := linkUp(nodeNL, p.Link)
+	if err != nil {
+		return err
+	}
+	if err := addAddr(nodeNL, nl, podGateway4, int(netlink.SCOPE_LINK)); err != nil {
+		return err
+	}
+	if err := addAddr(nodeNL, nl, podGateway6, int(netlink.SCOPE_LINK)); err != nil {
+		return err
+	}
+	for _, a := range p.IPs {
+		if err := route(nodeNL, nl, a, netip.Addr{}, n.src(a)); err != nil {
+			return err
+		}
+	}
+
+	podNL, err := netlink.NewHandleAt(podH)
+	if err != nil {
+		return fmt.Errorf("netlink in %s: %w", p.NS, err)
+	}
+	defer podNL.Close()
+	eth, err := linkUp(podNL, "eth0")
+	if err != nil {
+		return err
+	}
+	has4, has6 := false, false
+	for _, a := range p.IPs {
+		if err := addAddr(podNL, eth, a, int(netlink.SCOPE_UNIVERSE)); err != nil {
+			return err
+		}
+		has4, has6 = has4 || a.Is4(), has6 || a.Is6()
+	}
+	if has4 {
+		if err := route(podNL, eth, podGateway4, netip.Addr{}, netip.Addr{}); err != nil {
+			return err
+		}
+		def := &netlink.Route{LinkIndex: eth.Attrs().Index, Dst: &net.IPNet{IP: net.IPv4zero.To4(), Mask: net.CIDRMask(0, 32)}, Gw: podGateway4.AsSlice()}
+		if err := podNL.RouteAdd(def); err != nil {
+			return fmt.Errorf("default route: %w", err)
+		}
+	}
+	if has6 {
+		def := &netlink.Route{LinkIndex: eth.Attrs().Index, Dst: &net.IPNet{IP: net.IPv6zero, Mask: net.CIDRMask(0, 128)}, Gw: podGateway6.AsSlice()}
+		if err := podNL.RouteAdd(def); err != nil {
+			return fmt.Errorf("default IPv6 route: %w", err)
+		}
+	}
+	return nil
+}

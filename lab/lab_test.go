@@ -1,0 +1,101 @@
+package lab
+
+import (
+	"context"
+	"net/netip"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"testing"
+
+	"github.com/moat-net/moat/manifest"
+	"github.com/moat-net/moat/policy"
+)
+
+// requireKernel skips a test that needs root and nft, loudly, unless
+// CI=true: there a missing capability fails the test.
+func requireKernel(t *testing.T) {
+	t.Helper()
+	var missing string
+	if os.Geteuid() != 0 {
+		missing = "root"
+	} else if _, err := exec.LookPath("nft"); err != nil {
+		missing = "the nft binary (apt-get install nftables)"
+	}
+	if missing == "" {
+		return
+	}
+	if os.Getenv("CI") == "true" {
+		t.Fatalf("lab test needs %s, and CI=true requires it to run", missing)
+	}
+	t.Skipf("SKIPPED: lab test needs %s", missing)
+}
+
+func compileFile(t testing.TB, name string, opts policy.Options) *policy.Program {
+	t.Helper()
+	res, err := (&manifest.Loader{}).Load(filepath.Join("testdata", name))
+	if err != nil {
+		t.Fatalf("load %s: %v", name, err)
+	}
+	return policy.Compile(&res.Cluster, opts)
+}
+
+func addrs(ss ...string) []netip.Addr {
+	out := make([]netip.Addr, len(ss))
+	for i, s := range ss {
+		out[i] = netip.MustParseAddr(s)
+	}
+	return out
+}
+
+// leftovers fails the test if namespaces with the prefix survive.
+func leftovers(t *testing.T, prefix string) {
+	t.Helper()
+	names, err := namedWithPrefix(prefix)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(names) > 0 {
+		t.Errorf("namespaces left behind: %v", names)
+		for _, n := range names {
+			_ = deleteNamed(n)
+		}
+	}
+}
+
+func TestRunAgreesWithEvaluator(t *testing.T) {
+	requireKernel(t)
+	if testing.Short() {
+		t.Skip("lab run: slow")
+	}
+	prefix, err := NewPrefix()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer leftovers(t, prefix)
+	prog := compileFile(t, "tiers.yaml", policy.Options{})
+	peers := addrs("203.0.113.7", "203.0.113.200", "198.51.100.1", "2001:db8::1", "192.168.0.2")
+	rep, err := Run(context.Background(), prog, Options{Prefix: prefix, Peers: peers}, ProbeOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	measured, allowed, denied := 0, 0, 0
+	for _, f := range rep.Flows {
+		if !f.Agree {
+			t.Errorf("disagreement: %s -> %s %d/%s (%s -> %s): measured %v (%s), evaluator %v (egress: %s; ingress: %s)",
+				f.From, f.To, f.Port, f.Protocol, f.SrcIP, f.DstIP, f.Allowed, f.Outcome, f.Predicted, f.Egress.Reason, f.Ingress.Reason)
+		}
+		if f.Measured {
+			measured++
+			if f.Allowed {
+				allowed++
+			} else {
+				denied++
+			}
+		}
+	}
+	t.Logf("%d flows, %d measured (%d allowed, %d denied)", len(rep.Flows), measured, allowed, denied)
+	if allowed == 0 || denied == 0 {
+		t.Errorf("want both allowed and denied measured flows, got %d and %d", allowed, denied)
+	}
+}

@@ -1,0 +1,217 @@
+package lab
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/netip"
+	"time"
+
+	"github.com/moat-net/moat/matrix"
+	"github.com/moat-net/moat/nft"
+	"github.com/moat-net/moat/policy"
+)
+
+// Flow is one matrix cell as the lab measured it: the `moat matrix` JSON
+// schema plus what was measured. Allowed is the measured verdict when
+// Measured is true, otherwise the verdict of the programmed rules (or the
+// prediction when no rule applies).
+type Flow struct {
+	matrix.Flow
+	Measured bool `json:"measured"`
+	// Predicted is the evaluator's verdict.
+	Predicted bool `json:"predicted"`
+	// Agree is false when the kernel and the evaluator disagree.
+	Agree bool `json:"agree"`
+	// Outcome is what the probe saw: reached, refused or timed out.
+	Outcome string `json:"outcome,omitempty"`
+	// Reason says why a flow was not measured.
+	Reason string `json:"reason,omitempty"`
+	SrcIP  string `json:"srcIP,omitempty"`
+	DstIP  string `json:"dstIP,omitempty"`
+}
+
+// Report is a measured matrix.
+type Report struct {
+	Lab       string               `json:"lab"`
+	Endpoints []string             `json:"-"`
+	Ports     []matrix.PortProto   `json:"-"`
+	Flows     []Flow               `json:"flows"`
+	Programs  map[string]nft.Stats `json:"-"`
+}
+
+// Disagreements lists the flows where the kernel and the evaluator differ.
+func (r *Report) Disagreements() []Flow {
+	var out []Flow
+	for _, f := range r.Flows {
+		if !f.Agree {
+			out = append(out, f)
+		}
+	}
+	return out
+}
+
+// Matrix converts the report for matrix.WriteTable and friends: cells
+// carry the measured verdict.
+func (r *Report) Matrix() *matrix.Result {
+	m := &matrix.Result{Endpoints: r.Endpoints, Ports: r.Ports}
+	for _, f := range r.Flows {
+		m.Flows = append(m.Flows, f.Flow)
+	}
+	return m
+}
+
+// cell is one matrix cell and how to measure it.
+type cell struct {
+	flow     matrix.Flow
+	probe    *Probe
+	reason   string
+	pkt      nft.Packet
+	src, dst Place
+	self     bool
+}
+
+// planCells lays out the matrix of prog (the same cells `moat matrix`
+// prints) and the probe that measures each.
+func planCells(t *Topology, prog *policy.Program, peers []netip.Addr, ports []matrix.PortProto) ([]cell, []string, []matrix.PortProto, error) {
+	if len(ports) == 0 {
+		ports = matrix.DefaultPorts(prog)
+	}
+	if len(ports) == 0 {
+		return nil, nil, nil, errors.New("no ports: the input declares no container ports, pass --port")
+	}
+	eps := matrix.Endpoints(prog, peers)
+	labels := make([]string, len(eps))
+	for i, e := range eps {
+		labels[i] = e.Label
+	}
+	var cells []cell
+	for _, pp := range ports {
+		for _, s := range eps {
+			for _, d := range eps {
+				c := cell{flow: matrix.Judge(prog, s, d, pp)}
+				se, de, ok := prog.PairAddrs(s.Endpoint, d.Endpoint)
+				if !ok {
+					c.reason = "source and destination share no IP family"
+					cells = append(cells, c)
+					continue
+				}
+				c.pkt = nft.Packet{Src: se.Addr, Dst: de.Addr, Proto: pp.Protocol, Port: pp.Port}
+				c.self = se.Pod >= 0 && se.Pod == de.Pod
+				var ok1, ok2 bool
+				c.src, ok1 = t.Locate(se.Addr)
+				c.dst, ok2 = t.Locate(de.Addr)
+				if !ok1 || !ok2 {
+					return nil, nil, nil, fmt.Errorf("flow %s -> %s: address not in the lab", se.Addr, de.Addr)
+				}
+				switch pp.Protocol {
+				case policy.ProtoTCP, policy.ProtoUDP:
+					c.probe = &Probe{SrcNS: c.src.NS, Src: se.Addr, Dst: de.Addr, Proto: pp.Protocol, Port: pp.Port}
+				default:
+					c.reason = fmt.Sprintf("%s sockets are not available in this kernel: verdict read from the programmed rules", pp.Protocol)
+				}
+				cells = append(cells, c)
+			}
+		}
+	}
+	return cells, labels, ports, nil
+}
+
+func probeList(cells []cell) []Probe {
+	var out []Probe
+	for _, c := range cells {
+		if c.probe != nil {
+			out = append(out, *c.probe)
+		}
+	}
+	return out
+}
+
+// Measure probes every cell of prog's matrix and compares each with the
+// evaluator. Flows whose probe timed out although the evaluator allows
+// them are probed once more with a longer timeout, so a busy machine does
+// not pass for a dropping rule; a probe that fails for another reason is
+// a lab error.
+func Measure(ctx context.Context, t *Topology, ns *Namespaces, rulesets map[string]*nft.Ruleset, prog *policy.Program, peers []netip.Addr, ports []matrix.PortProto, opts ProbeOptions) (*Report, error) {
+	opts = opts.withDefaults()
+	cells, labels, ports, err := planCells(t, prog, peers, ports)
+	if err != nil {
+		return nil, err
+	}
+	var idx []int
+	var probes []Probe
+	for i, c := range cells {
+		if c.probe != nil {
+			idx = append(idx, i)
+			probes = append(probes, *c.probe)
+		}
+	}
+	results := ProbeAll(ctx, ns, probes, opts)
+	var again []int
+	for k, r := range results {
+		if r.Outcome == TimedOut && cells[idx[k]].flow.Allowed {
+			again = append(again, k)
+		}
+	}
+	if len(again) > 0 {
+		retry := make([]Probe, len(again))
+		for j, k := range again {
+			retry[j] = probes[k]
+		}
+		slow := opts
+		slow.Timeout = 4 * opts.Timeout
+		if slow.Timeout < 2*time.Second {
+			slow.Timeout = 2 * time.Second
+		}
+		for j, r := range ProbeAll(ctx, ns, retry, slow) {
+			results[again[j]] = r
+		}
+	}
+	rep := &Report{Lab: t.Prefix, Endpoints: labels, Ports: ports}
+	byCell := map[int]ProbeResult{}
+	for k, r := range results {
+		byCell[idx[k]] = r
+	}
+	var errs []error
+	for i, c := range cells {
+		f := Flow{Flow: c.flow, Predicted: c.flow.Allowed, Reason: c.reason}
+		if c.pkt.Src.IsValid() {
+			f.SrcIP, f.DstIP = c.pkt.Src.String(), c.pkt.Dst.String()
+		}
+		if r, ok := byCell[i]; ok {
+			if r.Outcome == Failed {
+				errs = append(errs, fmt.Errorf("probe %s (%s -> %s): %w", r.Probe, c.flow.From, c.flow.To, r.Err))
+				f.Reason = "probe failed: " + r.Err.Error()
+			} else {
+				f.Measured = true
+				f.Outcome = r.Outcome.String()
+				f.Allowed = r.Outcome.Reached()
+			}
+		} else if c.pkt.Src.IsValid() {
+			f.Allowed = nft.PathAllows(c.pkt, t.crossed(rulesets, c)...)
+		}
+		f.Agree = f.Allowed == f.Predicted
+		rep.Flows = append(rep.Flows, f)
+	}
+	return rep, errors.Join(errs...)
+}
+
+// crossed lists the rulesets a cell's packets go through.
+func (t *Topology) crossed(rulesets map[string]*nft.Ruleset, c cell) []*nft.Ruleset {
+	if c.self {
+		return nil
+	}
+	var out []*nft.Ruleset
+	if c.src.Node >= 0 {
+		out = append(out, rulesets[t.Nodes[c.src.Node].Name])
+	}
+	if c.dst.Node >= 0 && c.dst.Node != c.src.Node {
+		out = append(out, rulesets[t.Nodes[c.dst.Node].Name])
+	}
+	return out
+}
+
+// Measure measures prog's matrix in this lab.
+func (l *Lab) Measure(ctx context.Context, prog *policy.Program, peers []netip.Addr, ports []matrix.PortProto, opts ProbeOptions) (*Report, error) {
+	return Measure(ctx, l.Topology, l.NS, l.Rulesets(), prog, peers, ports, opts)
+}
