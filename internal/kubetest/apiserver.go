@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"net/netip"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -12,25 +13,25 @@ import (
 )
 
 // apiServer is one kube-apiserver process and the flags it was started with,
-// kept so the same server (same port, same etcd) can be started again.
+// kept so the same server (same address, same etcd) can be started again.
 type apiServer struct {
 	bin  string
 	dir  string
 	args []string
-	port int
+	addr netip.AddrPort
 	proc *process
 }
 
 // apiServerArgs are the flags for a test server. Every choice is explained
 // because each works around the absence of a real control plane.
-func apiServerArgs(port int, etcdURL, dir string, p *pki, tokenFile string, o *options) []string {
+func apiServerArgs(addr netip.AddrPort, etcdURL, dir string, p *pki, tokenFile string, o *options) []string {
 	args := []string{
 		"--etcd-servers=" + etcdURL,
-		"--bind-address=127.0.0.1",
-		"--secure-port=" + strconv.Itoa(port),
+		"--bind-address=" + addr.Addr().String(),
+		"--secure-port=" + strconv.Itoa(int(addr.Port())),
 		// 1.37 exits with an explicit loopback advertise address unless the
 		// endpoint reconciler is off (there is no Service routing anyway).
-		"--advertise-address=127.0.0.1",
+		"--advertise-address=" + addr.Addr().String(),
 		"--endpoint-reconciler-type=none",
 		"--tls-cert-file=" + p.servingCert,
 		"--tls-private-key-file=" + p.servingKey,
@@ -60,7 +61,7 @@ func (s *apiServer) start(ctx context.Context, httpClient *http.Client, timeout 
 	s.proc = proc
 	wctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
-	url := "https://127.0.0.1:" + strconv.Itoa(s.port) + "/readyz"
+	url := "https://" + s.addr.String() + "/readyz"
 	if err := waitHTTP(wctx, httpClient, url, proc, readyzOK); err != nil {
 		_ = s.stop()
 		return fmt.Errorf("kube-apiserver not ready: %w\nkube-apiserver log:\n%s", err, proc.logTail(30))

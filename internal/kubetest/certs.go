@@ -10,6 +10,7 @@ import (
 	"fmt"
 	"math/big"
 	"net"
+	"net/netip"
 	"os"
 	"path/filepath"
 	"time"
@@ -29,9 +30,9 @@ type pki struct {
 // plus the in-cluster names an agent would use.
 var servingNames = []string{"localhost", "kubernetes", "kubernetes.default", "kubernetes.default.svc", "kubernetes.default.svc.cluster.local"}
 
-// writePKI generates a CA, a serving certificate signed by it for loopback,
-// and a service-account key, and writes them under dir.
-func writePKI(dir string) (*pki, error) {
+// writePKI generates a CA, a serving certificate signed by it for loopback
+// and the bind address, and a service-account key, and writes them under dir.
+func writePKI(dir string, bind netip.Addr) (*pki, error) {
 	if err := os.MkdirAll(dir, 0o700); err != nil {
 		return nil, fmt.Errorf("create pki dir: %w", err)
 	}
@@ -70,7 +71,7 @@ func writePKI(dir string) (*pki, error) {
 		KeyUsage:     x509.KeyUsageDigitalSignature,
 		ExtKeyUsage:  []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth},
 		DNSNames:     servingNames,
-		IPAddresses:  []net.IP{net.IPv4(127, 0, 0, 1), net.IPv6loopback},
+		IPAddresses:  []net.IP{net.IPv4(127, 0, 0, 1), net.IPv6loopback, bind.AsSlice()},
 	}
 	srvDER, err := x509.CreateCertificate(rand.Reader, srvTmpl, caCert, &srvKey.PublicKey, caKey)
 	if err != nil {

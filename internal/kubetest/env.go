@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"net/netip"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -25,7 +26,7 @@ import (
 type Env struct {
 	// Dir holds the certificates, token file, etcd data and server logs.
 	Dir string
-	// URL is the API server's base URL (https://127.0.0.1:port).
+	// URL is the API server's base URL (https://127.0.0.1:port by default).
 	URL string
 	// EtcdURL is etcd's client URL.
 	EtcdURL string
@@ -140,7 +141,10 @@ func launch(ctx context.Context, bins Binaries, dir string, removeDir bool, opts
 		}
 	}()
 
-	p, err := writePKI(filepath.Join(dir, "pki"))
+	if !o.bindAddress.IsValid() {
+		return nil, fmt.Errorf("kube-apiserver bind address is not set")
+	}
+	p, err := writePKI(filepath.Join(dir, "pki"), o.bindAddress)
 	if err != nil {
 		return nil, err
 	}
@@ -156,11 +160,12 @@ func launch(ctx context.Context, bins Binaries, dir string, removeDir bool, opts
 	env.EtcdURL = env.etcd.clientURL
 
 	for attempt := range startAttempts {
-		port, err := freePort()
+		port, err := freePort(o.bindAddress)
 		if err != nil {
 			return nil, err
 		}
-		env.URL = "https://127.0.0.1:" + strconv.Itoa(port)
+		addr := netip.AddrPortFrom(o.bindAddress, uint16(port))
+		env.URL = "https://" + addr.String()
 		env.admin = env.configFor(env.tokens[AdminUser])
 		if env.probe, err = rest.HTTPClientFor(env.admin); err != nil {
 			return nil, fmt.Errorf("admin HTTP client: %w", err)
@@ -168,8 +173,8 @@ func launch(ctx context.Context, bins Binaries, dir string, removeDir bool, opts
 		env.apiServer = &apiServer{
 			bin:  bins.APIServer,
 			dir:  dir,
-			port: port,
-			args: apiServerArgs(port, env.EtcdURL, dir, p, tokenFile, o),
+			addr: addr,
+			args: apiServerArgs(addr, env.EtcdURL, dir, p, tokenFile, o),
 		}
 		err = env.apiServer.start(ctx, env.probe, o.readyTimeout)
 		if err == nil {
@@ -239,7 +244,7 @@ func (e *Env) configFor(token string) *rest.Config {
 		TLSClientConfig: rest.TLSClientConfig{CAData: e.CAData},
 		QPS:             1000,
 		Burst:           2000,
-		Timeout:         30 * time.Second,
+		// No Timeout: it would also cut informers' long-running watches.
 	}
 }
 

@@ -3,6 +3,8 @@ package kubetest
 import (
 	"context"
 	"errors"
+	"net/netip"
+	"net/url"
 	"os"
 	"syscall"
 	"testing"
@@ -16,9 +18,16 @@ func TestLaunchServesAndStopLeavesNothing(t *testing.T) {
 	bins := RequireBinaries(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
-	env, err := Launch(ctx, bins)
+	// Another loopback address (all of 127/8 is local on Linux) exercises
+	// WithBindAddress and the serving certificate's SAN for it; the client
+	// verifies the certificate against the generated CA.
+	bind := netip.MustParseAddr("127.0.0.2")
+	env, err := Launch(ctx, bins, WithBindAddress(bind))
 	if err != nil {
 		t.Fatal(err)
+	}
+	if u, err := url.Parse(env.URL); err != nil || u.Hostname() != bind.String() {
+		t.Errorf("URL %s (%v): want host %s", env.URL, err, bind)
 	}
 	stopped := false
 	defer func() {

@@ -23,11 +23,11 @@ type etcdServer struct {
 func startEtcd(ctx context.Context, bin, dir string) (*etcdServer, error) {
 	var lastErr error
 	for attempt := range startAttempts {
-		clientPort, err := freePort()
+		clientPort, err := freePort(loopback)
 		if err != nil {
 			return nil, err
 		}
-		peerPort, err := freePort()
+		peerPort, err := freePort(loopback)
 		if err != nil {
 			return nil, err
 		}

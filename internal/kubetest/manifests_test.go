@@ -17,6 +17,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/tools/clientcmd"
 	"sigs.k8s.io/yaml"
 )
 
@@ -339,9 +340,17 @@ func checkAgentRBAC(ctx context.Context, t *testing.T, env *Env, objs []manifest
 		}
 	}
 
-	// The same through real requests with a real token of the ServiceAccount.
+	// The same through real requests with a real token of the ServiceAccount,
+	// read from a kubeconfig file as moat-agent --kubeconfig would.
 	cfg, err := env.ServiceAccountConfig(ctx, ns, sa)
 	if err != nil {
+		t.Fatal(err)
+	}
+	kubeconfig := filepath.Join(t.TempDir(), "agent.kubeconfig")
+	if err := env.WriteKubeconfig(kubeconfig, cfg); err != nil {
+		t.Fatal(err)
+	}
+	if cfg, err = clientcmd.BuildConfigFromFlags("", kubeconfig); err != nil {
 		t.Fatal(err)
 	}
 	agent, err := kubernetes.NewForConfig(cfg)

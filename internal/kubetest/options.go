@@ -1,6 +1,9 @@
 package kubetest
 
-import "time"
+import (
+	"net/netip"
+	"time"
+)
 
 // Names of the users every environment's token file holds.
 const (
@@ -25,6 +28,7 @@ type options struct {
 	users         []User
 	apiServerArgs []string
 	readyTimeout  time.Duration
+	bindAddress   netip.Addr
 }
 
 func defaultOptions() *options {
@@ -36,7 +40,19 @@ func defaultOptions() *options {
 		// Generous: a cold start on a busy 2-core CI machine is much slower
 		// than the ~3 s measured on an idle one.
 		readyTimeout: 2 * time.Minute,
+		bindAddress:  loopback,
 	}
+}
+
+// loopback is where etcd always listens, and kube-apiserver by default.
+var loopback = netip.MustParseAddr("127.0.0.1")
+
+// WithBindAddress makes kube-apiserver listen on (and advertise) ip instead
+// of 127.0.0.1, for clients that cannot reach the host's loopback, such as
+// agents inside network namespaces connected to the host by a veth pair. The
+// serving certificate covers ip. etcd stays on loopback.
+func WithBindAddress(ip netip.Addr) Option {
+	return func(o *options) { o.bindAddress = ip.Unmap() }
 }
 
 // WithCRDs installs CustomResourceDefinitions (each argument a YAML stream of

@@ -5,17 +5,18 @@ import (
 	"fmt"
 	"net"
 	"net/http"
+	"net/netip"
 	"strings"
 	"time"
 )
 
-// freePort asks the kernel for an unused loopback TCP port. Another process
+// freePort asks the kernel for an unused TCP port on ip. Another process
 // may take it before the server binds it; callers retry on "address already
 // in use" (see portTaken).
-func freePort() (int, error) {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
+func freePort(ip netip.Addr) (int, error) {
+	l, err := net.Listen("tcp", netip.AddrPortFrom(ip, 0).String())
 	if err != nil {
-		return 0, fmt.Errorf("find a free loopback port: %w", err)
+		return 0, fmt.Errorf("find a free port on %s: %w", ip, err)
 	}
 	defer l.Close()
 	return l.Addr().(*net.TCPAddr).Port, nil

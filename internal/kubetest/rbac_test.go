@@ -26,6 +26,13 @@ func TestRBACDeniesUnprivilegedUserUntilBound(t *testing.T) {
 	if _, err := user.CoreV1().Pods("default").List(ctx, metav1.ListOptions{}); !apierrors.IsForbidden(err) {
 		t.Fatalf("unprivileged list pods before binding: %v, want Forbidden", err)
 	}
+	impersonated, err := kubernetes.NewForConfig(env.ImpersonatingConfig(UnprivilegedUser, "system:authenticated"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := impersonated.CoreV1().Pods("default").List(ctx, metav1.ListOptions{}); !apierrors.IsForbidden(err) {
+		t.Fatalf("admin impersonating %s: list pods before binding: %v, want Forbidden", UnprivilegedUser, err)
+	}
 
 	if _, err := env.Client.RbacV1().ClusterRoles().Create(ctx, &rbacv1.ClusterRole{
 		ObjectMeta: metav1.ObjectMeta{Name: "kubetest-pod-reader"},
@@ -53,6 +60,9 @@ func TestRBACDeniesUnprivilegedUserUntilBound(t *testing.T) {
 	})
 	if err != nil {
 		t.Fatalf("list pods after binding: %v", err)
+	}
+	if _, err := impersonated.CoreV1().Pods("default").List(ctx, metav1.ListOptions{}); err != nil {
+		t.Errorf("admin impersonating %s: list pods after binding: %v", UnprivilegedUser, err)
 	}
 	if _, err := user.CoreV1().Secrets("default").List(ctx, metav1.ListOptions{}); !apierrors.IsForbidden(err) {
 		t.Errorf("list secrets with only pod-reader bound: %v, want Forbidden", err)
