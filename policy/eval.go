@@ -47,91 +47,138 @@ type Verdict struct {
 	Ingress Decision `json:"ingress"`
 }
 
-// Evaluate judges a flow against the Program. Its cost depends on the
-// rules that select the two pods, not on the size of the cluster.
+// Evaluate judges a flow against the Program and explains both
+// directions. Its cost depends on the rules that select the two pods, not
+// on the size of the cluster.
 func (p *Program) Evaluate(f Flow) Verdict {
-	var v Verdict
-	if f.Src.Pod >= 0 && f.Src.Pod == f.Dst.Pod {
-		d := Decision{Allowed: true, Tier: TierNotPoliced, Reason: "a pod's traffic to itself is not policed"}
-		return Verdict{Allowed: true, Egress: d, Ingress: d}
-	}
-	v.Egress = p.judge(f.Src, f.Dst.Addr, f, Egress)
-	v.Ingress = p.judge(f.Dst, f.Src.Addr, f, Ingress)
+	e, i := p.judgeBoth(f)
+	v := Verdict{Egress: p.explain(e, f.Src, Egress), Ingress: p.explain(i, f.Dst, Ingress)}
 	v.Allowed = v.Egress.Allowed && v.Ingress.Allowed
 	return v
 }
 
-func (p *Program) judge(local Endpoint, remote netip.Addr, f Flow, dir Direction) Decision {
+// Allowed is Evaluate without the explanation: the verdict alone, without
+// allocating. The lab and differential tests use it in their hot loops.
+func (p *Program) Allowed(f Flow) bool {
+	e, i := p.judgeBoth(f)
+	return e.allowed && i.allowed
+}
+
+// outcome is a decision before it is put into words.
+type outcome struct {
+	allowed bool
+	tier    Tier
+	rule    *Rule   // the deciding ClusterNetworkPolicy rule
+	npRule  *NPRule // the allowing NetworkPolicy rule
+	np      *NPTier // the isolating NetworkPolicy tier
+	passed  []*Rule
+	self    bool
+	node    string // node-local: the node's name
+	quiet   bool   // default allow with no rule at all for this pod
+}
+
+func (p *Program) judgeBoth(f Flow) (outcome, outcome) {
+	if f.Src.Pod >= 0 && f.Src.Pod == f.Dst.Pod {
+		o := outcome{allowed: true, tier: TierNotPoliced, self: true}
+		return o, o
+	}
+	return p.judge(f.Src, f.Dst.Addr, f, Egress), p.judge(f.Dst, f.Src.Addr, f, Ingress)
+}
+
+func (p *Program) judge(local Endpoint, remote netip.Addr, f Flow, dir Direction) outcome {
 	if local.Pod < 0 || p.Policies[local.Pod] == nil {
-		return Decision{Allowed: true, Tier: TierNotPoliced, Reason: p.notPolicedReason(local, dir)}
+		return outcome{allowed: true, tier: TierNotPoliced}
 	}
 	pod := &p.Pods[local.Pod]
 	if dir == Ingress && !p.Options.DenyNodeLocal {
 		for _, a := range p.NodeAddrs(pod.NodeName) {
 			if a == remote.Unmap() {
-				return Decision{Allowed: true, Tier: TierNodeLocal, Reason: fmt.Sprintf("node-local traffic from node %s to its own pod is allowed", pod.NodeName)}
+				return outcome{allowed: true, tier: TierNodeLocal, node: pod.NodeName}
 			}
 		}
 	}
 	dp := p.Policies[local.Pod].Dir(dir)
-	var passed []string
-	if d, done := judgeTier(dp.Admin, remote, f, &passed); done {
-		return d
+	ix := dp.indexes()
+	var passed []*Rule
+	if o, done := judgeTier(dp.Admin, ix.admin, remote, f, &passed); done {
+		return o
 	}
 	if dp.NP != nil {
-		for _, r := range dp.NP.Rules {
-			if r.Match.Matches(remote, f.Proto, f.Port) {
-				ref, idx := r.Policy, r.Index
-				return Decision{Allowed: true, Tier: TierNetworkPolicy, Policy: &ref, Rule: &idx, Action: ActionAllow, Passed: passed,
-					Reason: fmt.Sprintf("%s %s rule %d allows it", ref, dir, idx)}
-			}
+		if i := ix.np.lookup(remote, f.Proto, f.Port); i >= 0 {
+			return outcome{allowed: true, tier: TierNetworkPolicy, npRule: &dp.NP.Rules[i], passed: passed}
 		}
-		names := make([]string, len(dp.NP.Policies))
-		for i, r := range dp.NP.Policies {
-			names[i] = r.Namespace + "/" + r.Name
-		}
-		return Decision{Allowed: false, Tier: TierNetworkPolicy, Action: ActionIsolate, Passed: passed,
-			Reason: fmt.Sprintf("NetworkPolicies select the pod for %s (%s) and no rule allows it", dir, strings.Join(names, ", "))}
+		return outcome{tier: TierNetworkPolicy, np: dp.NP, passed: passed}
 	}
-	if d, done := judgeTier(dp.Baseline, remote, f, &passed); done {
-		return d
+	if o, done := judgeTier(dp.Baseline, ix.baseline, remote, f, &passed); done {
+		return o
 	}
-	reason := "no policy selects this pod for " + dir.String() + ": default allow"
-	if len(passed) > 0 || len(dp.Admin) > 0 || len(dp.Baseline) > 0 {
-		reason = "no rule decided: default allow"
-	}
-	return Decision{Allowed: true, Tier: TierDefault, Passed: passed, Reason: reason}
+	return outcome{allowed: true, tier: TierDefault, passed: passed, quiet: len(passed) == 0 && len(dp.Admin) == 0 && len(dp.Baseline) == 0}
 }
 
-// judgeTier walks one ClusterNetworkPolicy tier; done is false when the
-// tier made no decision (no match, or a Pass).
-func judgeTier(rules []RuleMatch, remote netip.Addr, f Flow, passed *[]string) (Decision, bool) {
-	for _, rm := range rules {
-		if !rm.Match.Matches(remote, f.Proto, f.Port) {
-			continue
-		}
-		r := rm.Rule
-		ref, idx := r.Policy, r.Index
-		desc := fmt.Sprintf("%s %s rule %d", ref, r.Direction, r.Index)
-		if r.Name != "" {
-			desc += fmt.Sprintf(" (%s)", r.Name)
-		}
-		if r.Action == ActionPass {
-			*passed = append(*passed, desc)
-			return Decision{}, false
-		}
-		d := Decision{Allowed: r.Action == ActionAccept, Tier: r.Tier, Policy: &ref, Rule: &idx, RuleName: r.Name, Action: r.Action, Passed: *passed}
+// judgeTier finds the first matching rule of one ClusterNetworkPolicy
+// tier; done is false when the tier made no decision (no match, or a Pass).
+func judgeTier(rules []RuleMatch, ix *matchIndex, remote netip.Addr, f Flow, passed *[]*Rule) (outcome, bool) {
+	i := ix.lookup(remote, f.Proto, f.Port)
+	if i < 0 {
+		return outcome{}, false
+	}
+	r := rules[i].Rule
+	if r.Action == ActionPass {
+		*passed = append(*passed, r)
+		return outcome{}, false
+	}
+	return outcome{allowed: r.Action == ActionAccept, tier: r.Tier, rule: r, passed: *passed}, true
+}
+
+func ruleDesc(r *Rule) string {
+	desc := fmt.Sprintf("%s %s rule %d", r.Policy, r.Direction, r.Index)
+	if r.Name != "" {
+		desc += fmt.Sprintf(" (%s)", r.Name)
+	}
+	return desc
+}
+
+// explain puts an outcome into words.
+func (p *Program) explain(o outcome, local Endpoint, dir Direction) Decision {
+	d := Decision{Allowed: o.allowed, Tier: o.tier}
+	for _, r := range o.passed {
+		d.Passed = append(d.Passed, ruleDesc(r))
+	}
+	switch {
+	case o.self:
+		d.Reason = "a pod's traffic to itself is not policed"
+	case o.tier == TierNotPoliced:
+		d.Reason = p.notPolicedReason(local, dir)
+	case o.tier == TierNodeLocal:
+		d.Reason = fmt.Sprintf("node-local traffic from node %s to its own pod is allowed", o.node)
+	case o.rule != nil:
+		r := o.rule
+		d.Policy, d.Rule, d.RuleName, d.Action = &r.Policy, &r.Index, r.Name, r.Action
 		verb := "accepts"
 		if r.Action == ActionDeny {
 			verb = "denies"
 		}
-		d.Reason = fmt.Sprintf("%s %s it", desc, verb)
+		d.Reason = fmt.Sprintf("%s %s it", ruleDesc(r), verb)
 		if r.FailClosed != "" {
 			d.Reason += " (fail-closed: " + r.FailClosed + ")"
 		}
-		return d, true
+	case o.npRule != nil:
+		r := o.npRule
+		d.Policy, d.Rule, d.Action = &r.Policy, &r.Index, ActionAllow
+		d.Reason = fmt.Sprintf("%s %s rule %d allows it", r.Policy, dir, r.Index)
+	case o.np != nil:
+		names := make([]string, len(o.np.Policies))
+		for i, r := range o.np.Policies {
+			names[i] = r.Namespace + "/" + r.Name
+		}
+		d.Action = ActionIsolate
+		d.Reason = fmt.Sprintf("NetworkPolicies select the pod for %s (%s) and no rule allows it", dir, strings.Join(names, ", "))
+	case o.quiet:
+		d.Reason = "no policy selects this pod for " + dir.String() + ": default allow"
+	default:
+		d.Reason = "no rule decided: default allow"
 	}
-	return Decision{}, false
+	return d
 }
 
 func (p *Program) notPolicedReason(e Endpoint, dir Direction) string {

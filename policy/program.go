@@ -3,6 +3,7 @@ package policy
 import (
 	"fmt"
 	"net/netip"
+	"sync"
 )
 
 // Direction says which end of a connection a rule judges: egress rules
@@ -141,6 +142,38 @@ type DirPolicy struct {
 	// NP is nil when no NetworkPolicy selects the pod for this direction.
 	NP       *NPTier
 	Baseline []RuleMatch
+
+	// index is built on first evaluation, so that compiling for a
+	// dataplane (which never evaluates) does not pay for it.
+	indexOnce sync.Once
+	index     *dirIndex
+}
+
+// dirIndex holds one matchIndex per tier.
+type dirIndex struct {
+	admin, np, baseline *matchIndex
+}
+
+func (dp *DirPolicy) indexes() *dirIndex {
+	dp.indexOnce.Do(func() {
+		ms := func(rs []RuleMatch) []Match {
+			out := make([]Match, len(rs))
+			for i, r := range rs {
+				out[i] = r.Match
+			}
+			return out
+		}
+		ix := &dirIndex{admin: buildIndex(ms(dp.Admin)), baseline: buildIndex(ms(dp.Baseline))}
+		if dp.NP != nil {
+			nps := make([]Match, len(dp.NP.Rules))
+			for i, r := range dp.NP.Rules {
+				nps[i] = r.Match
+			}
+			ix.np = buildIndex(nps)
+		}
+		dp.index = ix
+	})
+	return dp.index
 }
 
 // PodPolicy is the compiled policy of one pod-network pod.

@@ -1,0 +1,204 @@
+package policy
+
+import (
+	"net/netip"
+	"slices"
+	"sort"
+)
+
+// matchIndex answers "which is the first of these matches that contains
+// (address, protocol, port)?" in two binary searches, however many matches
+// and terms there are. The address space is cut into segments at every
+// term boundary; each segment holds, per protocol, the port intervals
+// painted with the lowest match index (tag) that covers them.
+type matchIndex struct {
+	starts []netip.Addr
+	// cells[i] covers [starts[i], starts[i+1]) within one family; nil
+	// means no term covers it.
+	cells []*cell
+}
+
+type cell struct {
+	// any is the lowest tag of an all-traffic term, -1 if none.
+	any int32
+	// ports per protocol in PortProtocols order.
+	ports [len(PortProtocols)][]portCell
+}
+
+// portCell covers ports [from, next cell's from) with tag (-1: none).
+type portCell struct {
+	from uint32
+	tag  int32
+}
+
+type termRef struct {
+	tag  int32
+	term *Term
+}
+
+// buildIndex indexes matches; a match's tag is its position.
+func buildIndex(matches []Match) *matchIndex {
+	type event struct {
+		at    netip.Addr
+		start bool
+		term  int32
+	}
+	var terms []termRef
+	var events []event
+	for tag, m := range matches {
+		for i := range m {
+			id := int32(len(terms))
+			terms = append(terms, termRef{int32(tag), &m[i]})
+			for _, r := range m[i].Addrs.Ranges() {
+				events = append(events, event{r.From, true, id})
+				if next := r.To.Next(); next.IsValid() && next.Is4() == r.To.Is4() {
+					events = append(events, event{next, false, id})
+				} else if r.To.Is4() {
+					// The range runs to 255.255.255.255: close it where IPv6
+					// starts.
+					events = append(events, event{netip.IPv6Unspecified(), false, id})
+				}
+			}
+		}
+	}
+	slices.SortFunc(events, func(a, b event) int { return a.at.Compare(b.at) })
+	// The active set is identified by a 128-bit Zobrist hash kept up to date
+	// in O(1) per event, so that segments with the same terms share one
+	// cell without rebuilding a key per segment.
+	seeds := make([][2]uint64, len(terms))
+	var x uint64 = 0x9e3779b97f4a7c15
+	for i := range seeds {
+		seeds[i] = [2]uint64{splitmix(&x), splitmix(&x)}
+	}
+	ix := &matchIndex{}
+	count := make([]int32, len(terms))
+	var hash [2]uint64
+	nActive := 0
+	memo := map[[2]uint64]*cell{}
+	for i := 0; i < len(events); {
+		at := events[i].at
+		for ; i < len(events) && events[i].at == at; i++ {
+			e := events[i]
+			before := count[e.term]
+			if e.start {
+				count[e.term]++
+			} else {
+				count[e.term]--
+			}
+			if (before == 0) != (count[e.term] == 0) {
+				hash[0] ^= seeds[e.term][0]
+				hash[1] ^= seeds[e.term][1]
+				if before == 0 {
+					nActive++
+				} else {
+					nActive--
+				}
+			}
+		}
+		var c *cell
+		if nActive > 0 {
+			var ok bool
+			if c, ok = memo[hash]; !ok {
+				c = cellFor(terms, count)
+				memo[hash] = c
+			}
+		}
+		if n := len(ix.cells); n > 0 && ix.cells[n-1] == c && ix.starts[n-1].Is4() == at.Is4() {
+			continue
+		}
+		ix.starts = append(ix.starts, at)
+		ix.cells = append(ix.cells, c)
+	}
+	return ix
+}
+
+func splitmix(x *uint64) uint64 {
+	*x += 0x9e3779b97f4a7c15
+	z := *x
+	z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9
+	z = (z ^ (z >> 27)) * 0x94d049bb133111eb
+	return z ^ (z >> 31)
+}
+
+// cellFor computes the cell of the active terms (count > 0).
+func cellFor(terms []termRef, count []int32) *cell {
+	c := &cell{any: -1}
+	var spans [len(PortProtocols)][]span
+	for id, n := range count {
+		if n == 0 {
+			continue
+		}
+		r := terms[id]
+		if r.term.Ports.All {
+			if c.any < 0 || r.tag < c.any {
+				c.any = r.tag
+			}
+			continue
+		}
+		for pi, proto := range PortProtocols {
+			for _, pr := range r.term.Ports.ByProto[proto] {
+				spans[pi] = append(spans[pi], span{uint32(pr.From), uint32(pr.To) + 1, r.tag})
+			}
+		}
+	}
+	for pi := range PortProtocols {
+		c.ports[pi] = paint(spans[pi])
+	}
+	return c
+}
+
+type span struct {
+	from, to uint32 // [from, to)
+	tag      int32
+}
+
+// paint flattens overlapping spans into cells carrying the lowest tag.
+func paint(spans []span) []portCell {
+	if len(spans) == 0 {
+		return nil
+	}
+	var bounds []uint32
+	for _, s := range spans {
+		bounds = append(bounds, s.from, s.to)
+	}
+	slices.Sort(bounds)
+	bounds = slices.Compact(bounds)
+	out := make([]portCell, 0, len(bounds))
+	for i, b := range bounds {
+		tag := int32(-1)
+		if i+1 < len(bounds) {
+			for _, s := range spans {
+				if s.from <= b && b < s.to && (tag < 0 || s.tag < tag) {
+					tag = s.tag
+				}
+			}
+		}
+		if n := len(out); n > 0 && out[n-1].tag == tag {
+			continue
+		}
+		out = append(out, portCell{b, tag})
+	}
+	return out
+}
+
+// lookup returns the lowest tag whose match contains the packet, or -1.
+func (ix *matchIndex) lookup(a netip.Addr, proto Protocol, port uint16) int32 {
+	a = a.Unmap()
+	i := sort.Search(len(ix.starts), func(i int) bool { return a.Less(ix.starts[i]) }) - 1
+	if i < 0 || ix.cells[i] == nil || ix.starts[i].Is4() != a.Is4() {
+		return -1
+	}
+	c := ix.cells[i]
+	best := c.any
+	for pi, p := range PortProtocols {
+		if p != proto {
+			continue
+		}
+		cells := c.ports[pi]
+		j := sort.Search(len(cells), func(j int) bool { return uint32(port) < cells[j].from }) - 1
+		if j >= 0 && cells[j].tag >= 0 && (best < 0 || cells[j].tag < best) {
+			best = cells[j].tag
+		}
+	}
+	return best
+}
