@@ -12,10 +12,37 @@ import (
 // term boundary; each segment holds, per protocol, the port intervals
 // painted with the lowest match index (tag) that covers them.
 type matchIndex struct {
-	starts []netip.Addr
-	// cells[i] covers [starts[i], starts[i+1]) within one family; nil
-	// means no term covers it.
-	cells []*cell
+	// v4 and v6 segments are kept apart as plain integers: compact arrays
+	// without pointers keep the binary search in cache and out of the GC.
+	v4 segments[uint32]
+	v6 segments[u128]
+}
+
+// segments[T]: cells[i] covers [starts[i], starts[i+1]); nil means no term
+// covers it.
+type segments[T uint32 | u128] struct {
+	starts []T
+	cells  []*cell
+}
+
+// u128 is an IPv6 address as a comparable integer pair.
+type u128 struct{ hi, lo uint64 }
+
+func (a u128) less(b u128) bool { return a.hi < b.hi || a.hi == b.hi && a.lo < b.lo }
+
+func v4key(a netip.Addr) uint32 {
+	b := a.As4()
+	return uint32(b[0])<<24 | uint32(b[1])<<16 | uint32(b[2])<<8 | uint32(b[3])
+}
+
+func v6key(a netip.Addr) u128 {
+	b := a.As16()
+	var k u128
+	for i := 0; i < 8; i++ {
+		k.hi = k.hi<<8 | uint64(b[i])
+		k.lo = k.lo<<8 | uint64(b[8+i])
+	}
+	return k
 }
 
 type cell struct {
@@ -103,13 +130,21 @@ func buildIndex(matches []Match) *matchIndex {
 				memo[hash] = c
 			}
 		}
-		if n := len(ix.cells); n > 0 && ix.cells[n-1] == c && ix.starts[n-1].Is4() == at.Is4() {
-			continue
+		if at.Is4() {
+			ix.v4.add(v4key(at), c)
+		} else {
+			ix.v6.add(v6key(at), c)
 		}
-		ix.starts = append(ix.starts, at)
-		ix.cells = append(ix.cells, c)
 	}
 	return ix
+}
+
+func (s *segments[T]) add(at T, c *cell) {
+	if n := len(s.cells); n > 0 && s.cells[n-1] == c {
+		return
+	}
+	s.starts = append(s.starts, at)
+	s.cells = append(s.cells, c)
 }
 
 func splitmix(x *uint64) uint64 {
@@ -184,11 +219,23 @@ func paint(spans []span) []portCell {
 // lookup returns the lowest tag whose match contains the packet, or -1.
 func (ix *matchIndex) lookup(a netip.Addr, proto Protocol, port uint16) int32 {
 	a = a.Unmap()
-	i := sort.Search(len(ix.starts), func(i int) bool { return a.Less(ix.starts[i]) }) - 1
-	if i < 0 || ix.cells[i] == nil || ix.starts[i].Is4() != a.Is4() {
+	var c *cell
+	if a.Is4() {
+		k := v4key(a)
+		i := sort.Search(len(ix.v4.starts), func(i int) bool { return k < ix.v4.starts[i] }) - 1
+		if i >= 0 {
+			c = ix.v4.cells[i]
+		}
+	} else {
+		k := v6key(a)
+		i := sort.Search(len(ix.v6.starts), func(i int) bool { return k.less(ix.v6.starts[i]) }) - 1
+		if i >= 0 {
+			c = ix.v6.cells[i]
+		}
+	}
+	if c == nil {
 		return -1
 	}
-	c := ix.cells[i]
 	best := c.any
 	for pi, p := range PortProtocols {
 		if p != proto {
