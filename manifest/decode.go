@@ -191,39 +191,45 @@ func (d *decoder) unmarshal(object, source string, js []byte, into any) bool {
 }
 
 // strict decodes a policy and returns the paths of unknown and duplicate
-// fields. They are reported here and returned so the compiler can fail
-// closed on the parts they belong to.
+// fields, reporting duplicates here. Unknown fields are reported by the
+// compiler, which owns what they do to enforcement.
 func (d *decoder) strict(object, source string, js []byte, into any) ([]string, bool) {
-	strictErrs, err := sigsjson.UnmarshalStrict(js, into, sigsjson.DisallowDuplicateFields, sigsjson.DisallowUnknownFields)
+	unknown, duplicate, err := StrictDecode(js, into)
 	if err != nil {
 		d.drop(object, "", source, fmt.Sprintf("cannot decode: %v", err))
 		return nil, false
 	}
-	var paths []string
+	for _, p := range duplicate {
+		d.add(policy.SeverityError, object, p, source, "duplicate field (the part it belongs to is enforced fail-closed)")
+	}
+	return append(unknown, duplicate...), true
+}
+
+// StrictDecode decodes a JSON object into a policy type and returns the
+// field paths (e.g. "spec.ingress[0].from[1].serviceAccounts") of fields
+// the type does not have and of fields given twice, leaving out metadata
+// and status. Every source of policies (files, informers) decodes through
+// it, so an object written for a newer API is enforced fail-closed instead
+// of losing its unknown parts silently (NPEP-187, network-policy-api #340).
+// err is set only when the object cannot be decoded at all.
+func StrictDecode(js []byte, into any) (unknown, duplicate []string, err error) {
+	strictErrs, err := sigsjson.UnmarshalStrict(js, into, sigsjson.DisallowDuplicateFields, sigsjson.DisallowUnknownFields)
+	if err != nil {
+		return nil, nil, err
+	}
 	for _, e := range strictErrs {
 		msg := e.Error()
-		path, kind := "", ""
-		for _, prefix := range []string{"unknown field ", "duplicate field "} {
-			if strings.HasPrefix(msg, prefix) {
-				kind = strings.TrimSpace(prefix)
-				path = strings.Trim(strings.TrimPrefix(msg, prefix), `"`)
+		for prefix, list := range map[string]*[]string{"unknown field ": &unknown, "duplicate field ": &duplicate} {
+			if !strings.HasPrefix(msg, prefix) {
+				continue
 			}
+			path := strings.Trim(strings.TrimPrefix(msg, prefix), `"`)
+			if strings.HasPrefix(path, "metadata.") || strings.HasPrefix(path, "status.") {
+				continue
+			}
+			*list = append(*list, path)
 		}
-		if path == "" {
-			d.add(policy.SeverityError, object, "", source, msg)
-			continue
-		}
-		if strings.HasPrefix(path, "metadata.") || strings.HasPrefix(path, "status.") {
-			// Not policy: standard metadata and implementation-written status.
-			continue
-		}
-		if kind == "duplicate field" {
-			d.add(policy.SeverityError, object, path, source, "duplicate field (the part it belongs to is enforced fail-closed)")
-		}
-		// Unknown fields are reported by the compiler, which owns what
-		// they do to enforcement.
-		paths = append(paths, path)
 	}
-	return paths, true
+	return unknown, duplicate, nil
 }
 
