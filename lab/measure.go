@@ -149,7 +149,7 @@ func Measure(ctx context.Context, t *Topology, ns *Namespaces, rulesets map[stri
 	results := ProbeAll(ctx, ns, probes, opts)
 	var again []int
 	for k, r := range results {
-		if r.Outcome == TimedOut && cells[idx[k]].flow.Allowed {
+		if (r.Outcome == TimedOut || r.Outcome == DroppedLocally) && cells[idx[k]].flow.Allowed {
 			again = append(again, k)
 		}
 	}

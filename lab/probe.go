@@ -31,11 +31,14 @@ func (p Probe) String() string {
 type Outcome int
 
 // Outcomes. Refused counts as reached: the packet passed every filter and
-// the destination answered (no responder on that port).
+// the destination answered (no responder on that port). DroppedLocally is
+// a drop in the source's own namespace (a node or host-network pod): the
+// kernel tells the sender with EPERM instead of letting it time out.
 const (
 	Reached Outcome = iota
 	Refused
 	TimedOut
+	DroppedLocally
 	Failed
 )
 
@@ -43,7 +46,7 @@ const (
 func (o Outcome) Reached() bool { return o == Reached || o == Refused }
 
 func (o Outcome) String() string {
-	return [...]string{"reached", "refused", "timed out", "failed"}[o]
+	return [...]string{"reached", "refused", "timed out", "dropped locally", "failed"}[o]
 }
 
 // ProbeResult is a probe's outcome; Err explains Failed.
@@ -177,6 +180,8 @@ func classify(err error) (Outcome, error) {
 	switch {
 	case errors.Is(err, syscall.ECONNREFUSED):
 		return Refused, nil
+	case errors.Is(err, syscall.EPERM):
+		return DroppedLocally, nil
 	case errors.Is(err, context.DeadlineExceeded), errors.Is(err, os.ErrDeadlineExceeded), errors.As(err, &ne) && ne.Timeout():
 		return TimedOut, nil
 	}

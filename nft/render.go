@@ -36,6 +36,15 @@ type staticChain struct {
 var staticChains = []staticChain{
 	{name: conflictChain, rules: []string{"drop"}},
 	{name: dispatchChain, rules: []string{
+		// A TCP packet that is new to conntrack but not a SYN is the
+		// middle of a connection whose entry is gone, typically because
+		// a Program denied it and Sync removed the entry. Picked up
+		// loosely it would start a connection from the wrong end (and
+		// let the other end's packets through as replies): drop it.
+		"ip saddr @local4 tcp flags & (fin|syn|rst|ack) != syn drop",
+		"ip daddr @local4 tcp flags & (fin|syn|rst|ack) != syn drop",
+		"ip6 saddr @local6 tcp flags & (fin|syn|rst|ack) != syn drop",
+		"ip6 daddr @local6 tcp flags & (fin|syn|rst|ack) != syn drop",
 		"ip saddr . ip daddr @self4 accept",
 		"ip6 saddr . ip6 daddr @self6 accept",
 		"ip saddr vmap @egress4",
@@ -63,6 +72,8 @@ var baseRules = []string{
 var staticSets = []knftables.Set{
 	{Name: "self4", Type: "ipv4_addr . ipv4_addr", Comment: knftables.PtrTo("local pod addresses, to themselves")},
 	{Name: "self6", Type: "ipv6_addr . ipv6_addr", Comment: knftables.PtrTo("local pod addresses, to themselves")},
+	{Name: "local4", Type: "ipv4_addr", Comment: knftables.PtrTo("policed pods on this node")},
+	{Name: "local6", Type: "ipv6_addr", Comment: knftables.PtrTo("policed pods on this node")},
 	{Name: "nodelocal4", Type: "ipv4_addr", Comment: knftables.PtrTo("this node's addresses when node-local traffic is allowed")},
 	{Name: "nodelocal6", Type: "ipv6_addr", Comment: knftables.PtrTo("this node's addresses when node-local traffic is allowed")},
 }
@@ -147,6 +158,10 @@ func selfElement(a netip.Addr) *knftables.Element {
 	return &knftables.Element{Set: "self" + family(a), Key: []string{a.String(), a.String()}}
 }
 
+func localElement(a netip.Addr) *knftables.Element {
+	return &knftables.Element{Set: "local" + family(a), Key: []string{a.String()}}
+}
+
 func nodeLocalElement(a netip.Addr) *knftables.Element {
 	return &knftables.Element{Set: "nodelocal" + family(a), Key: []string{a.String()}}
 }
@@ -210,6 +225,7 @@ func fullTransaction(tx *knftables.Transaction, rs *Ruleset) {
 	}
 	for _, a := range rs.Self {
 		tx.Add(selfElement(a))
+		tx.Add(localElement(a))
 	}
 	for _, a := range rs.NodeLocal {
 		tx.Add(nodeLocalElement(a))
@@ -266,6 +282,7 @@ func diffTransaction(tx *knftables.Transaction, old, rs *Ruleset) {
 		}
 	}
 	diffAddrList(tx, old.Self, rs.Self, selfElement)
+	diffAddrList(tx, old.Self, rs.Self, localElement)
 	diffAddrList(tx, old.NodeLocal, rs.NodeLocal, nodeLocalElement)
 	for _, dir := range []policy.Direction{policy.Egress, policy.Ingress} {
 		om, nm := old.Egress, rs.Egress

@@ -108,8 +108,9 @@ type Ruleset struct {
 	// Egress and Ingress map a local pod address to the chain that
 	// judges that direction; a pod no policy selects has no entry.
 	Egress, Ingress map[netip.Addr]string
-	// Self lists local pod addresses: a pod reaching its own address is
-	// not policed.
+	// Self lists local policed pod addresses: a pod reaching its own
+	// address is not policed, and a TCP packet that is new to conntrack
+	// but no SYN is dropped from or to them.
 	Self []netip.Addr
 	// NodeLocal lists the node's addresses whose traffic to local pods is
 	// allowed; empty when node-local traffic is policed.
@@ -136,7 +137,7 @@ func (rs *Ruleset) Stats() Stats {
 	for _, s := range rs.Sets {
 		st.Elements += len(s.Addrs) + len(s.Boxes)
 	}
-	st.Elements += len(rs.Egress) + len(rs.Ingress) + len(rs.Self) + len(rs.NodeLocal)
+	st.Elements += len(rs.Egress) + len(rs.Ingress) + 2*len(rs.Self) + len(rs.NodeLocal)
 	return st
 }
 
