@@ -14,6 +14,10 @@ func (k *compiler) assemble() {
 	p := k.prog
 	p.Policies = make([]*PodPolicy, len(p.Pods))
 
+	k.isPoliced = make([]bool, len(p.Pods))
+	for _, i := range k.policed {
+		k.isPoliced[i] = true
+	}
 	cnpOrder := make([]int, len(k.cnps))
 	for i := range cnpOrder {
 		cnpOrder[i] = i
@@ -37,9 +41,11 @@ func (k *compiler) assemble() {
 		return x.Name < y.Name
 	})
 
-	admin := make([][]int, len(p.Pods))
-	baseline := make([][]int, len(p.Pods))
-	nps := make([][]int, len(p.Pods))
+	k.cnpOrder, k.npOrder = cnpOrder, npOrder
+	k.admin = make([][]int, len(p.Pods))
+	k.baseline = make([][]int, len(p.Pods))
+	k.npsOf = make([][]int, len(p.Pods))
+	admin, baseline, nps := k.admin, k.baseline, k.npsOf
 	for _, ci := range cnpOrder {
 		c := k.cnps[ci]
 		for _, pod := range c.selected {
@@ -56,48 +62,61 @@ func (k *compiler) assemble() {
 		}
 	}
 
-	cache := map[string]*DirPolicy{}
-	memo := map[*Rule]Match{}
-	var key strings.Builder
+	k.dirCache = map[string]*DirPolicy{}
+	k.dirKeys = map[string][]string{}
+	k.memo = map[*Rule]Match{}
 	for _, pod := range k.policed {
-		pp := &PodPolicy{}
-		for _, dir := range []Direction{Ingress, Egress} {
-			key.Reset()
-			key.WriteString(dir.String())
-			named := false
-			writeIdx := func(tag string, idx []int, filter func(int) bool) {
-				key.WriteString(tag)
-				for _, i := range idx {
-					if filter != nil && !filter(i) {
-						continue
-					}
-					key.WriteString(strconv.Itoa(i))
-					key.WriteByte(',')
+		p.Policies[pod] = k.podPolicy(pod)
+	}
+}
+
+// podPolicy builds (or reuses from dirCache) one pod's PodPolicy from the
+// per-pod policy lists.
+func (k *compiler) podPolicy(pod int) *PodPolicy {
+	pp := &PodPolicy{}
+	var key strings.Builder
+	for _, dir := range []Direction{Ingress, Egress} {
+		key.Reset()
+		key.WriteString(dir.String())
+		writeIdx := func(tag string, idx []int, filter func(int) bool) {
+			key.WriteString(tag)
+			for _, i := range idx {
+				if filter != nil && !filter(i) {
+					continue
 				}
-			}
-			writeIdx("|a:", admin[pod], nil)
-			writeIdx("|n:", nps[pod], func(i int) bool { return k.nps[i].types[dir] })
-			writeIdx("|b:", baseline[pod], nil)
-			if dir == Ingress {
-				named = k.usesNamed(admin[pod], nps[pod], baseline[pod])
-				if named {
-					key.WriteString("|p:")
-					key.WriteString(namedSignature(&p.Pods[pod]))
-				}
-			}
-			dp, hit := cache[key.String()]
-			if !hit {
-				dp = k.dirPolicy(pod, dir, admin[pod], nps[pod], baseline[pod], memo)
-				cache[key.String()] = dp
-			}
-			if dir == Ingress {
-				pp.Ingress = dp
-			} else {
-				pp.Egress = dp
+				key.WriteString(strconv.Itoa(i))
+				key.WriteByte(',')
 			}
 		}
-		p.Policies[pod] = pp
+		writeIdx("|a:", k.admin[pod], nil)
+		writeIdx("|n:", k.npsOf[pod], func(i int) bool { return k.nps[i].types[dir] })
+		writeIdx("|b:", k.baseline[pod], nil)
+		if dir == Ingress && k.usesNamed(k.admin[pod], k.npsOf[pod], k.baseline[pod]) {
+			key.WriteString("|p:")
+			key.WriteString(namedSignature(&k.prog.Pods[pod]))
+		}
+		dp, hit := k.dirCache[key.String()]
+		if !hit {
+			dp = k.dirPolicy(pod, dir, k.admin[pod], k.npsOf[pod], k.baseline[pod], k.memo)
+			ks := key.String()
+			k.dirCache[ks] = dp
+			for _, ci := range k.admin[pod] {
+				k.dirKeys[cnpTag(ci)] = append(k.dirKeys[cnpTag(ci)], ks)
+			}
+			for _, ci := range k.baseline[pod] {
+				k.dirKeys[cnpTag(ci)] = append(k.dirKeys[cnpTag(ci)], ks)
+			}
+			for _, ni := range k.npsOf[pod] {
+				k.dirKeys[npTag(ni)] = append(k.dirKeys[npTag(ni)], ks)
+			}
+		}
+		if dir == Ingress {
+			pp.Ingress = dp
+		} else {
+			pp.Egress = dp
+		}
 	}
+	return pp
 }
 
 func (k *compiler) usesNamed(admin, nps, baseline []int) bool {
@@ -175,3 +194,6 @@ func (k *compiler) finishStatus() {
 		return k.prog.Status[i].Policy.String() < k.prog.Status[j].Policy.String()
 	})
 }
+
+func cnpTag(i int) string { return "a" + strconv.Itoa(i) }
+func npTag(i int) string  { return "n" + strconv.Itoa(i) }

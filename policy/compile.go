@@ -29,23 +29,37 @@ type compiler struct {
 	nps     []*npCompiled
 	cnps    []*cnpCompiled
 	sel     selectorCache
-	// peerPodCache memoises which pods a (namespace selector, pod selector)
-	// pair selects.
-	peerPodCache map[string][]int
-	// peerCache memoises resolved selector peers by the same keys.
+	// peerCache memoises resolved selector peers (and subjects) by a key
+	// naming their selectors; peerDefs keeps the selectors themselves.
 	peerCache map[string]peer
+	peerDefs  map[string]*peerDef
+	// Per pod, the policies that select it (indices into cnps and nps),
+	// in evaluation order; kept for incremental updates.
+	admin, baseline, npsOf [][]int
+	cnpOrder, npOrder      []int
+	dirCache               map[string]*DirPolicy
+	// dirKeys lists, per policy ("a3", "n7"), the dirCache keys built from
+	// it, so that a change to the policy can drop exactly those.
+	dirKeys map[string][]string
+	memo    map[*Rule]Match
+	// isPoliced marks the pods that get a PodPolicy.
+	isPoliced []bool
 }
 
 // Compile turns a snapshot into a Program. It never fails: objects that do
 // not validate, or that carry fields Moat does not know, are compiled fail
 // closed and reported in Program.Status and Program.Diagnostics.
 func Compile(c *Cluster, opts Options) *Program {
+	return newCompiler(c, opts).prog
+}
+
+func newCompiler(c *Cluster, opts Options) *compiler {
 	k := &compiler{
 		prog:         &Program{Options: opts},
 		nsLabels:     map[string]map[string]string{},
 		podsByNS:     map[string][]int{},
-		peerPodCache: map[string][]int{},
 		peerCache:    map[string]peer{},
+		peerDefs:     map[string]*peerDef{},
 		sel:          selectorCache{},
 	}
 	k.indexNamespaces(c)
@@ -59,7 +73,7 @@ func Compile(c *Cluster, opts Options) *Program {
 	}
 	k.assemble()
 	k.finishStatus()
-	return k.prog
+	return k
 }
 
 func (k *compiler) diag(sev Severity, object, fieldPath, source, msg string) {

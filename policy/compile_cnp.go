@@ -17,6 +17,8 @@ type cnpCompiled struct {
 	tier     Tier
 	priority int32
 	selected []int
+	// subjectKey names the memoised subject; empty when it cannot change.
+	subjectKey string
 	rules    [2][]cnpRule
 	status   PolicyStatus
 }
@@ -25,6 +27,8 @@ type cnpCompiled struct {
 type cnpRule struct {
 	rule  *Rule
 	peers peerSet
+	// parts: see npRule.parts.
+	parts []peer
 	ports portSpec
 }
 
@@ -75,7 +79,7 @@ func (k *compiler) compileCNP(cnp *ClusterNetworkPolicy) *cnpCompiled {
 	// Pass rules then apply to every pod, Accept rules to none.
 	subjectBad := bad.under("spec.subject")
 	if subjectBad == "" {
-		out.selected = k.cnpSubject(&spec.Subject)
+		out.subjectKey, out.selected = k.cnpSubject(&spec.Subject)
 	} else {
 		out.selected = k.policed
 	}
@@ -99,22 +103,18 @@ func (k *compiler) compileCNP(cnp *ClusterNetworkPolicy) *cnpCompiled {
 	return out
 }
 
-func (k *compiler) cnpSubject(s *v1alpha2.ClusterNetworkPolicySubject) []int {
-	var namespaces []string
-	podSel := labels.Everything()
-	key := ""
+func (k *compiler) cnpSubject(s *v1alpha2.ClusterNetworkPolicySubject) (string, []int) {
+	var p *cnpPeerFields
 	switch {
 	case s.Namespaces != nil:
-		sel, _ := k.sel.get(s.Namespaces)
-		namespaces = k.namespacesMatching(sel)
-		key = "nssel=" + selectorKey(s.Namespaces) + "|pod=all"
+		p = &cnpPeerFields{namespaces: s.Namespaces}
 	case s.Pods != nil:
-		sel, _ := k.sel.get(&s.Pods.NamespaceSelector)
-		namespaces = k.namespacesMatching(sel)
-		podSel, _ = k.sel.get(&s.Pods.PodSelector)
-		key = "nssel=" + selectorKey(&s.Pods.NamespaceSelector) + "|pod=" + selectorKey(&s.Pods.PodSelector)
+		p = &cnpPeerFields{pods: s.Pods}
+	default:
+		return "", nil
 	}
-	return k.podsIn(key, namespaces, podSel)
+	pe := k.cnpPeer(p)
+	return pe.key, pe.pods
 }
 
 // compileCNPRule resolves one rule and applies fail-closed semantics
@@ -169,6 +169,7 @@ func (k *compiler) compileCNPRule(c *cnpCompiled, dir Direction, index int, name
 		out.peers = peerSet{addrs: AllAddrs(), allPods: true}
 	} else {
 		out.peers = unionPeers(peers)
+		out.parts = peers
 	}
 
 	// Protocols.
@@ -233,11 +234,11 @@ func (k *compiler) cnpPeer(p *cnpPeerFields) peer {
 	switch {
 	case p.namespaces != nil:
 		sel, _ := k.sel.get(p.namespaces)
-		return k.podPeer("nssel="+selectorKey(p.namespaces)+"|pod=all", func() []string { return k.namespacesMatching(sel) }, labels.Everything())
+		return k.podPeer("nssel="+selectorKey(p.namespaces)+"|pod=all", peerDef{nsSel: sel, podSel: labels.Everything()})
 	case p.pods != nil:
 		nsSel, _ := k.sel.get(&p.pods.NamespaceSelector)
 		podSel, _ := k.sel.get(&p.pods.PodSelector)
-		return k.podPeer("nssel="+selectorKey(&p.pods.NamespaceSelector)+"|pod="+selectorKey(&p.pods.PodSelector), func() []string { return k.namespacesMatching(nsSel) }, podSel)
+		return k.podPeer("nssel="+selectorKey(&p.pods.NamespaceSelector)+"|pod="+selectorKey(&p.pods.PodSelector), peerDef{nsSel: nsSel, podSel: podSel})
 	case p.nodes != nil:
 		sel, _ := k.sel.get(p.nodes)
 		return peer{addrs: k.nodeAddrs(sel)}

@@ -13,6 +13,9 @@ import (
 type npCompiled struct {
 	ref      PolicyRef
 	selected []int
+	// subjectKey names the memoised selection; empty when the selection
+	// cannot change (an invalid selector selects the whole namespace).
+	subjectKey string
 	types    [2]bool
 	rules    [2][]npRule
 	status   PolicyStatus
@@ -22,9 +25,13 @@ type npCompiled struct {
 type npRule struct {
 	index int
 	peers peerSet
+	// parts are the rule's peers, kept so the union can be redone when a
+	// selector peer changes; nil when peers is fixed (all, or nothing).
+	parts []peer
 	ports portSpec
-	// none: the rule matches nothing (it failed closed, or all its peers or
-	// ports did).
+	// none: the rule failed closed and matches nothing. (A rule whose
+	// peers or ports resolve to nothing today simply compiles to an empty
+	// Match.)
 	none bool
 }
 
@@ -49,12 +56,10 @@ func (k *compiler) compileNP(np *NetworkPolicy) *npCompiled {
 	// NetworkPolicy only ever allows, so selecting too much fails closed.
 	sel, ok := k.sel.get(&spec.PodSelector)
 	if !ok || bad.under("spec.podSelector") != "" {
-		sel = labels.Everything()
-	}
-	for _, i := range k.podsByNS[np.Namespace] {
-		if sel.Matches(labels.Set(k.prog.Pods[i].Labels)) {
-			out.selected = append(out.selected, i)
-		}
+		out.selected = k.podsByNS[np.Namespace]
+	} else {
+		out.subjectKey = "ns=" + np.Namespace + "|pod=" + selectorKey(&spec.PodSelector)
+		out.selected = k.podPeer(out.subjectKey, peerDef{ns: np.Namespace, podSel: sel}).pods
 	}
 
 	// Policy types, defaulted as the API server does.
@@ -132,6 +137,7 @@ func (k *compiler) compileNPRule(ns string, index int, path, peerField string, p
 			ps = append(ps, k.npPeer(ns, &peers[j]))
 		}
 		r.peers = unionPeers(ps)
+		r.parts = ps
 	}
 	// Ports: an empty list is all traffic; failed entries match nothing.
 	if len(ports) == 0 {
@@ -155,7 +161,6 @@ func (k *compiler) compileNPRule(ns string, index int, path, peerField string, p
 			r.ports.numeric = append(r.ports.numeric, protoRange{proto, PortRange{uint16(p.Port.IntVal), uint16(to)}})
 		}
 	}
-	r.none = r.peers.addrs.Empty() || (!r.ports.all && len(r.ports.numeric) == 0 && len(r.ports.named) == 0)
 	return r
 }
 
@@ -194,17 +199,17 @@ func (k *compiler) npPeer(ns string, p *networkingv1.NetworkPolicyPeer) peer {
 		}
 		podSel = s
 	}
-	namespaces := func() []string { return []string{ns} }
+	def := peerDef{ns: ns, podSel: podSel}
 	nsKey := "ns=" + ns
 	if p.NamespaceSelector != nil {
 		s, ok := k.sel.get(p.NamespaceSelector)
 		if !ok {
 			return peer{addrs: NewAddrSet()}
 		}
-		namespaces = func() []string { return k.namespacesMatching(s) }
+		def.nsSel = s
 		nsKey = "nssel=" + selectorKey(p.NamespaceSelector)
 	}
-	return k.podPeer(nsKey+"|pod="+selectorKey(p.PodSelector), namespaces, podSel)
+	return k.podPeer(nsKey+"|pod="+selectorKey(p.PodSelector), def)
 }
 
 // protocolOf maps a core protocol, defaulting to TCP.

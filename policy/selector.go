@@ -1,6 +1,8 @@
 package policy
 
 import (
+	"slices"
+
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
 )
@@ -46,35 +48,53 @@ func (k *compiler) namespacesMatching(sel labels.Selector) []string {
 	return out
 }
 
-// podPeer resolves a selector peer: the pods of the given namespaces that
-// podSel selects, and their addresses. The result is memoised by key, since
-// many policies repeat the same selectors.
-func (k *compiler) podPeer(key string, namespaces func() []string, podSel labels.Selector) peer {
+// peerDef is what a memoised selector peer selects: pods of the namespace
+// ns (when nsSel is nil) or of the namespaces nsSel selects, that podSel
+// selects. The incremental compiler re-checks single pods against it.
+type peerDef struct {
+	ns     string
+	nsSel  labels.Selector
+	podSel labels.Selector
+}
+
+func (d *peerDef) selects(k *compiler, pod *Pod) bool {
+	if d.nsSel == nil {
+		if pod.Namespace != d.ns {
+			return false
+		}
+	} else if !d.nsSel.Matches(labels.Set(k.nsLabels[pod.Namespace])) {
+		return false
+	}
+	return d.podSel.Matches(labels.Set(pod.Labels))
+}
+
+// podPeer resolves a selector peer: the pod-network pods that def selects
+// and their addresses. The result is memoised by key, since many policies
+// repeat the same selectors, and the key lets the incremental compiler find
+// what a pod's relabel changes.
+func (k *compiler) podPeer(key string, def peerDef) peer {
 	if p, hit := k.peerCache[key]; hit {
 		return p
 	}
-	pods := k.podsIn(key, namespaces(), podSel)
-	p := peer{addrs: k.podAddrs(pods), pods: pods}
-	k.peerCache[key] = p
-	return p
-}
-
-// podsIn lists the pod-network pods of the given namespaces that podSel
-// selects. The result is memoised by key.
-func (k *compiler) podsIn(key string, namespaces []string, podSel labels.Selector) []int {
-	if out, hit := k.peerPodCache[key]; hit {
-		return out
+	var namespaces []string
+	if def.nsSel == nil {
+		namespaces = []string{def.ns}
+	} else {
+		namespaces = k.namespacesMatching(def.nsSel)
 	}
-	var out []int
+	var pods []int
 	for _, ns := range namespaces {
 		for _, i := range k.podsByNS[ns] {
-			if podSel.Matches(labels.Set(k.prog.Pods[i].Labels)) {
-				out = append(out, i)
+			if def.podSel.Matches(labels.Set(k.prog.Pods[i].Labels)) {
+				pods = append(pods, i)
 			}
 		}
 	}
-	k.peerPodCache[key] = out
-	return out
+	slices.Sort(pods)
+	p := peer{addrs: k.podAddrs(pods), pods: pods, key: key}
+	k.peerCache[key] = p
+	k.peerDefs[key] = &def
+	return p
 }
 
 // podAddrs is the set of addresses of the given pods.
@@ -106,6 +126,9 @@ func (k *compiler) nodeAddrs(sel labels.Selector) *AddrSet {
 type peer struct {
 	addrs *AddrSet
 	pods  []int
+	// key names a memoised selector peer; empty for address peers, which
+	// no pod change can alter.
+	key string
 	// allPods: named ports resolve on every pod-network pod (the
 	// "all peers" of an empty NetworkPolicy from/to list).
 	allPods bool
