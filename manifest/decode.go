@@ -232,4 +232,3 @@ func StrictDecode(js []byte, into any) (unknown, duplicate []string, err error) 
 	}
 	return unknown, duplicate, nil
 }
-

@@ -55,12 +55,12 @@ func Compile(c *Cluster, opts Options) *Program {
 
 func newCompiler(c *Cluster, opts Options) *compiler {
 	k := &compiler{
-		prog:         &Program{Options: opts},
-		nsLabels:     map[string]map[string]string{},
-		podsByNS:     map[string][]int{},
-		peerCache:    map[string]peer{},
-		peerDefs:     map[string]*peerDef{},
-		sel:          selectorCache{},
+		prog:      &Program{Options: opts},
+		nsLabels:  map[string]map[string]string{},
+		podsByNS:  map[string][]int{},
+		peerCache: map[string]peer{},
+		peerDefs:  map[string]*peerDef{},
+		sel:       selectorCache{},
 	}
 	k.indexNamespaces(c)
 	k.indexNodes(c)

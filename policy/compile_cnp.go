@@ -19,8 +19,8 @@ type cnpCompiled struct {
 	selected []int
 	// subjectKey names the memoised subject; empty when it cannot change.
 	subjectKey string
-	rules    [2][]cnpRule
-	status   PolicyStatus
+	rules      [2][]cnpRule
+	status     PolicyStatus
 }
 
 // cnpRule is one rule before per-pod named-port resolution.

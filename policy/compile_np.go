@@ -16,9 +16,9 @@ type npCompiled struct {
 	// subjectKey names the memoised selection; empty when the selection
 	// cannot change (an invalid selector selects the whole namespace).
 	subjectKey string
-	types    [2]bool
-	rules    [2][]npRule
-	status   PolicyStatus
+	types      [2]bool
+	rules      [2][]npRule
+	status     PolicyStatus
 }
 
 // npRule is one NetworkPolicy rule before per-pod named-port resolution.
