@@ -383,3 +383,17 @@ func download(c net.Conn, n int64, seed uint64) error {
 }
 
 func insecureCreds() credentials.TransportCredentials { return insecure.NewCredentials() }
+
+func newBufReader(r io.Reader) *bufio.Reader { return bufio.NewReader(r) }
+
+func credentialsTLS(t testing.TB, p *pki) credentials.TransportCredentials {
+	return credentials.NewTLS(clientTLS(t, p))
+}
+
+func tlsconfigServer(p *pki) (credentials.TransportCredentials, error) {
+	cfg, err := tlsconfig.Server(p.server.CertFile, p.server.KeyFile, p.ca.CertFile, "cluster")
+	if err != nil {
+		return nil, err
+	}
+	return credentials.NewTLS(cfg), nil
+}

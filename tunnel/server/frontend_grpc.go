@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"sync"
+	"time"
 
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
@@ -33,9 +34,26 @@ func (w frontendWriter) Write(b []byte) (int, error) {
 // sends one DIAL_REQ per stream. gRPC flow control on this stream is the
 // connection's own backpressure.
 func (s *Server) Proxy(st client.ProxyService_ProxyServer) error {
-	first, err := st.Recv()
-	if err != nil {
-		return nil
+	type recvd struct {
+		p   *client.Packet
+		err error
+	}
+	firstc := make(chan recvd, 1)
+	go func() {
+		p, err := st.Recv()
+		firstc <- recvd{p, err}
+	}()
+	var first *client.Packet
+	select {
+	case r := <-firstc:
+		if r.err != nil {
+			return nil
+		}
+		first = r.p
+	case <-time.After(s.cfg.DialTimeout):
+		// A client that opens a stream and says nothing is cut off.
+		s.metrics.BadPacket("frontend_silent")
+		return status.Errorf(codes.DeadlineExceeded, "proxy stream: no DIAL_REQ within %s", s.cfg.DialTimeout)
 	}
 	if err := proto.Check(first); err != nil || first.Type != client.PacketType_DIAL_REQ {
 		s.metrics.BadPacket("frontend_first_packet")

@@ -68,6 +68,7 @@ func (s *Server) Serve(ctx context.Context, l Listeners) error {
 			return errors.New("agent listener needs TLS")
 		}
 		g := grpc.NewServer(grpc.Creds(credentials.NewTLS(l.AgentTLS)),
+			grpc.ConnectionTimeout(10*time.Second),
 			grpc.MaxRecvMsgSize(MaxFrame),
 			grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{MinTime: 5 * time.Second, PermitWithoutStream: true}),
 			grpc.KeepaliveParams(keepalive.ServerParameters{Time: 30 * time.Second, Timeout: 10 * time.Second}))
@@ -94,7 +95,7 @@ func (s *Server) Serve(ctx context.Context, l Listeners) error {
 				}
 			})
 		default:
-			opts := []grpc.ServerOption{grpc.MaxRecvMsgSize(MaxFrame),
+			opts := []grpc.ServerOption{grpc.MaxRecvMsgSize(MaxFrame), grpc.ConnectionTimeout(10 * time.Second),
 				grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{MinTime: 5 * time.Second, PermitWithoutStream: true})}
 			if tlsCfg != nil {
 				opts = append(opts, grpc.Creds(credentials.NewTLS(tlsCfg)))
