@@ -1,6 +1,7 @@
 package policy_test
 
 import (
+	"net/netip"
 	"testing"
 
 	"github.com/moat-net/moat/policy"
@@ -78,4 +79,52 @@ spec:
 	runFlows(t, off, []flowCase{
 		{name: "switched off: node address policed", from: "10.0.0.1", to: "a/x", port: 80, allowed: false, ingress: npTier},
 	})
+}
+
+// DESIGN §3: host-network pods are never subjects or pod/namespace peers;
+// a rule without protocols matches all traffic, ICMP included, while a
+// protocols list matches only its ports.
+func TestHostNetworkAndAllTraffic(t *testing.T) {
+	prog := compile(t, `
+apiVersion: networking.k8s.io/v1
+kind: NetworkPolicy
+metadata: {name: y-from-all-pods, namespace: a}
+spec:
+  podSelector: {matchLabels: {app: "y"}}
+  ingress: [{from: [{namespaceSelector: {}}]}]
+---
+apiVersion: policy.networking.k8s.io/v1alpha2
+kind: ClusterNetworkPolicy
+metadata: {name: deny-icmp-like}
+spec:
+  tier: Admin
+  priority: 1
+  subject: {namespaces: {matchLabels: {env: dev}}}
+  egress:
+  - {name: all-traffic, action: Deny, to: [{networks: ["192.168.100.0/24"]}]}
+  - {name: tcp-only, action: Deny, to: [{networks: ["192.168.200.0/24"]}], protocols: [{tcp: {destinationPort: {range: {start: 1, end: 65535}}}}]}
+`, policy.Options{})
+	runFlows(t, prog, []flowCase{
+		{name: "host-network pod is not a namespaceSelector peer", from: "kube-system/h", to: "a/y", port: 8080, allowed: false, ingress: npTier},
+		{name: "pod-network pods are", from: "b/z", to: "a/y", port: 8080, allowed: true, ingress: npTier},
+	})
+	z, _ := prog.PodByKey("b/z")
+	src := policy.Endpoint{Pod: z, Addr: prog.Pods[z].IPs[0]}
+	for _, c := range []struct {
+		dst     string
+		proto   policy.Protocol
+		port    uint16
+		allowed bool
+	}{
+		{"192.168.100.1", policy.ProtoICMP, 0, false},
+		{"192.168.100.1", policy.ProtoUDP, 53, false},
+		{"192.168.200.1", policy.ProtoICMP, 0, true},
+		{"192.168.200.1", policy.ProtoUDP, 53, true},
+		{"192.168.200.1", policy.ProtoTCP, 1, false},
+	} {
+		f := policy.Flow{Src: src, Dst: policy.Endpoint{Pod: -1, Addr: netip.MustParseAddr(c.dst)}, Proto: c.proto, Port: c.port}
+		if got := prog.Evaluate(f); got.Allowed != c.allowed || prog.Allowed(f) != c.allowed {
+			t.Errorf("b/z -> %s %s/%d: allowed %v, want %v (%s)", c.dst, c.proto, c.port, got.Allowed, c.allowed, got.Egress.Reason)
+		}
+	}
 }
