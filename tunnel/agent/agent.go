@@ -199,6 +199,8 @@ func (a *Agent) connect(ctx context.Context) error {
 	cc, err := grpc.NewClient(a.cfg.Server,
 		grpc.WithTransportCredentials(a.cfg.Creds),
 		grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(4<<20)),
+		grpc.WithInitialWindowSize(8<<20), grpc.WithInitialConnWindowSize(8<<20),
+		grpc.WithReadBufferSize(256<<10), grpc.WithWriteBufferSize(256<<10),
 		grpc.WithKeepaliveParams(keepalive.ClientParameters{Time: 30 * time.Second, Timeout: 10 * time.Second, PermitWithoutStream: true}))
 	if err != nil {
 		return fmt.Errorf("dial %s: %w", a.cfg.Server, err)

@@ -40,7 +40,7 @@ type Config struct {
 	Window int
 	// MaxQueue bounds a connection's receive queue without credit (default 8 MiB).
 	MaxQueue int
-	// MaxChunk bounds the payload of one DATA packet (default 64 KiB).
+	// MaxChunk bounds the payload of one DATA packet (default 128 KiB).
 	MaxChunk int
 	// MaxPendingDials bounds dials requested by the peer and not yet answered (default 1024).
 	MaxPendingDials int
@@ -64,7 +64,7 @@ func (c *Config) defaults() {
 		c.MaxQueue = 8 << 20
 	}
 	if c.MaxChunk <= 0 {
-		c.MaxChunk = 64 << 10
+		c.MaxChunk = 128 << 10
 	}
 	if c.MaxPendingDials <= 0 {
 		c.MaxPendingDials = 1024

@@ -39,6 +39,11 @@ type Listeners struct {
 	ShutdownGrace time.Duration
 }
 
+// WindowSize is the HTTP/2 stream and connection window on the agent hop:
+// one agent stream carries many connections, so it needs more than gRPC's
+// default to keep a fast link full.
+const WindowSize = 8 << 20
+
 // MaxFrame bounds one received gRPC message; larger frames end the stream
 // with ResourceExhausted.
 const MaxFrame = 4 << 20
@@ -69,6 +74,8 @@ func (s *Server) Serve(ctx context.Context, l Listeners) error {
 		}
 		g := grpc.NewServer(grpc.Creds(credentials.NewTLS(l.AgentTLS)),
 			grpc.ConnectionTimeout(10*time.Second),
+			grpc.InitialWindowSize(WindowSize), grpc.InitialConnWindowSize(WindowSize),
+			grpc.ReadBufferSize(256<<10), grpc.WriteBufferSize(256<<10),
 			grpc.MaxRecvMsgSize(MaxFrame),
 			grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{MinTime: 5 * time.Second, PermitWithoutStream: true}),
 			grpc.KeepaliveParams(keepalive.ServerParameters{Time: 30 * time.Second, Timeout: 10 * time.Second}))

@@ -1,0 +1,182 @@
+package e2e
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"net"
+	"runtime"
+	"slices"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/moat-net/moat/tunnel/server"
+)
+
+// benchStack is a server, an agent and a backend on loopback; dial reaches
+// the backend directly or through one of the frontends.
+type benchStack struct {
+	backend string
+	dial    func(ctx context.Context) (net.Conn, error)
+	stop    func()
+}
+
+// Modes compared by every benchmark: direct loopback TCP, the HTTP CONNECT
+// frontend over mTLS (the anchor's measured path) and the gRPC frontend
+// driven by the real konnectivity-client library.
+var benchModes = []string{"direct", "http-connect", "grpc"}
+
+func newBenchStack(b *testing.B, mode string) *benchStack {
+	p := newPKI(b)
+	be := startBackend(b, "tcp", "127.0.0.1:0")
+	addr := be.Addr().String()
+	if mode == "direct" {
+		return &benchStack{backend: addr, dial: func(ctx context.Context) (net.Conn, error) {
+			var d net.Dialer
+			return d.DialContext(ctx, "tcp", addr)
+		}}
+	}
+	m := server.ModeGRPC
+	if mode == "http-connect" {
+		m = server.ModeHTTPConnect
+	}
+	ps := startServer(b, p, serverOpts{mode: m})
+	startAgent(b, p, ps.agentAddr, nil)
+	eventually(b, "agent tunnel", ps.srv.Ready)
+	d := dialer(b, p, m, ps)
+	return &benchStack{backend: addr, dial: func(ctx context.Context) (net.Conn, error) { return d(ctx, addr) }}
+}
+
+// BenchmarkThroughput downloads zeros over 1 and 8 parallel streams.
+func BenchmarkThroughput(b *testing.B) {
+	for _, mode := range benchModes {
+		for _, streams := range []int{1, 8} {
+			b.Run(fmt.Sprintf("%s/streams=%d", mode, streams), func(b *testing.B) {
+				st := newBenchStack(b, mode)
+				const chunk = 1 << 20
+				b.SetBytes(chunk)
+				conns := make([]net.Conn, streams)
+				for i := range conns {
+					c, err := st.dial(context.Background())
+					if err != nil {
+						b.Fatal(err)
+					}
+					defer c.Close()
+					conns[i] = c
+				}
+				per := int64(b.N) * chunk / int64(streams)
+				b.ResetTimer()
+				var wg sync.WaitGroup
+				for _, c := range conns {
+					wg.Add(1)
+					go func() {
+						defer wg.Done()
+						c.Write(header('Z', per, 0))
+						if _, err := io.CopyN(io.Discard, c, per); err != nil {
+							b.Error(err)
+						}
+					}()
+				}
+				wg.Wait()
+			})
+		}
+	}
+}
+
+// BenchmarkLatency measures a 64-byte request/response round trip on an
+// open connection and reports p50 and p99.
+func BenchmarkLatency(b *testing.B) {
+	for _, mode := range benchModes {
+		b.Run(mode, func(b *testing.B) {
+			st := newBenchStack(b, mode)
+			c, err := st.dial(context.Background())
+			if err != nil {
+				b.Fatal(err)
+			}
+			defer c.Close()
+			c.Write(header('E', 0, 0))
+			msg := make([]byte, 64)
+			got := make([]byte, 64)
+			lat := make([]time.Duration, 0, b.N)
+			b.ResetTimer()
+			for range b.N {
+				t0 := time.Now()
+				if _, err := c.Write(msg); err != nil {
+					b.Fatal(err)
+				}
+				if _, err := io.ReadFull(c, got); err != nil {
+					b.Fatal(err)
+				}
+				lat = append(lat, time.Since(t0))
+			}
+			b.StopTimer()
+			slices.Sort(lat)
+			b.ReportMetric(float64(lat[len(lat)/2].Microseconds()), "p50-µs")
+			b.ReportMetric(float64(lat[len(lat)*99/100].Microseconds()), "p99-µs")
+		})
+	}
+}
+
+// BenchmarkConnect opens a connection, does one echo and closes it.
+func BenchmarkConnect(b *testing.B) {
+	for _, mode := range benchModes {
+		b.Run(mode, func(b *testing.B) {
+			st := newBenchStack(b, mode)
+			one := make([]byte, 1)
+			start := time.Now()
+			b.ResetTimer()
+			for range b.N {
+				c, err := st.dial(context.Background())
+				if err != nil {
+					b.Fatal(err)
+				}
+				c.Write(header('E', 0, 0))
+				c.Write(one)
+				if _, err := io.ReadFull(c, one); err != nil {
+					b.Fatal(err)
+				}
+				c.Close()
+			}
+			b.ReportMetric(float64(b.N)/time.Since(start).Seconds(), "conns/s")
+		})
+	}
+}
+
+func heapAndStacks() uint64 {
+	runtime.GC()
+	runtime.GC()
+	var ms runtime.MemStats
+	runtime.ReadMemStats(&ms)
+	return ms.HeapInuse + ms.StackInuse
+}
+
+// BenchmarkIdleMemory holds 2,000 idle connections open and reports the Go
+// heap and stacks per connection (client, server, agent and backend all live
+// in this process; the direct mode is the baseline to subtract).
+func BenchmarkIdleMemory(b *testing.B) {
+	const n = 2000
+	for _, mode := range []string{"direct", "http-connect"} {
+		b.Run(mode, func(b *testing.B) {
+			st := newBenchStack(b, mode)
+			for range b.N {
+				before := heapAndStacks()
+				conns := make([]net.Conn, 0, n)
+				for range n {
+					c, err := st.dial(context.Background())
+					if err != nil {
+						b.Fatal(err)
+					}
+					c.Write(header('E', 0, 0))
+					conns = append(conns, c)
+				}
+				time.Sleep(200 * time.Millisecond)
+				after := heapAndStacks()
+				b.ReportMetric(float64(after-before)/n, "bytes/conn")
+				for _, c := range conns {
+					c.Close()
+				}
+			}
+		})
+	}
+}
