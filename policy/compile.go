@@ -175,6 +175,25 @@ func (k *compiler) indexPods(c *Cluster) {
 	}
 }
 
+// check reports a policy's validation errors and unknown fields as
+// diagnostics and returns them as paths to fail closed on, with the
+// policy's status.
+func (k *compiler) check(ref PolicyRef, source string, errs field.ErrorList, unknown []string) (badPaths, PolicyStatus) {
+	for _, e := range errs {
+		k.diag(SeverityError, ref.String(), e.Field, source, e.ErrorBody())
+	}
+	for _, u := range unknown {
+		k.diag(SeverityError, ref.String(), u, source, "unknown field: the part it belongs to is enforced fail-closed")
+	}
+	status := PolicyStatus{Policy: ref, Accepted: true}
+	bad := newBadPaths(errs, unknown)
+	if len(bad) > 0 {
+		status.Accepted = false
+		status.Reason, status.Message = statusReason(errs, unknown)
+	}
+	return bad, status
+}
+
 // badPaths collects the field paths of an object that failed validation or
 // were not understood, so compilation can fail closed on exactly the parts
 // they belong to.

@@ -44,19 +44,8 @@ type cnpPeerFields struct {
 
 func (k *compiler) compileCNP(cnp *ClusterNetworkPolicy) *cnpCompiled {
 	ref := PolicyRef{Kind: "ClusterNetworkPolicy", Name: cnp.Name}
-	out := &cnpCompiled{ref: ref, status: PolicyStatus{Policy: ref, Accepted: true}}
-	errs := ValidateClusterNetworkPolicy(cnp.ClusterNetworkPolicy)
-	bad := newBadPaths(errs, cnp.UnknownFields)
-	for _, e := range errs {
-		k.diag(SeverityError, ref.String(), e.Field, cnp.Source, e.ErrorBody())
-	}
-	for _, u := range cnp.UnknownFields {
-		k.diag(SeverityError, ref.String(), u, cnp.Source, "unknown field: the part it belongs to is enforced fail-closed")
-	}
-	if len(bad) > 0 {
-		out.status.Accepted = false
-		out.status.Reason, out.status.Message = statusReason(errs, cnp.UnknownFields)
-	}
+	bad, status := k.check(ref, cnp.Source, ValidateClusterNetworkPolicy(cnp.ClusterNetworkPolicy), cnp.UnknownFields)
+	out := &cnpCompiled{ref: ref, status: status}
 	spec := &cnp.Spec
 
 	// Problems with the policy as a whole (tier, priority, rule counts,

@@ -37,19 +37,8 @@ type npRule struct {
 
 func (k *compiler) compileNP(np *NetworkPolicy) *npCompiled {
 	ref := PolicyRef{Kind: "NetworkPolicy", Namespace: np.Namespace, Name: np.Name}
-	out := &npCompiled{ref: ref, status: PolicyStatus{Policy: ref, Accepted: true}}
-	errs := ValidateNetworkPolicy(np.NetworkPolicy)
-	bad := newBadPaths(errs, np.UnknownFields)
-	for _, e := range errs {
-		k.diag(SeverityError, ref.String(), e.Field, np.Source, e.ErrorBody())
-	}
-	for _, u := range np.UnknownFields {
-		k.diag(SeverityError, ref.String(), u, np.Source, "unknown field: the part it belongs to is enforced fail-closed")
-	}
-	if len(bad) > 0 {
-		out.status.Accepted = false
-		out.status.Reason, out.status.Message = statusReason(errs, np.UnknownFields)
-	}
+	bad, status := k.check(ref, np.Source, ValidateNetworkPolicy(np.NetworkPolicy), np.UnknownFields)
+	out := &npCompiled{ref: ref, status: status}
 	spec := &np.Spec
 
 	// Pod selection. An invalid selector isolates the whole namespace: a
