@@ -42,9 +42,6 @@ func newRootCommand() *cobra.Command {
 		SilenceUsage:  true,
 		SilenceErrors: true,
 	}
-	root.AddCommand(newCheckCommand(), newExplainCommand(), newMatrixCommand())
-	for _, c := range extraCommands() {
-		root.AddCommand(c)
-	}
+	root.AddCommand(newCheckCommand(), newExplainCommand(), newMatrixCommand(), newLabCommand())
 	return root
 }

@@ -1,0 +1,18 @@
+#!/usr/bin/env bash
+# Moat's main job on the embedded quickstart example, on this machine: builds
+# the example's nodes and pods as network namespaces, programs each node with
+# the nftables rules the agent would, probes every flow with real TCP and UDP
+# packets and compares what it measured with what the policy engine predicts.
+# Needs root (network namespaces, nftables); installs nftables and iproute2
+# when missing. Extra arguments go to `moat lab run` (e.g. -f examples/passive-ftp).
+set -euo pipefail
+cd "$(dirname "${BASH_SOURCE[0]}")/.."
+if [[ $(id -u) -ne 0 ]]; then
+	exec sudo --preserve-env=PATH,HOME,GOPATH,GOCACHE,GOMODCACHE "$0" "$@"
+fi
+source hack/lib/packages.sh
+ensure_packages nft:nftables ip:iproute2
+if [[ $# -eq 0 ]]; then
+	set -- --peer 203.0.113.10
+fi
+exec go run ./cmd/moat lab run "$@"
