@@ -14,7 +14,7 @@ verify:
 	./hack/verify-codegen.sh
 
 bench:
-	go test -run '^$$' -bench . -benchmem ./policy/
+	go test -run '^$$' -bench . -benchmem ./...
 
 demo:
-	go run ./cmd/moat matrix --peer 203.0.113.10
+	./hack/demo.sh
