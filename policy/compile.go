@@ -3,6 +3,7 @@ package policy
 import (
 	"fmt"
 	"net/netip"
+	"slices"
 	"sort"
 	"strings"
 
@@ -65,6 +66,7 @@ func newCompiler(c *Cluster, opts Options) *compiler {
 	k.indexNamespaces(c)
 	k.indexNodes(c)
 	k.indexPods(c)
+	k.numberPods()
 	for i := range c.NetworkPolicies {
 		k.nps = append(k.nps, k.compileNP(&c.NetworkPolicies[i]))
 	}
@@ -232,4 +234,75 @@ func (b badPaths) exactly(path string) string {
 		}
 	}
 	return ""
+}
+
+// numberPods gives policed pods ordinals so that pods a selector picks
+// together tend to be adjacent: ordered by their namespace's labels, their
+// namespace, their own labels, then name. Selector peers then become a few
+// runs of ordinals in the evaluator's index.
+func (k *compiler) numberPods() {
+	p := k.prog
+	p.ordinal = make([]int32, len(p.Pods))
+	for i := range p.ordinal {
+		p.ordinal[i] = -1
+	}
+	sig := func(l map[string]string) string {
+		keys := make([]string, 0, len(l))
+		for key, v := range l {
+			keys = append(keys, key+"="+v)
+		}
+		sort.Strings(keys)
+		return strings.Join(keys, ",")
+	}
+	type entry struct {
+		pod         int
+		nsSig, pSig string
+	}
+	nsSigs := map[string]string{}
+	entries := make([]entry, 0, len(k.policed))
+	for _, i := range k.policed {
+		pod := &p.Pods[i]
+		ns, ok := nsSigs[pod.Namespace]
+		if !ok {
+			ns = sig(k.nsLabels[pod.Namespace])
+			nsSigs[pod.Namespace] = ns
+		}
+		entries = append(entries, entry{i, ns, sig(pod.Labels)})
+	}
+	sort.Slice(entries, func(a, b int) bool {
+		x, y := entries[a], entries[b]
+		if x.nsSig != y.nsSig {
+			return x.nsSig < y.nsSig
+		}
+		if px, py := p.Pods[x.pod].Namespace, p.Pods[y.pod].Namespace; px != py {
+			return px < py
+		}
+		if x.pSig != y.pSig {
+			return x.pSig < y.pSig
+		}
+		return x.pod < y.pod
+	})
+	for n, e := range entries {
+		p.ordinal[e.pod] = int32(n)
+	}
+}
+
+// ordRanges turns pods into merged runs of ordinals.
+func (k *compiler) ordRanges(pods []int) []ordRange {
+	ords := make([]uint32, 0, len(pods))
+	for _, i := range pods {
+		if o := k.prog.ordinal[i]; o >= 0 {
+			ords = append(ords, uint32(o))
+		}
+	}
+	slices.Sort(ords)
+	var out []ordRange
+	for _, o := range ords {
+		if n := len(out); n > 0 && out[n-1].to+1 >= o {
+			out[n-1].to = max(out[n-1].to, o)
+			continue
+		}
+		out = append(out, ordRange{o, o})
+	}
+	return out
 }

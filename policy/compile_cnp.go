@@ -139,23 +139,23 @@ func (k *compiler) compileCNPRule(c *cnpCompiled, dir Direction, index int, name
 	}
 
 	// Peers.
-	allPeers := ruleWide != ""
+	widePeers := ruleWide != ""
 	var peers []peer
 	for j := range pfs {
 		pp := fmt.Sprintf("%s.%s[%d]", path, peerField, j)
 		if msg := bad.under(pp); msg != "" {
 			failed = append(failed, msg)
-			allPeers = true
+			widePeers = true
 			continue
 		}
 		peers = append(peers, k.cnpPeer(&pfs[j]))
 	}
 	if bad.exactly(path+"."+peerField) != "" {
-		allPeers = true
+		widePeers = true
 		failed = append(failed, bad.exactly(path+"."+peerField))
 	}
-	if allPeers {
-		out.peers = peerSet{addrs: AllAddrs(), allPods: true}
+	if widePeers {
+		out.peers = allPeers()
 	} else {
 		out.peers = unionPeers(peers)
 		out.parts = peers

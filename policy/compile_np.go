@@ -116,7 +116,7 @@ func (k *compiler) compileNPRule(ns string, index int, path, peerField string, p
 	// Peers: an empty list is every address; a list whose entries all
 	// failed is nothing.
 	if len(peers) == 0 {
-		r.peers = peerSet{addrs: AllAddrs(), allPods: true}
+		r.peers = allPeers()
 	} else {
 		var ps []peer
 		for j := range peers {

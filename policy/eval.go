@@ -99,17 +99,21 @@ func (p *Program) judge(local Endpoint, remote netip.Addr, f Flow, dir Direction
 	}
 	dp := p.Policies[local.Pod].Dir(dir)
 	ix := dp.indexes()
+	ord := int32(-1)
+	if i, ok := p.podByIP[remote.Unmap()]; ok {
+		ord = p.ordinal[i]
+	}
 	var passed []*Rule
-	if o, done := judgeTier(dp.Admin, ix.admin, remote, f, &passed); done {
+	if o, done := judgeTier(dp.Admin, ix.admin, remote, ord, f, &passed); done {
 		return o
 	}
 	if dp.NP != nil {
-		if i := ix.np.lookup(remote, f.Proto, f.Port); i >= 0 {
+		if i := ix.np.lookup(remote, ord, f.Proto, f.Port); i >= 0 {
 			return outcome{allowed: true, tier: TierNetworkPolicy, npRule: &dp.NP.Rules[i], passed: passed}
 		}
 		return outcome{tier: TierNetworkPolicy, np: dp.NP, passed: passed}
 	}
-	if o, done := judgeTier(dp.Baseline, ix.baseline, remote, f, &passed); done {
+	if o, done := judgeTier(dp.Baseline, ix.baseline, remote, ord, f, &passed); done {
 		return o
 	}
 	return outcome{allowed: true, tier: TierDefault, passed: passed, quiet: len(passed) == 0 && len(dp.Admin) == 0 && len(dp.Baseline) == 0}
@@ -117,8 +121,8 @@ func (p *Program) judge(local Endpoint, remote netip.Addr, f Flow, dir Direction
 
 // judgeTier finds the first matching rule of one ClusterNetworkPolicy
 // tier; done is false when the tier made no decision (no match, or a Pass).
-func judgeTier(rules []RuleMatch, ix *matchIndex, remote netip.Addr, f Flow, passed *[]*Rule) (outcome, bool) {
-	i := ix.lookup(remote, f.Proto, f.Port)
+func judgeTier(rules []RuleMatch, ix *matchIndex, remote netip.Addr, ord int32, f Flow, passed *[]*Rule) (outcome, bool) {
+	i := ix.lookup(remote, ord, f.Proto, f.Port)
 	if i < 0 {
 		return outcome{}, false
 	}

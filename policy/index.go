@@ -16,6 +16,9 @@ type matchIndex struct {
 	// without pointers keep the binary search in cache and out of the GC.
 	v4 segments[uint32]
 	v6 segments[u128]
+	// pods are segments of pod ordinals (see termSplit): a remote address
+	// that belongs to a policed pod is also looked up by its ordinal.
+	pods segments[uint32]
 }
 
 // segments[T]: cells[i] covers [starts[i], starts[i+1]); nil means no term
@@ -63,45 +66,95 @@ type termRef struct {
 	term *Term
 }
 
+// keyEvent opens or closes a term at a key of one key space.
+type keyEvent[K any] struct {
+	at    K
+	start bool
+	term  int32
+}
+
 // buildIndex indexes matches; a match's tag is its position.
 func buildIndex(matches []Match) *matchIndex {
-	type event struct {
-		at    netip.Addr
-		start bool
-		term  int32
-	}
 	var terms []termRef
-	var events []event
+	var ev4 []keyEvent[uint32]
+	var ev6 []keyEvent[u128]
+	var evPods []keyEvent[uint32]
+	addRange := func(r AddrRange, id int32) {
+		if r.From.Is4() {
+			ev4 = append(ev4, keyEvent[uint32]{v4key(r.From), true, id})
+			if to := v4key(r.To); to != ^uint32(0) {
+				ev4 = append(ev4, keyEvent[uint32]{to + 1, false, id})
+			}
+			return
+		}
+		ev6 = append(ev6, keyEvent[u128]{v6key(r.From), true, id})
+		if next := r.To.Next(); next.IsValid() {
+			ev6 = append(ev6, keyEvent[u128]{v6key(next), false, id})
+		}
+	}
 	for tag, m := range matches {
 		for i := range m {
 			id := int32(len(terms))
-			terms = append(terms, termRef{int32(tag), &m[i]})
-			for _, r := range m[i].Addrs.Ranges() {
-				events = append(events, event{r.From, true, id})
-				if next := r.To.Next(); next.IsValid() && next.Is4() == r.To.Is4() {
-					events = append(events, event{next, false, id})
-				} else if r.To.Is4() {
-					// The range runs to 255.255.255.255: close it where IPv6
-					// starts.
-					events = append(events, event{netip.IPv6Unspecified(), false, id})
+			t := &m[i]
+			terms = append(terms, termRef{int32(tag), t})
+			if t.split == nil {
+				for _, r := range t.Addrs.Ranges() {
+					addRange(r, id)
 				}
+				continue
+			}
+			for _, r := range t.split.cidrs.Ranges() {
+				addRange(r, id)
+			}
+			for _, r := range t.split.pods {
+				evPods = append(evPods, keyEvent[uint32]{r.from, true, id}, keyEvent[uint32]{r.to + 1, false, id})
 			}
 		}
 	}
-	slices.SortFunc(events, func(a, b event) int { return a.at.Compare(b.at) })
-	// The active set is identified by a 128-bit Zobrist hash kept up to date
-	// in O(1) per event, so that segments with the same terms share one
-	// cell without rebuilding a key per segment.
+	// Each active set is identified by a 128-bit Zobrist hash kept up to
+	// date in O(1) per event, so that segments with the same terms share
+	// one cell without building a key per segment.
 	seeds := make([][2]uint64, len(terms))
 	var x uint64 = 0x9e3779b97f4a7c15
 	for i := range seeds {
 		seeds[i] = [2]uint64{splitmix(&x), splitmix(&x)}
 	}
-	ix := &matchIndex{}
+	memo := map[[2]uint64]*cell{}
+	return &matchIndex{
+		v4:   sweep(ev4, cmp32, terms, seeds, memo),
+		v6:   sweep(ev6, cmp128, terms, seeds, memo),
+		pods: sweep(evPods, cmp32, terms, seeds, memo),
+	}
+}
+
+func cmp32(a, b uint32) int {
+	switch {
+	case a < b:
+		return -1
+	case a > b:
+		return 1
+	}
+	return 0
+}
+
+func cmp128(a, b u128) int {
+	switch {
+	case a.less(b):
+		return -1
+	case b.less(a):
+		return 1
+	}
+	return 0
+}
+
+// sweep cuts one key space into segments at every event and gives each
+// segment the cell of the terms active there.
+func sweep[K uint32 | u128](events []keyEvent[K], cmp func(a, b K) int, terms []termRef, seeds [][2]uint64, memo map[[2]uint64]*cell) segments[K] {
+	slices.SortFunc(events, func(a, b keyEvent[K]) int { return cmp(a.at, b.at) })
+	var out segments[K]
 	count := make([]int32, len(terms))
 	var hash [2]uint64
 	nActive := 0
-	memo := map[[2]uint64]*cell{}
 	for i := 0; i < len(events); {
 		at := events[i].at
 		for ; i < len(events) && events[i].at == at; i++ {
@@ -130,13 +183,9 @@ func buildIndex(matches []Match) *matchIndex {
 				memo[hash] = c
 			}
 		}
-		if at.Is4() {
-			ix.v4.add(v4key(at), c)
-		} else {
-			ix.v6.add(v6key(at), c)
-		}
+		out.add(at, c)
 	}
-	return ix
+	return out
 }
 
 func (s *segments[T]) add(at T, c *cell) {
@@ -217,22 +266,35 @@ func paint(spans []span) []portCell {
 }
 
 // lookup returns the lowest tag whose match contains the packet, or -1.
-func (ix *matchIndex) lookup(a netip.Addr, proto Protocol, port uint16) int32 {
+// ord is the ordinal of the policed pod that owns the address, or -1.
+func (ix *matchIndex) lookup(a netip.Addr, ord int32, proto Protocol, port uint16) int32 {
 	a = a.Unmap()
 	var c *cell
 	if a.Is4() {
 		k := v4key(a)
-		i := sort.Search(len(ix.v4.starts), func(i int) bool { return k < ix.v4.starts[i] }) - 1
-		if i >= 0 {
+		if i := sort.Search(len(ix.v4.starts), func(i int) bool { return k < ix.v4.starts[i] }) - 1; i >= 0 {
 			c = ix.v4.cells[i]
 		}
 	} else {
 		k := v6key(a)
-		i := sort.Search(len(ix.v6.starts), func(i int) bool { return k.less(ix.v6.starts[i]) }) - 1
-		if i >= 0 {
+		if i := sort.Search(len(ix.v6.starts), func(i int) bool { return k.less(ix.v6.starts[i]) }) - 1; i >= 0 {
 			c = ix.v6.cells[i]
 		}
 	}
+	best := c.tag(proto, port)
+	if ord >= 0 && len(ix.pods.starts) > 0 {
+		k := uint32(ord)
+		if i := sort.Search(len(ix.pods.starts), func(i int) bool { return k < ix.pods.starts[i] }) - 1; i >= 0 {
+			if t := ix.pods.cells[i].tag(proto, port); t >= 0 && (best < 0 || t < best) {
+				best = t
+			}
+		}
+	}
+	return best
+}
+
+// tag is the lowest tag of the cell that matches the packet, or -1.
+func (c *cell) tag(proto Protocol, port uint16) int32 {
 	if c == nil {
 		return -1
 	}

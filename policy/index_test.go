@@ -71,7 +71,7 @@ func TestIndexAgreesWithLinearScan(t *testing.T) {
 			}
 			for _, proto := range []Protocol{ProtoTCP, ProtoUDP, ProtoSCTP, ProtoICMP} {
 				for _, port := range []uint16{1, 5, 50, 99, 100, 119, 120, 121} {
-					if got, want := ix.lookup(a, proto, port), linearFirst(ms, a, proto, port); got != want {
+					if got, want := ix.lookup(a, -1, proto, port), linearFirst(ms, a, proto, port); got != want {
 						t.Fatalf("round %d: %s %s/%d: index %d, linear %d", round, a, proto, port, got, want)
 					}
 				}

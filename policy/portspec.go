@@ -87,16 +87,17 @@ func (k *compiler) match(peers peerSet, ports *portSpec, dir Direction, subject 
 	if peers.addrs.Empty() {
 		return nil
 	}
+	split := &termSplit{cidrs: peers.cidrs, pods: k.ordRanges(peers.pods)}
 	if dir == Ingress {
 		ps := ports.resolve(&k.prog.Pods[subject])
 		if ps.Empty() {
 			return nil
 		}
-		return Match{{Addrs: peers.addrs, Ports: ps}}
+		return Match{{Addrs: peers.addrs, Ports: ps, split: split}}
 	}
 	var m Match
 	if ps := ports.numericSet(); !ps.Empty() {
-		m = append(m, Term{Addrs: peers.addrs, Ports: ps})
+		m = append(m, Term{Addrs: peers.addrs, Ports: ps, split: split})
 	}
 	if !ports.hasNamed() {
 		return m
@@ -106,6 +107,8 @@ func (k *compiler) match(peers peerSet, ports *portSpec, dir Direction, subject 
 		dests = k.policed
 	}
 	groups := map[string][]AddrRange{}
+	groupPods := map[string][]int{}
+	partial := map[string]bool{}
 	sets := map[string]*PortSet{}
 	var order []string
 	for _, i := range dests {
@@ -121,15 +124,29 @@ func (k *compiler) match(peers peerSet, ports *portSpec, dir Direction, subject 
 			sets[key] = ps
 			order = append(order, key)
 		}
+		all := true
 		for _, a := range pod.IPs {
 			if peers.addrs.Contains(a) {
 				groups[key] = append(groups[key], AddrRange{a, a})
+			} else {
+				all = false
 			}
+		}
+		if all {
+			groupPods[key] = append(groupPods[key], i)
+		} else {
+			// Only some of the pod's addresses are peers: index them by
+			// address.
+			partial[key] = true
 		}
 	}
 	for _, key := range order {
 		if len(groups[key]) > 0 {
-			m = append(m, Term{Addrs: NewAddrSet(groups[key]...), Ports: sets[key]})
+			t := Term{Addrs: NewAddrSet(groups[key]...), Ports: sets[key]}
+			if !partial[key] {
+				t.split = &termSplit{cidrs: NewAddrSet(), pods: k.ordRanges(groupPods[key])}
+			}
+			m = append(m, t)
 		}
 	}
 	return m

@@ -79,7 +79,22 @@ func (r PolicyRef) String() string {
 type Term struct {
 	Addrs *AddrSet
 	Ports *PortSet
+
+	// split, when set, describes Addrs for the evaluator's index as the
+	// addresses of some pods (by ordinal) plus other ranges, so that pods
+	// picked by selectors cost one segment per run of ordinals instead of
+	// one per address. Addrs is always their union.
+	split *termSplit
 }
+
+// termSplit is Addrs seen as selected pods plus other ranges.
+type termSplit struct {
+	cidrs *AddrSet
+	pods  []ordRange
+}
+
+// ordRange is an inclusive range of pod ordinals.
+type ordRange struct{ from, to uint32 }
 
 // Match is the set of (peer address, protocol, port) a rule matches: the
 // peer is the remote end (destination for egress, source for ingress).
@@ -222,6 +237,9 @@ type Program struct {
 
 	podByKey  map[string]int
 	podByIP   map[netip.Addr]int
+	// ordinal numbers policed pods so that pods alike in namespace and
+	// labels are adjacent; -1 for other pods. See termSplit.
+	ordinal []int32
 	nodeByIP  map[netip.Addr]int
 	nodeIndex map[string]int
 }

@@ -136,20 +136,36 @@ type peer struct {
 
 // peerSet is the union of a rule's peers.
 type peerSet struct {
-	addrs   *AddrSet
+	addrs *AddrSet
+	// cidrs is the part of addrs that comes from address peers (ipBlock,
+	// networks, nodes, "all"); the rest are the addresses of pods.
+	cidrs   *AddrSet
 	pods    []int
 	allPods bool
 }
 
+// allPeers is every address: the peers of an empty from/to list, or of a
+// rule failed closed.
+func allPeers() peerSet {
+	return peerSet{addrs: AllAddrs(), cidrs: AllAddrs(), allPods: true}
+}
+
 func unionPeers(ps []peer) peerSet {
 	if len(ps) == 1 {
-		return peerSet{addrs: ps[0].addrs, pods: ps[0].pods, allPods: ps[0].allPods}
+		out := peerSet{addrs: ps[0].addrs, pods: ps[0].pods, allPods: ps[0].allPods, cidrs: NewAddrSet()}
+		if ps[0].key == "" {
+			out.cidrs = ps[0].addrs
+		}
+		return out
 	}
 	var out peerSet
-	var ranges []AddrRange
+	var ranges, cidrs []AddrRange
 	seen := map[int]bool{}
 	for _, p := range ps {
 		ranges = append(ranges, p.addrs.Ranges()...)
+		if p.key == "" {
+			cidrs = append(cidrs, p.addrs.Ranges()...)
+		}
 		out.allPods = out.allPods || p.allPods
 		for _, i := range p.pods {
 			if !seen[i] {
@@ -159,5 +175,6 @@ func unionPeers(ps []peer) peerSet {
 		}
 	}
 	out.addrs = NewAddrSet(ranges...)
+	out.cidrs = NewAddrSet(cidrs...)
 	return out
 }
