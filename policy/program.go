@@ -235,11 +235,11 @@ type Program struct {
 	Status      []PolicyStatus
 	Diagnostics []Diagnostic
 
-	podByKey  map[string]int
-	podByIP   map[netip.Addr]int
+	podByKey map[string]int
+	podByIP  map[netip.Addr]int
 	// ordinal numbers policed pods so that pods alike in namespace and
 	// labels are adjacent; -1 for other pods. See termSplit.
-	ordinal []int32
+	ordinal   []int32
 	nodeByIP  map[netip.Addr]int
 	nodeIndex map[string]int
 }
