@@ -1,0 +1,304 @@
+package agent
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"golang.org/x/time/rate"
+	"k8s.io/client-go/tools/cache"
+	"k8s.io/client-go/util/workqueue"
+	"k8s.io/klog/v2"
+
+	"github.com/moat-net/moat/nft"
+	"github.com/moat-net/moat/policy"
+)
+
+// Dataplane programs a node from a compiled Program. *nft.Syncer is the
+// real one; it keeps the previous rules in force when a transaction fails.
+type Dataplane interface {
+	Sync(ctx context.Context, prog *policy.Program) (nft.Result, error)
+	// Invalidate makes the next Sync replace the whole table.
+	Invalidate()
+}
+
+// syncKey is the workqueue's only key: every change means "the program
+// may differ", so events that arrive while one is queued or running fold
+// into a single next sync.
+const syncKey = "sync"
+
+// Agent keeps one node's nftables in step with the cluster.
+type Agent struct {
+	cfg     Config
+	clients Clients
+	dp      Dataplane
+	log     klog.Logger
+	metrics *metrics
+
+	inf   *informers
+	queue workqueue.TypedRateLimitingInterface[string]
+
+	// fullResync asks the next sync to replace the whole table.
+	fullResync atomic.Bool
+	// programmed: the first sync has been applied. lastFailed: the last
+	// sync attempt failed (the previous rules are still in force).
+	programmed, lastFailed atomic.Bool
+	// syncStarted holds the start time (UnixNano) of the sync in progress,
+	// 0 when none runs; /healthz fails when one hangs.
+	syncStarted atomic.Int64
+	// syncs counts completed syncs that reached the dataplane.
+	syncs atomic.Int64
+
+	// reported: see reportProblems; used by the sync worker only.
+	reported map[string]string
+
+	status *statusWriter
+
+	metricsLn, healthLn net.Listener
+	runOnce             sync.Once
+}
+
+// New prepares an agent: it validates cfg, opens the metrics and health
+// listeners (so a taken port fails at once) and sets up the informers.
+// Nothing is watched or programmed before Run.
+func New(cfg Config, clients Clients, dp Dataplane) (*Agent, error) {
+	if err := cfg.complete(); err != nil {
+		return nil, err
+	}
+	if clients.Kube == nil || clients.Dynamic == nil {
+		return nil, errors.New("agent needs both a kubernetes and a dynamic client")
+	}
+	if dp == nil {
+		return nil, errors.New("agent needs a dataplane")
+	}
+	a := &Agent{
+		cfg:      cfg,
+		clients:  clients,
+		dp:       dp,
+		log:      klog.Background().WithName("moat-agent").WithValues("node", cfg.NodeName),
+		metrics:  newMetrics(),
+		reported: map[string]string{},
+	}
+	// Failed syncs back off exponentially (100 ms to 30 s); the bucket
+	// bounds retries of any kind to 10/s with bursts of 50.
+	a.queue = workqueue.NewTypedRateLimitingQueueWithConfig(
+		workqueue.NewTypedMaxOfRateLimiter(
+			workqueue.NewTypedItemExponentialFailureRateLimiter[string](100*time.Millisecond, 30*time.Second),
+			&workqueue.TypedBucketRateLimiter[string]{Limiter: rate.NewLimiter(rate.Limit(10), 50)},
+		),
+		workqueue.TypedRateLimitingQueueConfig[string]{Name: "moat-agent"},
+	)
+	var err error
+	if a.inf, err = a.newInformers(); err != nil {
+		return nil, fmt.Errorf("set up informers: %w", err)
+	}
+	a.status = newStatusWriter(a)
+	if err := a.listen(); err != nil {
+		return nil, err
+	}
+	return a, nil
+}
+
+// Run watches the API server and programs the node until ctx ends. It
+// returns only after every goroutine it started has stopped. The table is
+// left in the kernel on return: a restarted agent finds the old rules
+// enforcing and replaces them in one transaction once its caches are
+// complete.
+func (a *Agent) Run(ctx context.Context) error {
+	started := false
+	a.runOnce.Do(func() { started = true })
+	if !started {
+		return errors.New("agent: Run called twice")
+	}
+	ctx = klog.NewContext(ctx, a.log)
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	var wg sync.WaitGroup
+	defer wg.Wait()
+	defer a.queue.ShutDown()
+
+	a.status.startEvents(ctx)
+	defer a.status.stopEvents()
+	serveErr := make(chan error, 2)
+	a.serve(ctx, &wg, serveErr)
+	for _, inf := range a.inf.all() {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			inf.RunWithContext(ctx)
+		}()
+	}
+	a.log.Info("Waiting for caches to sync")
+	if !cache.WaitForCacheSync(ctx.Done(), a.inf.pods.HasSynced, a.inf.namespaces.HasSynced, a.inf.nodes.HasSynced, a.inf.nps.HasSynced, a.inf.cnps.HasSynced) {
+		select {
+		case err := <-serveErr:
+			return err
+		default:
+		}
+		return ctx.Err()
+	}
+	a.log.Info("Caches synced: programming the node")
+	// The first sync replaces whatever table a previous agent left, in one
+	// transaction.
+	a.fullResync.Store(true)
+	a.queue.Add(syncKey)
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		for a.processNext(ctx) {
+		}
+	}()
+	if a.cfg.Resync > 0 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			t := time.NewTicker(a.cfg.Resync)
+			defer t.Stop()
+			for {
+				select {
+				case <-ctx.Done():
+					return
+				case <-t.C:
+					a.fullResync.Store(true)
+					a.queue.Add(syncKey)
+				}
+			}
+		}()
+	}
+	if a.cfg.LeaderElection.Enabled {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			a.status.runElection(ctx)
+		}()
+	}
+	select {
+	case <-ctx.Done():
+		a.log.Info("Stopping; the node's rules stay in force")
+		return nil
+	case err := <-serveErr:
+		return err
+	}
+}
+
+func (a *Agent) enqueue() { a.queue.Add(syncKey) }
+
+func (a *Agent) processNext(ctx context.Context) bool {
+	key, quit := a.queue.Get()
+	if quit {
+		return false
+	}
+	defer a.queue.Done(key)
+	if err := a.sync(ctx); err != nil {
+		if ctx.Err() != nil {
+			return false
+		}
+		a.log.Error(err, "Sync failed; the previous rules stay in force, retrying", "retries", a.queue.NumRequeues(key))
+		a.queue.AddRateLimited(key)
+		return true
+	}
+	a.queue.Forget(key)
+	return true
+}
+
+// sync compiles the caches' current content and programs it.
+func (a *Agent) sync(ctx context.Context) error {
+	if !a.inf.synced() {
+		// Never program from incomplete caches: an empty list would read as
+		// "no policies".
+		return errors.New("caches not synced")
+	}
+	start := time.Now()
+	a.syncStarted.Store(start.UnixNano())
+	defer a.syncStarted.Store(0)
+
+	snap := a.takeSnapshot()
+	prog := policy.Compile(&snap.cluster, policy.Options{DenyNodeLocal: !a.cfg.AllowNodeLocal})
+	compiled := time.Now()
+	a.metrics.syncDuration.WithLabelValues("compile").Observe(compiled.Sub(start).Seconds())
+	a.status.publish(snap, prog)
+	a.countPolicies(prog)
+
+	if a.fullResync.Swap(false) {
+		a.dp.Invalidate()
+	}
+	sctx, cancel := context.WithTimeout(ctx, a.cfg.SyncTimeout)
+	res, err := a.dp.Sync(sctx, prog)
+	cancel()
+	done := time.Now()
+	a.metrics.syncDuration.WithLabelValues("program").Observe(done.Sub(compiled).Seconds())
+	a.metrics.syncDuration.WithLabelValues("total").Observe(done.Sub(start).Seconds())
+	a.metrics.operations.Observe(float64(res.Operations))
+	kind := "diff"
+	if res.Full {
+		kind = "full"
+	}
+	a.reportProblems(snap, res.Warnings)
+	a.syncs.Add(1)
+	if !res.Applied {
+		a.metrics.syncs.WithLabelValues(kind, resultError).Inc()
+		if !a.lastFailed.Swap(true) {
+			a.status.nodeFailed(err)
+		}
+		a.metrics.ready.Set(0)
+		if err == nil {
+			err = errors.New("dataplane did not apply the ruleset")
+		}
+		return fmt.Errorf("program node %s: %w", a.cfg.NodeName, err)
+	}
+	st := res.Stats
+	a.metrics.programmed.WithLabelValues("chains").Set(float64(st.Chains))
+	a.metrics.programmed.WithLabelValues("rules").Set(float64(st.Rules))
+	a.metrics.programmed.WithLabelValues("sets").Set(float64(st.Sets))
+	a.metrics.programmed.WithLabelValues("set_elements").Set(float64(st.Elements))
+	a.metrics.conntrack.Add(float64(res.ConntrackDeleted))
+	a.metrics.lastSuccess.SetToCurrentTime()
+	result := resultSuccess
+	if err != nil {
+		// The rules are in; only cutting denied established connections
+		// failed. Retrying would not help the rules; the next change
+		// tries the cut again.
+		result = resultConntrackError
+		a.log.Error(err, "Rules applied but removing denied established connections failed")
+	}
+	a.metrics.syncs.WithLabelValues(kind, result).Inc()
+	if a.lastFailed.Swap(false) {
+		a.log.Info("Sync recovered")
+	}
+	if !a.programmed.Swap(true) {
+		a.log.Info("First sync programmed: ready", "duration", done.Sub(start), "rules", st.Rules, "elements", st.Elements)
+	}
+	a.metrics.ready.Set(1)
+	a.log.V(4).Info("Synced", "kind", kind, "operations", res.Operations, "compile", compiled.Sub(start), "program", done.Sub(compiled))
+	return nil
+}
+
+func (a *Agent) countPolicies(prog *policy.Program) {
+	counts := map[[2]string]int{}
+	for _, k := range []string{"NetworkPolicy", "ClusterNetworkPolicy"} {
+		counts[[2]string{k, "accepted"}] = 0
+		counts[[2]string{k, "failed_closed"}] = 0
+	}
+	for _, s := range prog.Status {
+		state := "accepted"
+		if !s.Accepted {
+			state = "failed_closed"
+		}
+		counts[[2]string{s.Policy.Kind, state}]++
+	}
+	for k, n := range counts {
+		a.metrics.policies.WithLabelValues(k[0], k[1]).Set(float64(n))
+	}
+}
+
+// Ready reports whether the node holds a program from complete caches and
+// the last sync succeeded.
+func (a *Agent) Ready() bool { return a.programmed.Load() && !a.lastFailed.Load() }
+
+// Syncs returns how many syncs have reached the dataplane, for tests and
+// benchmarks that wait for the agent to catch up.
+func (a *Agent) Syncs() int64 { return a.syncs.Load() }

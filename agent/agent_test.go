@@ -1,0 +1,332 @@
+package agent
+
+import (
+	"context"
+	"errors"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"net/netip"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	dynamicfake "k8s.io/client-go/dynamic/fake"
+	kubefake "k8s.io/client-go/kubernetes/fake"
+	clienttesting "k8s.io/client-go/testing"
+	"sigs.k8s.io/knftables"
+
+	"github.com/moat-net/moat/agent/internal/fixture"
+	"github.com/moat-net/moat/nft"
+	"github.com/moat-net/moat/policy"
+)
+
+// testDP is the real nft.Syncer on a knftables fake, with a switch to make
+// transactions fail as a broken nft would.
+type testDP struct {
+	*nft.Syncer
+	fake  *knftables.Fake
+	fail  atomic.Bool
+	calls atomic.Int32
+}
+
+func newTestDP(node string) *testDP {
+	f := knftables.NewFake(knftables.InetFamily, nft.Table)
+	return &testDP{Syncer: nft.New(f, nft.Options{Node: node}), fake: f}
+}
+
+func (d *testDP) Sync(ctx context.Context, prog *policy.Program) (nft.Result, error) {
+	d.calls.Add(1)
+	if d.fail.Load() {
+		return nft.Result{}, errors.New("injected nft failure")
+	}
+	return d.Syncer.Sync(ctx, prog)
+}
+
+// allows asks the programmed ruleset (Go interpreter of the same chains
+// and sets) whether a new TCP connection gets through this node.
+func (d *testDP) allows(src, dst string, port uint16) (bool, bool) {
+	rs := d.Applied()
+	if rs == nil {
+		return false, false
+	}
+	return rs.Allows(nft.Packet{Src: netip.MustParseAddr(src), Dst: netip.MustParseAddr(dst), Proto: policy.ProtoTCP, Port: port}), true
+}
+
+type fakeCluster struct {
+	kube *kubefake.Clientset
+	dyn  *dynamicfake.FakeDynamicClient
+}
+
+func newFakeCluster(t *testing.T, objs ...runtime.Object) *fakeCluster {
+	t.Helper()
+	var core, policies []runtime.Object
+	for _, o := range objs {
+		if _, ok := o.(interface{ UnstructuredContent() map[string]any }); ok {
+			policies = append(policies, o)
+		} else {
+			core = append(core, o)
+		}
+	}
+	return &fakeCluster{
+		kube: kubefake.NewSimpleClientset(core...),
+		dyn: dynamicfake.NewSimpleDynamicClientWithCustomListKinds(runtime.NewScheme(), map[schema.GroupVersionResource]string{
+			networkPolicyGVR:        "NetworkPolicyList",
+			clusterNetworkPolicyGVR: "ClusterNetworkPolicyList",
+		}, policies...),
+	}
+}
+
+func startAgent(t *testing.T, c *fakeCluster, cfg Config, dp Dataplane) (*Agent, func()) {
+	t.Helper()
+	if cfg.NodeName == "" {
+		cfg.NodeName = "n1"
+	}
+	a, err := New(cfg, Clients{Kube: c.kube, Dynamic: c.dyn}, dp)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	var wg sync.WaitGroup
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		if err := a.Run(ctx); err != nil {
+			t.Errorf("Run: %v", err)
+		}
+	}()
+	stop := func() { cancel(); wg.Wait() }
+	t.Cleanup(stop)
+	return a, stop
+}
+
+const npAllowYtoX = `
+apiVersion: networking.k8s.io/v1
+kind: NetworkPolicy
+metadata: {name: allow-y, namespace: a, generation: 1}
+spec:
+  podSelector: {matchLabels: {app: x}}
+  ingress:
+  - from: [{podSelector: {matchLabels: {app: "y"}}}]
+    ports: [{port: 80}]
+`
+
+func TestAgentFollowsTheCluster(t *testing.T) {
+	c := newFakeCluster(t,
+		fixture.Namespace("a", nil),
+		fixture.Node("n1", nil, "192.168.0.1"),
+		fixture.Pod("a", "x", "n1", map[string]string{"app": "x"}, nil, "10.0.0.1"),
+		fixture.Pod("a", "y", "n1", map[string]string{"app": "y"}, nil, "10.0.0.2"),
+		fixture.YAML(t, npAllowYtoX),
+	)
+	dp := newTestDP("n1")
+	a, _ := startAgent(t, c, Config{AllowNodeLocal: true}, dp)
+	ctx := context.Background()
+
+	expect := func(what, src, dst string, port uint16, want bool) {
+		t.Helper()
+		fixture.Eventually(t, 10*time.Second, what, func() (bool, string) {
+			got, ok := dp.allows(src, dst, port)
+			return ok && got == want, fixture.Explain("programmed=%v allowed=%v, want %v", ok, got, want)
+		})
+	}
+	fixture.Eventually(t, 10*time.Second, "ready", func() (bool, string) { return a.Ready(), "not ready" })
+	expect("NetworkPolicy allows y -> x:80", "10.0.0.2", "10.0.0.1", 80, true)
+	expect("NetworkPolicy isolates x on other ports", "10.0.0.2", "10.0.0.1", 81, false)
+
+	// Relabel y out of the policy's peers.
+	y, _ := c.kube.CoreV1().Pods("a").Get(ctx, "y", metav1.GetOptions{})
+	y.Labels = map[string]string{"app": "z"}
+	if _, err := c.kube.CoreV1().Pods("a").Update(ctx, y, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	expect("relabelled y is no longer allowed", "10.0.0.2", "10.0.0.1", 80, false)
+
+	// Delete the policy: x is open again.
+	if err := c.dyn.Resource(networkPolicyGVR).Namespace("a").Delete(ctx, "allow-y", metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	expect("no policy: default allow", "10.0.0.2", "10.0.0.1", 81, true)
+
+	// A ClusterNetworkPolicy Admin Deny.
+	cnp := fixture.YAML(t, `
+apiVersion: policy.networking.k8s.io/v1alpha2
+kind: ClusterNetworkPolicy
+metadata: {name: deny-x, generation: 1}
+spec:
+  tier: Admin
+  priority: 10
+  subject: {pods: {namespaceSelector: {}, podSelector: {matchLabels: {app: x}}}}
+  ingress:
+  - action: Deny
+    from: [{namespaces: {}}]
+`)
+	if _, err := c.dyn.Resource(clusterNetworkPolicyGVR).Create(ctx, cnp, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	expect("Admin Deny", "10.0.0.2", "10.0.0.1", 80, false)
+	if got := testutilValue(t, a, "moat_agent_policies", `kind="ClusterNetworkPolicy",state="accepted"`); got != "1" {
+		t.Errorf("moat_agent_policies{ClusterNetworkPolicy,accepted} = %s, want 1", got)
+	}
+}
+
+// TestAgentNeverProgramsFromIncompleteCaches: while one resource cannot be
+// listed, the agent does not touch the table and is not ready; once it
+// can, the first sync replaces the table in one transaction.
+func TestAgentNeverProgramsFromIncompleteCaches(t *testing.T) {
+	c := newFakeCluster(t,
+		fixture.Namespace("a", nil),
+		fixture.Pod("a", "x", "n1", map[string]string{"app": "x"}, nil, "10.0.0.1"),
+		fixture.YAML(t, npAllowYtoX),
+	)
+	var broken atomic.Bool
+	broken.Store(true)
+	c.dyn.PrependReactor("list", "clusternetworkpolicies", func(clienttesting.Action) (bool, runtime.Object, error) {
+		if broken.Load() {
+			return true, nil, errors.New("injected: the server could not find the requested resource")
+		}
+		return false, nil, nil
+	})
+	dp := newTestDP("n1")
+	// What a previous agent left: an old table that must keep enforcing.
+	old := policy.Compile(&policy.Cluster{}, policy.Options{})
+	if _, err := dp.Syncer.Sync(context.Background(), old); err != nil {
+		t.Fatal(err)
+	}
+	before := dp.fake.Dump()
+	a, _ := startAgent(t, c, Config{}, dp)
+	fixture.Eventually(t, 10*time.Second, "watch errors counted", func() (bool, string) {
+		v := testutilValue(t, a, "moat_agent_watch_errors_total", `resource="clusternetworkpolicies"`)
+		return v != "" && v != "0", "no watch error yet"
+	})
+	time.Sleep(300 * time.Millisecond)
+	if dp.calls.Load() != 0 || a.Ready() {
+		t.Fatalf("agent synced %d times (ready=%v) with an unsynced cache", dp.calls.Load(), a.Ready())
+	}
+	if dp.fake.Dump() != before {
+		t.Fatal("table changed before the caches synced")
+	}
+	broken.Store(false)
+	fixture.Eventually(t, 30*time.Second, "ready after the list succeeds", func() (bool, string) { return a.Ready(), "not ready" })
+	if got, _ := dp.allows("10.0.0.9", "10.0.0.1", 81); got {
+		t.Error("the new program is not in force: x:81 open")
+	}
+}
+
+// TestAgentKeepsRulesWhenNftFails: a failing transaction leaves the last
+// rules, turns /readyz off, retries with backoff and recovers.
+func TestAgentKeepsRulesWhenNftFails(t *testing.T) {
+	c := newFakeCluster(t,
+		fixture.Namespace("a", nil),
+		fixture.Node("n1", nil, "192.168.0.1"),
+		fixture.Pod("a", "x", "n1", map[string]string{"app": "x"}, nil, "10.0.0.1"),
+		fixture.Pod("a", "y", "n1", map[string]string{"app": "y"}, nil, "10.0.0.2"),
+		fixture.YAML(t, npAllowYtoX),
+	)
+	dp := newTestDP("n1")
+	a, _ := startAgent(t, c, Config{HealthAddr: "127.0.0.1:0", MetricsAddr: "127.0.0.1:0"}, dp)
+	fixture.Eventually(t, 10*time.Second, "ready", func() (bool, string) { return a.Ready(), "not ready" })
+	if code, body := get(t, "http://"+a.HealthAddr()+"/readyz"); code != http.StatusOK {
+		t.Fatalf("/readyz = %d %s", code, body)
+	}
+	before := dp.fake.Dump()
+	dp.fail.Store(true)
+	if err := c.dyn.Resource(networkPolicyGVR).Namespace("a").Delete(context.Background(), "allow-y", metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	fixture.Eventually(t, 10*time.Second, "not ready after a failed sync", func() (bool, string) {
+		code, body := get(t, "http://"+a.HealthAddr()+"/readyz")
+		return code == http.StatusServiceUnavailable, fixture.Explain("/readyz = %d %s", code, body)
+	})
+	fixture.Eventually(t, 10*time.Second, "retried", func() (bool, string) {
+		return dp.calls.Load() >= 3, fixture.Explain("%d calls", dp.calls.Load())
+	})
+	if dp.fake.Dump() != before {
+		t.Fatal("rules changed although every transaction failed")
+	}
+	if v := testutilValue(t, a, "moat_agent_syncs_total", `kind="diff",result="error"`); v == "0" || v == "" {
+		t.Errorf("failed syncs not counted: %q", v)
+	}
+	if code, _ := get(t, "http://"+a.HealthAddr()+"/healthz"); code != http.StatusOK {
+		t.Errorf("/healthz = %d while syncs fail quickly (not hung)", code)
+	}
+	dp.fail.Store(false)
+	fixture.Eventually(t, 40*time.Second, "recovered", func() (bool, string) {
+		got, _ := dp.allows("10.0.0.2", "10.0.0.1", 81)
+		return a.Ready() && got, "not recovered"
+	})
+}
+
+func TestAgentInputProblems(t *testing.T) {
+	c := newFakeCluster(t,
+		fixture.Namespace("a", nil),
+		fixture.Node("n1", nil, "192.168.0.1"),
+		fixture.Node("bare", nil),
+		fixture.Pod("a", "x", "n1", map[string]string{"app": "x"}, nil, "10.0.0.1"),
+		fixture.Pod("a", "twin", "n1", map[string]string{"app": "x"}, nil, "10.0.0.1"),
+		fixture.Pod("a", "pending", "n1", map[string]string{"app": "x"}, nil),
+		fixture.Pod("a", "garbage", "n1", map[string]string{"app": "x"}, nil, "not-an-ip"),
+		fixture.YAML(t, `
+apiVersion: networking.k8s.io/v1
+kind: NetworkPolicy
+metadata: {name: isolate, namespace: a}
+spec: {podSelector: {}, ingress: "everything"}
+`),
+	)
+	dp := newTestDP("n1")
+	a, _ := startAgent(t, c, Config{}, dp)
+	fixture.Eventually(t, 10*time.Second, "ready", func() (bool, string) { return a.Ready(), "not ready" })
+	for problem, want := range map[string]string{
+		problemPodWithoutIP:      "1",
+		problemDuplicatePodIP:    "1",
+		problemInvalidPodField:   "1",
+		problemNodeWithoutAddr:   "1",
+		problemUndecodablePolicy: "1",
+	} {
+		if got := testutilValue(t, a, "moat_agent_input_problems", `problem="`+problem+`"`); got != want {
+			t.Errorf("moat_agent_input_problems{%s} = %s, want %s", problem, got, want)
+		}
+	}
+	// The undecodable NetworkPolicy still isolates the namespace: nothing
+	// reaches x, and the duplicate address is dropped, never opened.
+	if got, _ := dp.allows("192.168.7.7", "10.0.0.1", 80); got {
+		t.Error("pod x reachable although an undecodable NetworkPolicy selects it")
+	}
+	if v := testutilValue(t, a, "moat_agent_policies", `kind="NetworkPolicy",state="failed_closed"`); v != "1" {
+		t.Errorf("failed-closed NetworkPolicies = %s, want 1", v)
+	}
+}
+
+func get(t *testing.T, url string) (int, string) {
+	t.Helper()
+	resp, err := http.Get(url)
+	if err != nil {
+		t.Fatalf("GET %s: %v", url, err)
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	return resp.StatusCode, string(b)
+}
+
+// testutilValue returns the value of one series from /metrics ("" if
+// absent), found by name and a label substring.
+func testutilValue(t *testing.T, a *Agent, name, labels string) string {
+	t.Helper()
+	rec := httptest.NewRecorder()
+	a.Handler().ServeHTTP(rec, httptest.NewRequest(http.MethodGet, "/metrics", nil))
+	for _, line := range strings.Split(rec.Body.String(), "\n") {
+		if strings.HasPrefix(line, name+"{") && strings.Contains(line, labels) {
+			f := strings.Fields(line)
+			return f[len(f)-1]
+		}
+		if labels == "" && strings.HasPrefix(line, name+" ") {
+			return strings.Fields(line)[1]
+		}
+	}
+	return ""
+}

@@ -1,0 +1,123 @@
+package agent
+
+import (
+	"errors"
+	"fmt"
+	"time"
+
+	"k8s.io/client-go/dynamic"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
+	"k8s.io/component-base/featuregate"
+)
+
+// Config is everything about an agent that is not a client or the
+// dataplane. cmd/moat-agent fills it from flags.
+type Config struct {
+	// NodeName is the node whose pods this agent enforces for.
+	NodeName string
+	// AllowNodeLocal lets the node's own addresses reach its pods whatever
+	// the policies say (kubelet probes); false polices that traffic too.
+	AllowNodeLocal bool
+	// Resync is how often the whole table is rewritten from the caches in
+	// one transaction, repairing edits made behind the agent's back. Zero
+	// turns the timer off.
+	Resync time.Duration
+	// Features holds the feature gates; nil means every gate at its
+	// default.
+	Features featuregate.FeatureGate
+	// MetricsAddr serves /metrics, HealthAddr /healthz and /readyz
+	// ("host:port"; empty: not served; the same address serves all).
+	MetricsAddr, HealthAddr string
+	// LeaderElection decides which agent writes ClusterNetworkPolicy
+	// status and policy Events.
+	LeaderElection LeaderElection
+	// SyncTimeout bounds one nftables transaction (default 1 minute).
+	SyncTimeout time.Duration
+}
+
+// LeaderElection configures the status writer's Lease.
+type LeaderElection struct {
+	// Enabled: without it this agent never writes status or policy Events.
+	Enabled bool
+	// Namespace and Name of the Lease (default moat-system/moat-agent).
+	Namespace, Name string
+	// Identity of this agent in the Lease (default NodeName).
+	Identity string
+	// LeaseDuration, RenewDeadline, RetryPeriod as in client-go's
+	// leaderelection (defaults 15s, 10s, 2s).
+	LeaseDuration, RenewDeadline, RetryPeriod time.Duration
+}
+
+// DefaultLeaseNamespace is where the Lease lives unless configured.
+const DefaultLeaseNamespace = "moat-system"
+
+func (c *Config) complete() error {
+	if c.NodeName == "" {
+		return errors.New("node name is empty: set --node-name or the NODE_NAME environment variable")
+	}
+	if c.Resync < 0 {
+		return fmt.Errorf("resync period %s is negative", c.Resync)
+	}
+	if c.Features == nil {
+		fg, err := NewFeatureGate()
+		if err != nil {
+			return err
+		}
+		c.Features = fg
+	}
+	if c.SyncTimeout <= 0 {
+		c.SyncTimeout = time.Minute
+	}
+	le := &c.LeaderElection
+	if le.Namespace == "" {
+		le.Namespace = DefaultLeaseNamespace
+	}
+	if le.Name == "" {
+		le.Name = "moat-agent"
+	}
+	if le.Identity == "" {
+		le.Identity = c.NodeName
+	}
+	if le.LeaseDuration <= 0 {
+		le.LeaseDuration = 15 * time.Second
+	}
+	if le.RenewDeadline <= 0 {
+		le.RenewDeadline = 10 * time.Second
+	}
+	if le.RetryPeriod <= 0 {
+		le.RetryPeriod = 2 * time.Second
+	}
+	if le.RenewDeadline >= le.LeaseDuration || le.RetryPeriod >= le.RenewDeadline {
+		return fmt.Errorf("leader election: want retry period (%s) < renew deadline (%s) < lease duration (%s)", le.RetryPeriod, le.RenewDeadline, le.LeaseDuration)
+	}
+	return nil
+}
+
+// Clients are the API clients an agent uses.
+type Clients struct {
+	// Kube reads pods, namespaces and nodes and writes Events and the
+	// Lease.
+	Kube kubernetes.Interface
+	// Dynamic reads policies as JSON (strict decoding) and writes
+	// ClusterNetworkPolicy status.
+	Dynamic dynamic.Interface
+}
+
+// NewClients builds the clients from a REST config: core objects travel
+// as protobuf (smaller and faster to decode for thousands of pods),
+// policies as JSON, which strict decoding needs.
+func NewClients(cfg *rest.Config) (Clients, error) {
+	pb := rest.CopyConfig(cfg)
+	pb.ContentType = "application/vnd.kubernetes.protobuf"
+	pb.AcceptContentTypes = "application/vnd.kubernetes.protobuf,application/json"
+	kube, err := kubernetes.NewForConfig(pb)
+	if err != nil {
+		return Clients{}, fmt.Errorf("kubernetes client: %w", err)
+	}
+	dyn, err := dynamic.NewForConfig(cfg)
+	if err != nil {
+		return Clients{}, fmt.Errorf("dynamic client: %w", err)
+	}
+	return Clients{Kube: kube, Dynamic: dyn}, nil
+}

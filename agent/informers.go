@@ -1,0 +1,244 @@
+package agent
+
+import (
+	"context"
+	"maps"
+	"slices"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/watch"
+	"k8s.io/client-go/dynamic"
+	"k8s.io/client-go/tools/cache"
+
+	"github.com/moat-net/moat/api/v1alpha2"
+)
+
+// Resources the agent reads through dynamic informers: policies are
+// decoded strictly from their JSON (see decode.go).
+var (
+	networkPolicyGVR        = schema.GroupVersionResource{Group: "networking.k8s.io", Version: "v1", Resource: "networkpolicies"}
+	clusterNetworkPolicyGVR = v1alpha2.SchemeGroupVersion.WithResource("clusternetworkpolicies")
+)
+
+// activePods leaves out pods that have finished: their IPs go back to the
+// pool and may already belong to a new pod. The API server then sends a
+// deletion when a pod finishes, so the cache never holds them.
+const activePods = "status.phase!=Succeeded,status.phase!=Failed"
+
+// informers are the agent's five watches. Each cache holds only what
+// policy needs (see the transforms), so memory follows the size of the
+// cluster's policy-relevant state, not of its full objects.
+type informers struct {
+	pods, namespaces, nodes, nps, cnps cache.SharedIndexInformer
+}
+
+func (i *informers) all() []cache.SharedIndexInformer {
+	return []cache.SharedIndexInformer{i.pods, i.namespaces, i.nodes, i.nps, i.cnps}
+}
+
+// names of the informers for metrics and logs, in the order of all().
+var informerNames = []string{"pods", "namespaces", "nodes", "networkpolicies", "clusternetworkpolicies"}
+
+func (i *informers) synced() bool {
+	for _, inf := range i.all() {
+		if !inf.HasSynced() {
+			return false
+		}
+	}
+	return true
+}
+
+func (a *Agent) newInformers() (*informers, error) {
+	core := a.clients.Kube.CoreV1()
+	typed := func(list func(context.Context, metav1.ListOptions) (runtime.Object, error), watchFn func(context.Context, metav1.ListOptions) (watch.Interface, error), example runtime.Object) cache.SharedIndexInformer {
+		lw := &cache.ListWatch{ListWithContextFunc: list, WatchFuncWithContext: watchFn}
+		return cache.NewSharedIndexInformerWithOptions(cache.ToListWatcherWithWatchListSemantics(lw, a.clients.Kube), example, cache.SharedIndexInformerOptions{})
+	}
+	inf := &informers{
+		pods: typed(func(ctx context.Context, o metav1.ListOptions) (runtime.Object, error) {
+			o.FieldSelector = activePods
+			return core.Pods("").List(ctx, o)
+		}, func(ctx context.Context, o metav1.ListOptions) (watch.Interface, error) {
+			o.FieldSelector = activePods
+			return core.Pods("").Watch(ctx, o)
+		}, &corev1.Pod{}),
+		namespaces: typed(func(ctx context.Context, o metav1.ListOptions) (runtime.Object, error) {
+			return core.Namespaces().List(ctx, o)
+		}, func(ctx context.Context, o metav1.ListOptions) (watch.Interface, error) {
+			return core.Namespaces().Watch(ctx, o)
+		}, &corev1.Namespace{}),
+		nodes: typed(func(ctx context.Context, o metav1.ListOptions) (runtime.Object, error) {
+			return core.Nodes().List(ctx, o)
+		}, func(ctx context.Context, o metav1.ListOptions) (watch.Interface, error) {
+			return core.Nodes().Watch(ctx, o)
+		}, &corev1.Node{}),
+		nps:  dynamicInformer(a.clients.Dynamic, networkPolicyGVR),
+		cnps: dynamicInformer(a.clients.Dynamic, clusterNetworkPolicyGVR),
+	}
+	ingressPeers := a.cfg.Features.Enabled(IngressNetworksAndNodes)
+	transforms := []cache.TransformFunc{
+		slimPod, slimNamespace, slimNode,
+		func(o any) (any, error) {
+			if u, ok := o.(*unstructured.Unstructured); ok {
+				return decodeNP(u), nil
+			}
+			return o, nil
+		},
+		func(o any) (any, error) {
+			if u, ok := o.(*unstructured.Unstructured); ok {
+				return decodeCNP(u, ingressPeers), nil
+			}
+			return o, nil
+		},
+	}
+	changed := []func(old, cur any) bool{podChanged, namespaceChanged, nodeChanged, npChanged, cnpChanged}
+	for idx, in := range inf.all() {
+		name := informerNames[idx]
+		if err := in.SetTransform(transforms[idx]); err != nil {
+			return nil, err
+		}
+		if err := in.SetWatchErrorHandlerWithContext(func(ctx context.Context, r *cache.Reflector, err error) {
+			a.metrics.watchErrors.WithLabelValues(name).Inc()
+			cache.DefaultWatchErrorHandler(ctx, r, err)
+		}); err != nil {
+			return nil, err
+		}
+		differs := changed[idx]
+		if _, err := in.AddEventHandler(cache.ResourceEventHandlerFuncs{
+			AddFunc: func(any) { a.enqueue() },
+			UpdateFunc: func(old, cur any) {
+				if differs(old, cur) {
+					a.enqueue()
+				}
+			},
+			DeleteFunc: func(any) { a.enqueue() },
+		}); err != nil {
+			return nil, err
+		}
+	}
+	// Status-only updates of ClusterNetworkPolicies do not change the
+	// program, but someone may have overwritten the agent's condition.
+	if _, err := inf.cnps.AddEventHandler(cache.ResourceEventHandlerFuncs{
+		UpdateFunc: func(old, cur any) {
+			if !cnpChanged(old, cur) {
+				a.status.nudge()
+			}
+		},
+	}); err != nil {
+		return nil, err
+	}
+	return inf, nil
+}
+
+func dynamicInformer(c dynamic.Interface, gvr schema.GroupVersionResource) cache.SharedIndexInformer {
+	r := c.Resource(gvr)
+	return cache.NewSharedIndexInformerWithOptions(cache.ToListWatcherWithWatchListSemantics(&cache.ListWatch{
+		ListWithContextFunc: func(ctx context.Context, o metav1.ListOptions) (runtime.Object, error) {
+			return r.List(ctx, o)
+		},
+		WatchFuncWithContext: func(ctx context.Context, o metav1.ListOptions) (watch.Interface, error) {
+			return r.Watch(ctx, o)
+		},
+	}, c), &unstructured.Unstructured{}, cache.SharedIndexInformerOptions{})
+}
+
+// slimPod keeps what policy reads of a pod: identity, labels, node,
+// host networking, declared ports (for named ports), phase and IPs.
+// managedFields, annotations, volumes, env and the rest of the status are
+// dropped before the object reaches the cache.
+func slimPod(o any) (any, error) {
+	p, ok := o.(*corev1.Pod)
+	if !ok {
+		return o, nil
+	}
+	out := &corev1.Pod{
+		ObjectMeta: slimMeta(&p.ObjectMeta),
+		Spec:       corev1.PodSpec{NodeName: p.Spec.NodeName, HostNetwork: p.Spec.HostNetwork},
+		Status:     corev1.PodStatus{Phase: p.Status.Phase, PodIP: p.Status.PodIP, PodIPs: p.Status.PodIPs},
+	}
+	portsOnly := func(cs []corev1.Container) []corev1.Container {
+		var out []corev1.Container
+		for _, c := range cs {
+			if len(c.Ports) > 0 {
+				out = append(out, corev1.Container{Name: c.Name, Ports: c.Ports})
+			}
+		}
+		return out
+	}
+	out.Spec.Containers = portsOnly(p.Spec.Containers)
+	out.Spec.InitContainers = portsOnly(p.Spec.InitContainers)
+	return out, nil
+}
+
+func slimNamespace(o any) (any, error) {
+	n, ok := o.(*corev1.Namespace)
+	if !ok {
+		return o, nil
+	}
+	return &corev1.Namespace{ObjectMeta: slimMeta(&n.ObjectMeta)}, nil
+}
+
+func slimNode(o any) (any, error) {
+	n, ok := o.(*corev1.Node)
+	if !ok {
+		return o, nil
+	}
+	return &corev1.Node{ObjectMeta: slimMeta(&n.ObjectMeta), Status: corev1.NodeStatus{Addresses: n.Status.Addresses}}, nil
+}
+
+func slimMeta(m *metav1.ObjectMeta) metav1.ObjectMeta {
+	return metav1.ObjectMeta{
+		Name: m.Name, Namespace: m.Namespace, UID: m.UID,
+		ResourceVersion: m.ResourceVersion, Generation: m.Generation, Labels: m.Labels,
+	}
+}
+
+// The *Changed functions tell whether an update can change the compiled
+// program; updates that cannot (status heartbeats, conditions, the
+// agent's own status writes) do not cause a sync.
+
+func podChanged(old, cur any) bool {
+	a, ok1 := old.(*corev1.Pod)
+	b, ok2 := cur.(*corev1.Pod)
+	if !ok1 || !ok2 {
+		return true
+	}
+	return !maps.Equal(a.Labels, b.Labels) || a.Spec.NodeName != b.Spec.NodeName || a.Spec.HostNetwork != b.Spec.HostNetwork ||
+		a.Status.Phase != b.Status.Phase || a.Status.PodIP != b.Status.PodIP ||
+		!slices.Equal(a.Status.PodIPs, b.Status.PodIPs) || !containersEqual(a.Spec.Containers, b.Spec.Containers) ||
+		!containersEqual(a.Spec.InitContainers, b.Spec.InitContainers)
+}
+
+func containersEqual(a, b []corev1.Container) bool {
+	return slices.EqualFunc(a, b, func(x, y corev1.Container) bool { return slices.Equal(x.Ports, y.Ports) })
+}
+
+func namespaceChanged(old, cur any) bool {
+	a, ok1 := old.(*corev1.Namespace)
+	b, ok2 := cur.(*corev1.Namespace)
+	return !ok1 || !ok2 || !maps.Equal(a.Labels, b.Labels)
+}
+
+func nodeChanged(old, cur any) bool {
+	a, ok1 := old.(*corev1.Node)
+	b, ok2 := cur.(*corev1.Node)
+	return !ok1 || !ok2 || !maps.Equal(a.Labels, b.Labels) || !slices.Equal(a.Status.Addresses, b.Status.Addresses)
+}
+
+func npChanged(old, cur any) bool {
+	a, ok1 := old.(*decodedNP)
+	b, ok2 := cur.(*decodedNP)
+	return !ok1 || !ok2 || a.Generation != b.Generation || a.Generation == 0
+}
+
+// cnpChanged ignores status-only updates: the status subresource keeps
+// metadata.generation, and the agent writes status itself.
+func cnpChanged(old, cur any) bool {
+	a, ok1 := old.(*decodedCNP)
+	b, ok2 := cur.(*decodedCNP)
+	return !ok1 || !ok2 || a.Generation != b.Generation || a.Generation == 0
+}

@@ -1,0 +1,102 @@
+package agent
+
+import (
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+)
+
+// metrics are the agent's Prometheus series, in a registry of its own so
+// that several agents (tests, the lab) can live in one process.
+type metrics struct {
+	reg *prometheus.Registry
+
+	syncDuration *prometheus.HistogramVec
+	syncs        *prometheus.CounterVec
+	operations   prometheus.Histogram
+	programmed   *prometheus.GaugeVec
+	policies     *prometheus.GaugeVec
+	watchErrors  *prometheus.CounterVec
+	problems     *prometheus.GaugeVec
+	statusWrites *prometheus.CounterVec
+	conntrack    prometheus.Counter
+	lastSuccess  prometheus.Gauge
+	ready        prometheus.Gauge
+	leader       prometheus.Gauge
+}
+
+// Results of a sync, the label of moat_agent_syncs_total.
+const (
+	resultSuccess = "success"
+	// resultError: nftables refused the transaction; the previous rules
+	// stay in force and the sync is retried with backoff.
+	resultError = "error"
+	// resultConntrackError: rules applied, but removing established
+	// connections they deny failed.
+	resultConntrackError = "conntrack_error"
+)
+
+func newMetrics() *metrics {
+	m := &metrics{reg: prometheus.NewRegistry()}
+	m.syncDuration = prometheus.NewHistogramVec(prometheus.HistogramOpts{
+		Name:    "moat_agent_sync_duration_seconds",
+		Help:    "Time from reading the caches to nftables holding the result, by phase (compile: snapshot and compilation; program: ruleset build and nft transaction; total).",
+		Buckets: []float64{0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30},
+	}, []string{"phase"})
+	m.syncs = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "moat_agent_syncs_total",
+		Help: "Syncs by kind (full: the whole table replaced; diff: a patch) and result (success, error, conntrack_error).",
+	}, []string{"kind", "result"})
+	m.operations = prometheus.NewHistogram(prometheus.HistogramOpts{
+		Name:    "moat_agent_sync_operations",
+		Help:    "Size of each nftables transaction sent (0 when nothing changed).",
+		Buckets: prometheus.ExponentialBuckets(1, 4, 10),
+	})
+	m.programmed = prometheus.NewGaugeVec(prometheus.GaugeOpts{
+		Name: "moat_agent_programmed",
+		Help: "What the node's table inet moat holds after the last successful sync, by object (chains, rules, sets, set_elements).",
+	}, []string{"object"})
+	m.policies = prometheus.NewGaugeVec(prometheus.GaugeOpts{
+		Name: "moat_agent_policies",
+		Help: "Policies in the last compiled program by kind (NetworkPolicy, ClusterNetworkPolicy) and state (accepted; failed_closed: enforced fail-closed because of invalid or unknown fields).",
+	}, []string{"kind", "state"})
+	m.watchErrors = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "moat_agent_watch_errors_total",
+		Help: "Failed list or watch calls to the API server, by resource. The caches keep their last content meanwhile.",
+	}, []string{"resource"})
+	m.problems = prometheus.NewGaugeVec(prometheus.GaugeOpts{
+		Name: "moat_agent_input_problems",
+		Help: "Objects in the last snapshot that policy cannot use fully, by problem (pod_without_ip, duplicate_pod_ip, invalid_pod_field, node_without_address, invalid_node_address, undecodable_policy, duplicate_local_address).",
+	}, []string{"problem"})
+	m.statusWrites = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "moat_agent_status_writes_total",
+		Help: "ClusterNetworkPolicy status updates sent by the leader, by result (success, conflict, error).",
+	}, []string{"result"})
+	m.conntrack = prometheus.NewCounter(prometheus.CounterOpts{
+		Name: "moat_agent_conntrack_deleted_total",
+		Help: "Established connections removed because new rules deny them (--cut-denied-established).",
+	})
+	m.lastSuccess = prometheus.NewGauge(prometheus.GaugeOpts{
+		Name: "moat_agent_last_successful_sync_timestamp_seconds",
+		Help: "Unix time of the last sync that left nftables in step with the caches.",
+	})
+	m.ready = prometheus.NewGauge(prometheus.GaugeOpts{
+		Name: "moat_agent_ready",
+		Help: "1 once the first full sync has been programmed and the last sync succeeded.",
+	})
+	m.leader = prometheus.NewGauge(prometheus.GaugeOpts{
+		Name: "moat_agent_leader",
+		Help: "1 while this agent holds the status-writer Lease.",
+	})
+	m.reg.MustRegister(m.syncDuration, m.syncs, m.operations, m.programmed, m.policies, m.watchErrors,
+		m.problems, m.statusWrites, m.conntrack, m.lastSuccess, m.ready, m.leader,
+		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	for _, r := range []string{resultSuccess, resultError, resultConntrackError} {
+		for _, k := range []string{"full", "diff"} {
+			m.syncs.WithLabelValues(k, r)
+		}
+	}
+	for _, n := range informerNames {
+		m.watchErrors.WithLabelValues(n)
+	}
+	return m
+}

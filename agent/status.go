@@ -1,0 +1,363 @@
+package agent
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"sort"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/kubernetes/scheme"
+	typedcorev1 "k8s.io/client-go/kubernetes/typed/core/v1"
+	"k8s.io/client-go/tools/leaderelection"
+	"k8s.io/client-go/tools/leaderelection/resourcelock"
+	"k8s.io/client-go/tools/record"
+
+	"github.com/moat-net/moat/api/v1alpha2"
+	"github.com/moat-net/moat/policy"
+)
+
+// ConditionAccepted is the ClusterNetworkPolicy condition the leader
+// maintains: True when the policy is enforced as written, False with
+// reason InvalidSpec or UnknownField when (parts of) it are enforced
+// fail-closed.
+const ConditionAccepted = "Accepted"
+
+// Condition reasons. InvalidSpec and UnknownField come from the compiler
+// (policy.PolicyStatus.Reason).
+const (
+	ReasonAccepted     = "Accepted"
+	ReasonInvalidSpec  = "InvalidSpec"
+	ReasonUnknownField = "UnknownField"
+)
+
+// Event reasons.
+const (
+	// EventPolicyProblem: a NetworkPolicy or ClusterNetworkPolicy that is
+	// enforced fail-closed, or a NetworkPolicy named port that resolves on
+	// no pod.
+	EventPolicyProblem = "PolicyProblem"
+	// EventNodeSyncFailed: a node could not program its rules (the previous
+	// ones stay in force); on each ClusterNetworkPolicy and on the Node.
+	EventNodeSyncFailed = "NodeSyncFailed"
+)
+
+// fieldManager names the agent in managedFields of its status writes.
+const fieldManager = "moat-agent"
+
+// maxMessage bounds condition and event messages (the API allows 32768
+// for conditions; events are shorter in practice).
+const maxMessage = 1024
+
+// published is what one sync hands to the status writer.
+type published struct {
+	snap   *snapshot
+	status map[policy.PolicyRef]policy.PolicyStatus
+	diags  []policy.Diagnostic
+}
+
+// statusWriter reports what the compiler concluded: the leader writes
+// ClusterNetworkPolicy conditions and policy Events; every agent reports
+// its own node's failures.
+type statusWriter struct {
+	a        *Agent
+	latest   atomic.Pointer[published]
+	notify   chan struct{}
+	leading  atomic.Bool
+	recorder record.EventRecorder
+	bc       record.EventBroadcaster
+
+	// emitted remembers the problems already reported as Events, by
+	// object and generation, so each is reported once (leader only).
+	mu      sync.Mutex
+	emitted map[string]string
+}
+
+func newStatusWriter(a *Agent) *statusWriter {
+	return &statusWriter{a: a, notify: make(chan struct{}, 1), emitted: map[string]string{}}
+}
+
+// startEvents starts the Event pipeline; stopEvents flushes and ends it.
+func (w *statusWriter) startEvents(ctx context.Context) {
+	w.bc = record.NewBroadcaster(record.WithContext(ctx))
+	w.bc.StartRecordingToSink(&typedcorev1.EventSinkImpl{Interface: w.a.clients.Kube.CoreV1().Events("")})
+	w.recorder = w.bc.NewRecorder(scheme.Scheme, corev1.EventSource{Component: "moat-agent", Host: w.a.cfg.NodeName})
+}
+
+func (w *statusWriter) stopEvents() {
+	if w.bc != nil {
+		w.bc.Shutdown()
+	}
+}
+
+// publish hands the result of a compilation to the writer.
+func (w *statusWriter) publish(s *snapshot, prog *policy.Program) {
+	p := &published{snap: s, status: map[policy.PolicyRef]policy.PolicyStatus{}, diags: prog.Diagnostics}
+	for _, st := range prog.Status {
+		p.status[st.Policy] = st
+	}
+	w.latest.Store(p)
+	w.nudge()
+}
+
+func (w *statusWriter) nudge() {
+	select {
+	case w.notify <- struct{}{}:
+	default:
+	}
+}
+
+// runElection campaigns for the Lease until ctx ends; while leading it
+// writes status.
+func (w *statusWriter) runElection(ctx context.Context) {
+	le := w.a.cfg.LeaderElection
+	log := w.a.log.WithValues("lease", le.Namespace+"/"+le.Name)
+	lock := &resourcelock.LeaseLock{
+		LeaseMeta:  metav1.ObjectMeta{Namespace: le.Namespace, Name: le.Name},
+		Client:     w.a.clients.Kube.CoordinationV1(),
+		LockConfig: resourcelock.ResourceLockConfig{Identity: le.Identity},
+	}
+	for ctx.Err() == nil {
+		elector, err := leaderelection.NewLeaderElector(leaderelection.LeaderElectionConfig{
+			Lock:            lock,
+			LeaseDuration:   le.LeaseDuration,
+			RenewDeadline:   le.RenewDeadline,
+			RetryPeriod:     le.RetryPeriod,
+			ReleaseOnCancel: true,
+			Name:            le.Name,
+			Callbacks: leaderelection.LeaderCallbacks{
+				OnStartedLeading: func(ctx context.Context) {
+					log.Info("Became the status writer")
+					w.leading.Store(true)
+					w.a.metrics.leader.Set(1)
+					w.lead(ctx)
+				},
+				OnStoppedLeading: func() {
+					w.leading.Store(false)
+					w.a.metrics.leader.Set(0)
+					log.Info("No longer the status writer")
+				},
+			},
+		})
+		if err != nil {
+			log.Error(err, "Leader election is misconfigured; this agent will not write status")
+			return
+		}
+		elector.Run(ctx)
+		select {
+		case <-ctx.Done():
+		case <-time.After(le.RetryPeriod):
+		}
+	}
+}
+
+// Leading reports whether this agent currently writes status.
+func (a *Agent) Leading() bool { return a.status.leading.Load() }
+
+// lead writes status after every compilation until leadership ends.
+func (w *statusWriter) lead(ctx context.Context) {
+	w.mu.Lock()
+	w.emitted = map[string]string{}
+	w.mu.Unlock()
+	retry := time.NewTimer(0)
+	defer retry.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-w.notify:
+		case <-retry.C:
+		}
+		if again := w.write(ctx); again {
+			retry.Reset(time.Second)
+		}
+	}
+}
+
+// write brings every ClusterNetworkPolicy's Accepted condition in line
+// with the latest compilation and reports policy problems as Events. It
+// returns true when something should be tried again.
+func (w *statusWriter) write(ctx context.Context) (again bool) {
+	p := w.latest.Load()
+	if p == nil {
+		return false
+	}
+	names := make([]string, 0, len(p.snap.cnps))
+	for n := range p.snap.cnps {
+		names = append(names, n)
+	}
+	sort.Strings(names)
+	for _, name := range names {
+		if ctx.Err() != nil {
+			return false
+		}
+		compiled := p.snap.cnps[name]
+		st, ok := p.status[policy.PolicyRef{Kind: "ClusterNetworkPolicy", Name: name}]
+		if !ok {
+			continue
+		}
+		if w.writeCNP(ctx, compiled, st) {
+			again = true
+		}
+	}
+	w.reportNPs(p)
+	return again
+}
+
+// desiredCondition is the Accepted condition for a compiled policy.
+func desiredCondition(cnp *decodedCNP, st policy.PolicyStatus) metav1.Condition {
+	c := metav1.Condition{Type: ConditionAccepted, ObservedGeneration: cnp.Generation}
+	switch {
+	case len(cnp.Undecodable) > 0:
+		c.Status, c.Reason = metav1.ConditionFalse, ReasonInvalidSpec
+		c.Message = fmt.Sprintf("cannot decode %s (wrong type): enforced fail-closed", strings.Join(cnp.Undecodable, ", "))
+	case st.Accepted:
+		c.Status, c.Reason, c.Message = metav1.ConditionTrue, ReasonAccepted, "enforced as written"
+	default:
+		c.Status, c.Reason, c.Message = metav1.ConditionFalse, st.Reason, st.Message
+		if c.Reason == "" {
+			c.Reason = ReasonInvalidSpec
+		}
+		if len(cnp.Gated) > 0 {
+			c.Message += fmt.Sprintf(" (%s: these fields need moat-agent --feature-gates=%s=true)", strings.Join(cnp.Gated, ", "), IngressNetworksAndNodes)
+		}
+	}
+	c.Message = truncate(c.Message)
+	return c
+}
+
+func truncate(s string) string {
+	if len(s) > maxMessage {
+		return s[:maxMessage-3] + "..."
+	}
+	return s
+}
+
+// writeCNP patches one policy's status if its condition differs from
+// what the API server holds. It returns true when the write should be
+// retried.
+func (w *statusWriter) writeCNP(ctx context.Context, compiled *decodedCNP, st policy.PolicyStatus) bool {
+	obj, exists, err := w.a.inf.cnps.GetStore().GetByKey(compiled.Name)
+	if err != nil || !exists {
+		return false
+	}
+	cur, ok := obj.(*decodedCNP)
+	if !ok || cur.Generation != compiled.Generation || cur.UID != compiled.UID {
+		// Changed since it was compiled: the next sync reports on it.
+		return false
+	}
+	want := desiredCondition(compiled, st)
+	conds := append([]metav1.Condition(nil), cur.Status.Conditions...)
+	if old := meta.FindStatusCondition(conds, ConditionAccepted); old != nil &&
+		old.Status == want.Status && old.Reason == want.Reason && old.Message == want.Message && old.ObservedGeneration == want.ObservedGeneration {
+		return false
+	}
+	meta.SetStatusCondition(&conds, want)
+	body, err := json.Marshal(map[string]any{
+		// The resourceVersion makes the patch fail on a concurrent change
+		// instead of overwriting another writer's conditions.
+		"metadata": map[string]any{"resourceVersion": cur.ResourceVersion},
+		"status":   v1alpha2.ClusterNetworkPolicyStatus{Conditions: conds},
+	})
+	if err != nil {
+		w.a.log.Error(err, "Encode status", "clusterNetworkPolicy", compiled.Name)
+		return false
+	}
+	_, err = w.a.clients.Dynamic.Resource(clusterNetworkPolicyGVR).Patch(ctx, compiled.Name, types.MergePatchType, body, metav1.PatchOptions{FieldManager: fieldManager}, "status")
+	switch {
+	case err == nil:
+		w.a.metrics.statusWrites.WithLabelValues("success").Inc()
+		w.a.log.V(2).Info("Wrote status", "clusterNetworkPolicy", compiled.Name, "accepted", want.Status, "reason", want.Reason)
+		if want.Status == metav1.ConditionFalse {
+			w.event(cnpRef(compiled), corev1.EventTypeWarning, EventPolicyProblem, want.Message)
+		}
+		return false
+	case apierrors.IsConflict(err):
+		w.a.metrics.statusWrites.WithLabelValues("conflict").Inc()
+		return true
+	case apierrors.IsNotFound(err):
+		return false
+	default:
+		w.a.metrics.statusWrites.WithLabelValues("error").Inc()
+		w.a.log.Error(err, "Write status", "clusterNetworkPolicy", compiled.Name)
+		return true
+	}
+}
+
+func cnpRef(c *decodedCNP) *corev1.ObjectReference {
+	return &corev1.ObjectReference{
+		Kind: "ClusterNetworkPolicy", APIVersion: v1alpha2.SchemeGroupVersion.String(),
+		Name: c.Name, UID: c.UID, ResourceVersion: c.ResourceVersion,
+	}
+}
+
+func npRef(n *decodedNP) *corev1.ObjectReference {
+	return &corev1.ObjectReference{
+		Kind: "NetworkPolicy", APIVersion: "networking.k8s.io/v1",
+		Namespace: n.Namespace, Name: n.Name, UID: n.UID, ResourceVersion: n.ResourceVersion,
+	}
+}
+
+func (w *statusWriter) event(ref *corev1.ObjectReference, typ, reason, msg string) {
+	if w.recorder != nil {
+		w.recorder.Event(ref, typ, reason, truncate(msg))
+	}
+}
+
+// reportNPs emits one Warning Event per new problem of a NetworkPolicy:
+// diagnostics from compilation (invalid or unknown fields, enforced
+// fail-closed) and named ports that resolve on no pod.
+func (w *statusWriter) reportNPs(p *published) {
+	byObject := map[string][]string{}
+	for _, d := range p.diags {
+		if strings.HasPrefix(d.Object, "NetworkPolicy ") {
+			msg := d.Message
+			if d.Field != "" {
+				msg = d.Field + ": " + msg
+			}
+			byObject[strings.TrimPrefix(d.Object, "NetworkPolicy ")] = append(byObject[strings.TrimPrefix(d.Object, "NetworkPolicy ")], msg)
+		}
+	}
+	for key, msgs := range namedPortProblems(p.snap) {
+		byObject[key] = append(byObject[key], msgs...)
+	}
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	seen := map[string]string{}
+	for key, msgs := range byObject {
+		np, ok := p.snap.nps[key]
+		if !ok {
+			continue
+		}
+		for _, m := range msgs {
+			id := fmt.Sprintf("%s@%d|%s", key, np.Generation, m)
+			seen[id] = ""
+			if _, done := w.emitted[id]; done {
+				continue
+			}
+			w.event(npRef(np), corev1.EventTypeWarning, EventPolicyProblem, m)
+		}
+	}
+	w.emitted = seen
+}
+
+// nodeFailed reports that this node could not program its rules: a Warning
+// Event on the Node and on every ClusterNetworkPolicy, once per failure
+// streak (any agent, not only the leader: the failure is this node's).
+func (w *statusWriter) nodeFailed(err error) {
+	msg := fmt.Sprintf("node %s could not program its nftables rules; the previous rules stay in force: %v", w.a.cfg.NodeName, err)
+	w.event(&corev1.ObjectReference{Kind: "Node", APIVersion: "v1", Name: w.a.cfg.NodeName, UID: types.UID(w.a.cfg.NodeName)}, corev1.EventTypeWarning, EventNodeSyncFailed, msg)
+	if p := w.latest.Load(); p != nil {
+		for _, c := range p.snap.cnps {
+			w.event(cnpRef(c), corev1.EventTypeWarning, EventNodeSyncFailed, msg)
+		}
+	}
+}
