@@ -1,7 +1,10 @@
 package nft
 
 import (
+	"crypto/sha256"
+	"encoding/hex"
 	"fmt"
+	"hash/maphash"
 	"net/netip"
 	"sort"
 	"strings"
@@ -45,6 +48,68 @@ type builder struct {
 	hashOf   map[string]string // run memo -> content hash
 	setName  map[string]string // run memo -> set base name
 	chainOf  map[*policy.DirPolicy]string
+	cache    *Cache
+}
+
+// Cache keeps the elements computed for rule runs between Builds. The
+// compiler reuses a rule's Match for as long as the rule and its peers are
+// unchanged (policy.Compiler), so after a relabel only the runs whose
+// matches changed are recomputed. A Cache holds references to the matches
+// it was computed from, which keeps their identity unique while cached.
+// It is not safe for concurrent use.
+type Cache struct {
+	runs map[string]*cachedRun
+	used map[string]bool
+	// byInput finds runs whose matches were rebuilt (new slices) with
+	// the same content, which is common: a changed peer makes the
+	// compiler rebuild every rule that mentions it.
+	byInput map[uint64]*cachedRun
+	seed    maphash.Seed
+}
+
+type cachedRun struct {
+	matches []policy.Match // keeps the memo's pointers alive
+	input   uint64
+	sc      *setContents
+	hash    string
+	used    bool
+}
+
+// NewCache returns an empty cache.
+func NewCache() *Cache {
+	return &Cache{runs: map[string]*cachedRun{}, byInput: map[uint64]*cachedRun{}, seed: maphash.MakeSeed()}
+}
+
+// inputHash hashes what a run's elements are computed from.
+func (c *Cache) inputHash(identity string, ms []policy.Match) uint64 {
+	var h maphash.Hash
+	h.SetSeed(c.seed)
+	h.WriteString(identity)
+	var buf []byte
+	for _, m := range ms {
+		buf = append(buf, 0xff)
+		for _, t := range m {
+			buf = append(buf, 0xfe)
+			for _, r := range t.Addrs.Ranges() {
+				buf = r.From.AppendTo(buf)
+				buf = r.To.AppendTo(buf)
+			}
+			buf = append(buf, 0xfd)
+			if t.Ports == nil {
+				buf = append(buf, 0)
+			} else if t.Ports.All {
+				buf = append(buf, 1)
+			} else {
+				buf = append(buf, portsKey(t.Ports.ByProto)...)
+			}
+			if len(buf) > 8192 {
+				h.Write(buf)
+				buf = buf[:0]
+			}
+		}
+	}
+	h.Write(buf)
+	return h.Sum64()
 }
 
 // Build computes the ruleset of one node: egress for the pod-network pods
@@ -52,7 +117,33 @@ type builder struct {
 // cannot honour exactly (two local pods with one address) fails closed and
 // is reported in Warnings.
 func Build(prog *policy.Program, node string) *Ruleset {
+	return BuildCached(prog, node, nil)
+}
+
+// BuildCached is Build reusing (and refreshing) cache; nil means none.
+// Entries the new Program does not use are dropped.
+func BuildCached(prog *policy.Program, node string, cache *Cache) *Ruleset {
+	if cache != nil {
+		cache.used = map[string]bool{}
+		defer func() {
+			for k, cr := range cache.runs {
+				if !cache.used[k] {
+					delete(cache.runs, k)
+				} else {
+					cr.used = true
+				}
+			}
+			for k, cr := range cache.byInput {
+				if !cr.used {
+					delete(cache.byInput, k)
+				}
+				cr.used = false
+			}
+			cache.used = nil
+		}()
+	}
 	b := &builder{
+		cache: cache,
 		rs: &Ruleset{
 			Node:    node,
 			Sets:    map[string]*Set{},
@@ -291,10 +382,27 @@ func (b *builder) nameSets() {
 			if _, ok := b.hashOf[r.memo]; ok {
 				continue
 			}
-			sc := contentsOf(r.matches)
-			b.content[r.memo] = sc
-			h := contentHash(sc)
-			b.hashOf[r.memo] = h
+			var cr *cachedRun
+			if b.cache != nil {
+				cr = b.cache.runs[r.memo]
+				if cr == nil {
+					in := b.cache.inputHash(r.identity, r.matches)
+					if hit := b.cache.byInput[in]; hit != nil {
+						cr = &cachedRun{matches: r.matches, input: in, sc: hit.sc, hash: hit.hash}
+					} else {
+						sc := contentsOf(r.matches)
+						cr = &cachedRun{matches: r.matches, input: in, sc: sc, hash: contentHash(sc)}
+					}
+					b.cache.runs[r.memo] = cr
+					b.cache.byInput[in] = cr
+				}
+				b.cache.used[r.memo] = true
+			} else {
+				sc := contentsOf(r.matches)
+				cr = &cachedRun{sc: sc, hash: contentHash(sc)}
+			}
+			b.content[r.memo] = cr.sc
+			b.hashOf[r.memo] = cr.hash
 		}
 	}
 	// Variants of one identity (rules whose named ports resolve
@@ -354,13 +462,11 @@ func (p *dirPlan) runs() []*run {
 }
 
 func contentHash(sc *setContents) string {
-	var parts []string
+	h := sha256.New()
 	for i := range sc {
-		for _, k := range sc[i].elementKeys() {
-			parts = append(parts, fmt.Sprint(i, k))
-		}
+		h.Write([]byte(sc[i].hash))
 	}
-	return hashName("", parts...)
+	return hex.EncodeToString(h.Sum(nil))[:hashLen]
 }
 
 // chain returns the entry chain of a DirPolicy, creating the chains it

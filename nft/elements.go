@@ -1,6 +1,9 @@
 package nft
 
 import (
+	"crypto/sha256"
+	"encoding/binary"
+	"encoding/hex"
 	"net/netip"
 	"sort"
 	"strconv"
@@ -77,7 +80,37 @@ func contentsOf(matches []policy.Match) *setContents {
 	}
 	sc[Ports4].Boxes = sweep(v4)
 	sc[Ports6].Boxes = sweep(v6)
+	for i := range sc {
+		sc[i].hash = elementsHash(&sc[i])
+	}
 	return &sc
+}
+
+// elementsHash identifies a set's elements, so a diff can skip sets whose
+// elements did not change without comparing them one by one.
+func elementsHash(s *Set) string {
+	h := sha256.New()
+	var buf []byte
+	addr := func(a netip.Addr) {
+		b, _ := a.MarshalBinary()
+		buf = append(buf, b...)
+	}
+	buf = append(buf, byte(s.Kind))
+	for _, r := range s.Addrs {
+		addr(r.From)
+		addr(r.To)
+	}
+	for _, b := range s.Boxes {
+		addr(b.Addrs.From)
+		addr(b.Addrs.To)
+		buf = append(buf, byte(b.Proto), byte(b.Ports.From>>8), byte(b.Ports.From), byte(b.Ports.To>>8), byte(b.Ports.To))
+		if len(buf) > 4096 {
+			h.Write(buf)
+			buf = buf[:0]
+		}
+	}
+	h.Write(buf)
+	return hex.EncodeToString(h.Sum(nil))[:hashLen]
 }
 
 // sweepGroup is a set of address ranges (disjoint, one family) that all
@@ -116,6 +149,12 @@ func sweep(groups []sweepGroup) []Box {
 		return evs[i].at.Less(evs[j].at)
 	})
 	active := make([]int, len(groups))
+	type union struct {
+		ports map[policy.Protocol][]policy.PortRange
+		key   string
+	}
+	unions := map[string]union{}
+	var sig []byte
 	type segment struct {
 		r     policy.AddrRange
 		key   string
@@ -138,25 +177,36 @@ func sweep(groups []sweepGroup) []Box {
 		} else {
 			to = evs[j].at.Prev()
 		}
-		var b policy.PortSetBuilder
-		any := false
+		sig = sig[:0]
 		for gi, n := range active {
-			if n <= 0 {
-				continue
-			}
-			any = true
-			for p, rs := range groups[gi].ports {
-				for _, r := range rs {
-					b.Add(p, r)
-				}
+			if n > 0 {
+				sig = binary.AppendUvarint(sig, uint64(gi))
 			}
 		}
 		i = j
-		if !any {
+		if len(sig) == 0 {
 			continue
 		}
-		ps := b.Build().ByProto
-		key := portsKey(ps)
+		// Pieces covered by the same groups have the same ports: compute
+		// each union once.
+		u, ok := unions[string(sig)]
+		if !ok {
+			var b policy.PortSetBuilder
+			for gi, n := range active {
+				if n <= 0 {
+					continue
+				}
+				for p, rs := range groups[gi].ports {
+					for _, r := range rs {
+						b.Add(p, r)
+					}
+				}
+			}
+			u.ports = b.Build().ByProto
+			u.key = portsKey(u.ports)
+			unions[string(sig)] = u
+		}
+		ps, key := u.ports, u.key
 		if n := len(segs); n > 0 && segs[n-1].key == key && segs[n-1].r.To.Next() == from {
 			segs[n-1].r.To = to
 			continue

@@ -14,21 +14,30 @@ import (
 	"github.com/moat-net/moat/policy"
 )
 
+// kernelMissing names what kernel tests lack: root or the nft binary.
+func kernelMissing() string {
+	if os.Geteuid() != 0 {
+		return "root"
+	}
+	if _, err := exec.LookPath("nft"); err != nil {
+		return "the nft binary (apt-get install nftables)"
+	}
+	return ""
+}
+
+// ciRequired: with CI=true a missing capability fails instead of skipping.
+func ciRequired() bool { return os.Getenv("CI") == "true" }
+
 // requireKernel skips a test that needs root and the nft binary, loudly,
 // unless CI is set: there such tests must run, so a missing capability is
 // a failure.
 func requireKernel(t *testing.T) {
 	t.Helper()
-	var missing string
-	if os.Geteuid() != 0 {
-		missing = "root"
-	} else if _, err := exec.LookPath("nft"); err != nil {
-		missing = "the nft binary (apt-get install nftables)"
-	}
+	missing := kernelMissing()
 	if missing == "" {
 		return
 	}
-	if os.Getenv("CI") == "true" {
+	if ciRequired() {
 		t.Fatalf("kernel test needs %s, and CI=true requires it to run", missing)
 	}
 	t.Skipf("SKIPPED: kernel test needs %s", missing)
@@ -136,6 +145,7 @@ func TestKernelSyncFullDiffAndFailure(t *testing.T) {
 					policy.PrefixRange(netip.MustParsePrefix("10.9.0.0/24")),
 					{From: netip.MustParseAddr("10.9.0.5"), To: netip.MustParseAddr("10.9.1.5")},
 				}
+				set.hash = "changed"
 				break
 			}
 		}

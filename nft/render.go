@@ -258,7 +258,7 @@ func diffTransaction(tx *knftables.Transaction, old, rs *Ruleset) {
 	// refuses a new element that overlaps one still present.
 	for _, name := range sortedKeys(rs.Sets) {
 		o, ok := old.Sets[name]
-		if !ok {
+		if !ok || (o.hash != "" && o.hash == rs.Sets[name].hash) {
 			continue
 		}
 		del, add := diffKeys(o.elementKeys(), rs.Sets[name].elementKeys())

@@ -61,6 +61,8 @@ type Set struct {
 	// Boxes holds the elements of Ports4/Ports6 sets: sorted by address
 	// range, then protocol, then port; pairwise disjoint.
 	Boxes []Box
+	// hash identifies the elements (empty when unknown).
+	hash string
 }
 
 // VerdictKind is what a rule does when it matches.

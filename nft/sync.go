@@ -50,6 +50,7 @@ type Syncer struct {
 
 	mu      sync.Mutex
 	applied *Ruleset
+	cache   *Cache
 }
 
 // New returns a Syncer for the table "inet moat" behind nft, which the
@@ -59,7 +60,7 @@ func New(nft knftables.Interface, opts Options) *Syncer {
 	if opts.Conntrack == nil {
 		opts.Conntrack = NetlinkConntrack{}
 	}
-	return &Syncer{nft: nft, opts: opts}
+	return &Syncer{nft: nft, opts: opts, cache: NewCache()}
 }
 
 // NewInterface opens the real table "inet moat" in the calling thread's
@@ -74,7 +75,10 @@ func NewInterface() (knftables.Interface, error) {
 
 // Sync programs the node's part of prog.
 func (s *Syncer) Sync(ctx context.Context, prog *policy.Program) (Result, error) {
-	return s.Apply(ctx, Build(prog, s.opts.Node))
+	s.mu.Lock()
+	rs := BuildCached(prog, s.opts.Node, s.cache)
+	s.mu.Unlock()
+	return s.Apply(ctx, rs)
 }
 
 // Apply programs a ruleset built by Build. On an nft error the previous
