@@ -1,0 +1,70 @@
+package e2e
+
+import (
+	"os"
+	"strings"
+	"testing"
+
+	"github.com/spf13/pflag"
+	corev1 "k8s.io/api/core/v1"
+	"sigs.k8s.io/yaml"
+
+	"github.com/moat-net/moat/tunnel/agent"
+	"github.com/moat-net/moat/tunnel/server"
+)
+
+// TestDeployManifests decodes the static pods strictly and runs their
+// command lines through the binaries' own flag parsing and validation.
+func TestDeployManifests(t *testing.T) {
+	type opts interface {
+		AddFlags(*pflag.FlagSet)
+		Validate() error
+	}
+	for file, mk := range map[string]func() (opts, error){
+		"../../deploy/tunnel/moat-proxy-server.yaml": func() (opts, error) { return server.NewOptions() },
+		"../../deploy/tunnel/moat-proxy-agent.yaml":  func() (opts, error) { return agent.NewOptions() },
+	} {
+		b, err := os.ReadFile(file)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var pod corev1.Pod
+		if err := yaml.UnmarshalStrict(b, &pod); err != nil {
+			t.Fatalf("%s: %v", file, err)
+		}
+		o, err := mk()
+		if err != nil {
+			t.Fatal(err)
+		}
+		fs := pflag.NewFlagSet(file, pflag.ContinueOnError)
+		o.AddFlags(fs)
+		if err := fs.Parse(pod.Spec.Containers[0].Command[1:]); err != nil {
+			t.Fatalf("%s: %v", file, err)
+		}
+		if err := o.Validate(); err != nil {
+			t.Fatalf("%s: %v", file, err)
+		}
+	}
+	unit, err := os.ReadFile("../../deploy/tunnel/moat-proxy-agent.service")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var args []string
+	for _, f := range strings.Fields(strings.ReplaceAll(string(unit[strings.Index(string(unit), "ExecStart="):]), "\\\n", " ")) {
+		if strings.HasPrefix(f, "--") {
+			args = append(args, f)
+		}
+		if f == "KillSignal=SIGTERM" {
+			break
+		}
+	}
+	o, _ := agent.NewOptions()
+	fs := pflag.NewFlagSet("unit", pflag.ContinueOnError)
+	o.AddFlags(fs)
+	if err := fs.Parse(args); err != nil {
+		t.Fatalf("systemd unit: %v", err)
+	}
+	if err := o.Validate(); err != nil {
+		t.Fatalf("systemd unit: %v", err)
+	}
+}
