@@ -27,7 +27,7 @@ const (
 )
 
 // behaviour compiles testdata/behaviour.yaml plus extra documents.
-func behaviour(t *testing.T, extra string, opts policy.Options) *policy.Program {
+func behaviour(t testing.TB, extra string, opts policy.Options) *policy.Program {
 	t.Helper()
 	y := mustRead(t, "testdata/behaviour.yaml")
 	if extra != "" {
@@ -36,7 +36,7 @@ func behaviour(t *testing.T, extra string, opts policy.Options) *policy.Program 
 	return compileBytes(t, []byte(y), opts)
 }
 
-func mustRead(t *testing.T, path string) string {
+func mustRead(t testing.TB, path string) string {
 	t.Helper()
 	b, err := os.ReadFile(path)
 	if err != nil {
