@@ -6,9 +6,12 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strings"
 	"testing"
+	"time"
 
 	"github.com/moat-net/moat/manifest"
+	"github.com/moat-net/moat/matrix"
 	"github.com/moat-net/moat/policy"
 )
 
@@ -97,5 +100,56 @@ func TestRunAgreesWithEvaluator(t *testing.T) {
 	t.Logf("%d flows, %d measured (%d allowed, %d denied)", len(rep.Flows), measured, allowed, denied)
 	if allowed == 0 || denied == 0 {
 		t.Errorf("want both allowed and denied measured flows, got %d and %d", allowed, denied)
+	}
+}
+
+func TestSCTPFlowsAreJudgedFromRules(t *testing.T) {
+	requireKernel(t)
+	if testing.Short() {
+		t.Skip("lab run: slow")
+	}
+	prog := behaviour(t, `apiVersion: networking.k8s.io/v1
+kind: NetworkPolicy
+metadata: {name: sctp-from-client, namespace: app}
+spec:
+  podSelector: {matchLabels: {role: server}}
+  ingress:
+  - from: [{podSelector: {matchLabels: {role: client}}}]
+    ports: [{port: 3868, protocol: SCTP}]
+`, policy.Options{})
+	prefix, err := NewPrefix()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer leftovers(t, prefix)
+	ports := []matrix.PortProto{{Port: 3868, Protocol: policy.ProtoSCTP}, {Port: 80, Protocol: policy.ProtoTCP}}
+	rep, err := Run(context.Background(), prog, Options{Prefix: prefix, Ports: ports}, ProbeOptions{Timeout: 600 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	allowed, denied := 0, 0
+	for _, f := range rep.Flows {
+		if !f.Agree {
+			t.Errorf("disagreement: %s", describe(f))
+		}
+		if f.Protocol != "SCTP" {
+			if !f.Measured {
+				t.Errorf("TCP flow not measured: %s", describe(f))
+			}
+			continue
+		}
+		if f.Measured || !strings.Contains(f.Reason, "SCTP sockets are not available") {
+			t.Errorf("SCTP flow: measured=%v reason=%q", f.Measured, f.Reason)
+		}
+		if f.To == "app/server" && f.From != "app/server" {
+			if f.Allowed {
+				allowed++
+			} else {
+				denied++
+			}
+		}
+	}
+	if allowed != 1 || denied != 2 {
+		t.Errorf("SCTP to the server: %d allowed, %d denied; want 1 (client) and 2 (local, other)", allowed, denied)
 	}
 }

@@ -147,6 +147,9 @@ func Measure(ctx context.Context, t *Topology, ns *Namespaces, rulesets map[stri
 		}
 	}
 	results := ProbeAll(ctx, ns, probes, opts)
+	if err := ctx.Err(); err != nil {
+		return nil, fmt.Errorf("measuring interrupted: %w", err)
+	}
 	var again []int
 	for k, r := range results {
 		if (r.Outcome == TimedOut || r.Outcome == DroppedLocally) && cells[idx[k]].flow.Allowed {
@@ -165,6 +168,9 @@ func Measure(ctx context.Context, t *Topology, ns *Namespaces, rulesets map[stri
 		}
 		for j, r := range ProbeAll(ctx, ns, retry, slow) {
 			results[again[j]] = r
+		}
+		if err := ctx.Err(); err != nil {
+			return nil, fmt.Errorf("measuring interrupted: %w", err)
 		}
 	}
 	rep := &Report{Lab: t.Prefix, Endpoints: labels, Ports: ports}

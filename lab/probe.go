@@ -110,6 +110,7 @@ func ProbeOne(ctx context.Context, ns *Namespaces, p Probe, timeout time.Duratio
 		return res
 	}
 	var conn net.Conn
+	parent := ctx
 	ctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
 	err = inNS(h, func() error {
@@ -133,6 +134,9 @@ func ProbeOne(ctx context.Context, ns *Namespaces, p Probe, timeout time.Duratio
 		return res
 	}
 	defer conn.Close()
+	// Cancelling ctx (Ctrl-C) unblocks a read at once.
+	stop := context.AfterFunc(parent, func() { conn.Close() })
+	defer stop()
 	deadline, _ := ctx.Deadline()
 	_ = conn.SetDeadline(deadline)
 	want := banner(p.Dst, p.Port)
@@ -178,6 +182,8 @@ func readFull(c net.Conn, buf []byte) (int, error) {
 func classify(err error) (Outcome, error) {
 	var ne net.Error
 	switch {
+	case errors.Is(err, context.Canceled), errors.Is(err, net.ErrClosed):
+		return Failed, context.Canceled
 	case errors.Is(err, syscall.ECONNREFUSED):
 		return Refused, nil
 	case errors.Is(err, syscall.EPERM):
