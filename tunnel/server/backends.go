@@ -185,3 +185,15 @@ func (bs *backends) pick(strategies []Strategy, address string) *backend {
 	}
 	return nil
 }
+
+func (bs *backends) draining() int {
+	bs.mu.Lock()
+	defer bs.mu.Unlock()
+	n := 0
+	for _, b := range bs.list {
+		if b.sess.Draining() {
+			n++
+		}
+	}
+	return n
+}

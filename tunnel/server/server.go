@@ -205,3 +205,6 @@ func (s *Server) dial(ctx context.Context, address string) (*mux.Conn, error) {
 	defer cancel()
 	return b.sess.Dial(ctx, address)
 }
+
+// DrainingBackends is the number of agent tunnels that sent DRAIN.
+func (s *Server) DrainingBackends() int { return s.backends.draining() }
