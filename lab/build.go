@@ -49,15 +49,19 @@ func (t *Topology) Open() (*Namespaces, error) {
 
 // Build creates the lab's namespaces, links, addresses and routes. On
 // error everything it made is removed again.
-func (t *Topology) Build() (ns *Namespaces, err error) {
-	ns = &Namespaces{handles: map[string]netns.NsHandle{}}
+func (t *Topology) Build() (_ *Namespaces, err error) {
+	ns := &Namespaces{handles: map[string]netns.NsHandle{}}
+	var created []string
 	defer func() {
 		if err != nil {
 			ns.Close()
-			if terr := t.Teardown(); terr != nil {
-				err = errors.Join(err, terr)
+			// Only what this call created: a name clash must not
+			// remove another lab's namespace.
+			for _, name := range created {
+				if derr := deleteNamed(name); derr != nil {
+					err = errors.Join(err, derr)
+				}
 			}
-			ns = nil
 		}
 	}()
 	for _, name := range t.Namespaces() {
@@ -65,6 +69,7 @@ func (t *Topology) Build() (ns *Namespaces, err error) {
 		if err != nil {
 			return nil, err
 		}
+		created = append(created, name)
 		ns.handles[name] = h
 		if err := inNS(h, func() error {
 			// Addresses are added with NODAD; links created later in

@@ -60,7 +60,7 @@ func CheckHost() error {
 // Up plans and builds a lab for prog, programs every node and starts
 // responders on every port of every endpoint. On error nothing is left
 // behind.
-func Up(ctx context.Context, prog *policy.Program, opts Options) (l *Lab, err error) {
+func Up(ctx context.Context, prog *policy.Program, opts Options) (_ *Lab, err error) {
 	if err := CheckHost(); err != nil {
 		return nil, err
 	}
@@ -77,17 +77,16 @@ func Up(ctx context.Context, prog *policy.Program, opts Options) (l *Lab, err er
 	if err != nil {
 		return nil, fmt.Errorf("build lab %s: %w", opts.Prefix, err)
 	}
-	l = &Lab{Topology: topo, NS: ns}
+	lab := &Lab{Topology: topo, NS: ns}
 	defer func() {
 		if err != nil {
-			err = errors.Join(err, l.Close())
-			l = nil
+			err = errors.Join(err, lab.Close())
 		}
 	}()
-	if l.enforcer, err = NewEnforcer(topo, ns, EnforceOptions{CutDenied: opts.CutDenied}); err != nil {
+	if lab.enforcer, err = NewEnforcer(topo, ns, EnforceOptions{CutDenied: opts.CutDenied}); err != nil {
 		return nil, err
 	}
-	if _, err = l.enforcer.Apply(ctx, prog); err != nil {
+	if _, err = lab.enforcer.Apply(ctx, prog); err != nil {
 		return nil, err
 	}
 	cells, _, _, err := planCells(topo, prog, opts.Peers, opts.Ports)
@@ -98,10 +97,10 @@ func Up(ctx context.Context, prog *policy.Program, opts Options) (l *Lab, err er
 	if err != nil {
 		return nil, err
 	}
-	if l.responders, err = StartResponders(ns, targets); err != nil {
+	if lab.responders, err = StartResponders(ns, targets); err != nil {
 		return nil, err
 	}
-	return l, nil
+	return lab, nil
 }
 
 // Apply programs every node with a new Program (the topology stays).

@@ -163,3 +163,32 @@ func TestCleanRemovesLeftovers(t *testing.T) {
 		t.Error("Clean accepted a prefix that is not a lab's")
 	}
 }
+
+func TestBuildFailureLeavesOthersAlone(t *testing.T) {
+	requireKernel(t)
+	prefix, err := NewPrefix()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer leftovers(t, prefix)
+	topo, err := Plan(prefix, behaviour(t, "", policy.Options{}), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Another lab already owns one of the names.
+	clash := topo.Nodes[1].NS
+	h, err := createNamed(clash)
+	if err != nil {
+		t.Fatal(err)
+	}
+	h.Close()
+	_, err = topo.Build()
+	if err == nil || !strings.Contains(err.Error(), clash) {
+		t.Fatalf("build over an existing namespace: %v", err)
+	}
+	names, _ := namedWithPrefix(prefix)
+	if len(names) != 1 || names[0] != clash {
+		t.Errorf("after the failed build: %v, want only the other lab's %s", names, clash)
+	}
+	_ = deleteNamed(clash)
+}

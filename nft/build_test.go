@@ -3,6 +3,7 @@ package nft
 import (
 	"context"
 	"fmt"
+	"math/rand"
 	"net/netip"
 	"path/filepath"
 	"strings"
@@ -149,5 +150,137 @@ status: {podIPs: [{ip: 10.0.2.11}]}
 				}
 			}
 		})
+	}
+}
+
+func TestDuplicateLocalAddressFailsClosed(t *testing.T) {
+	prog := compileYAML(t, `apiVersion: v1
+kind: Pod
+metadata: {name: a, namespace: x}
+spec: {nodeName: n1}
+status: {podIP: 10.0.0.1}
+---
+apiVersion: v1
+kind: Pod
+metadata: {name: b, namespace: x}
+spec: {nodeName: n1}
+status: {podIP: 10.0.0.1}
+`)
+	// The compiler polices only the first pod with an address; a
+	// Program that polices both (built by other means) must not let the
+	// backend pick one silently.
+	ia, _ := prog.PodByKey("x/a")
+	ib, _ := prog.PodByKey("x/b")
+	if prog.Policies[ib] != nil {
+		t.Log("the compiler now polices both pods")
+	}
+	prog.Policies[ib] = prog.Policies[ia]
+	rs := Build(prog, "n1")
+	a := netip.MustParseAddr("10.0.0.1")
+	if rs.Egress[a] != conflictChain || rs.Ingress[a] != conflictChain {
+		t.Errorf("duplicate address dispatches to %q/%q, want the conflict chain", rs.Egress[a], rs.Ingress[a])
+	}
+	if len(rs.Warnings) == 0 || !strings.Contains(rs.Warnings[0], "x/a and x/b") {
+		t.Errorf("warnings: %v", rs.Warnings)
+	}
+	if rs.Allows(Packet{Src: netip.MustParseAddr("10.0.0.9"), Dst: a, Proto: policy.ProtoTCP, Port: 80}) {
+		t.Error("traffic to a duplicated address is allowed")
+	}
+}
+
+func TestNamesAreShortAndPlain(t *testing.T) {
+	prog := compileFile(t, "tiers.yaml", policy.Options{})
+	rs := Build(prog, "node-1")
+	var names []string
+	for n := range rs.Sets {
+		names = append(names, n)
+	}
+	for n := range rs.Chains {
+		names = append(names, n)
+	}
+	if len(names) == 0 {
+		t.Fatal("no names")
+	}
+	for _, n := range names {
+		if len(n) > 31 {
+			t.Errorf("%q is longer than old kernels' 31-character limit", n)
+		}
+		for _, r := range n {
+			if !(r >= 'a' && r <= 'z' || r >= '0' && r <= '9' || r == '-') {
+				t.Errorf("%q has %q, which nft would need quoted", n, r)
+			}
+		}
+	}
+	// Deterministic: the same Program gives the same names.
+	again := Build(compileFile(t, "tiers.yaml", policy.Options{}), "node-1")
+	if fmt.Sprint(sortedKeys(again.Sets), sortedKeys(again.Chains)) != fmt.Sprint(sortedKeys(rs.Sets), sortedKeys(rs.Chains)) {
+		t.Error("names differ between two builds of the same input")
+	}
+}
+
+// TestContentsMatchTerms: the disjoint elements computed for a union of
+// random terms contain exactly the packets the terms match.
+func TestContentsMatchTerms(t *testing.T) {
+	r := rand.New(rand.NewSource(1))
+	addr := func() netip.Addr {
+		if r.Intn(3) == 0 {
+			return netip.AddrFrom16([16]byte{0xfd, 15: byte(r.Intn(40))})
+		}
+		return netip.AddrFrom4([4]byte{10, 0, byte(r.Intn(3)), byte(r.Intn(40))})
+	}
+	for round := 0; round < 300; round++ {
+		var m policy.Match
+		for i, n := 0, 1+r.Intn(5); i < n; i++ {
+			var rs []policy.AddrRange
+			for j, k := 0, 1+r.Intn(3); j < k; j++ {
+				a, b := addr(), addr()
+				if a.Is4() != b.Is4() {
+					b = a
+				}
+				if b.Less(a) {
+					a, b = b, a
+				}
+				rs = append(rs, policy.AddrRange{From: a, To: b})
+			}
+			var pb policy.PortSetBuilder
+			if r.Intn(4) == 0 {
+				pb.AddAll()
+			}
+			for j, k := 0, 1+r.Intn(3); j < k; j++ {
+				from := uint16(1 + r.Intn(30))
+				pb.Add(policy.PortProtocols[r.Intn(3)], policy.PortRange{From: from, To: from + uint16(r.Intn(8))})
+			}
+			m = append(m, policy.Term{Addrs: policy.NewAddrSet(rs...), Ports: pb.Build()})
+		}
+		sc := contentsOf([]policy.Match{m})
+		for k := 0; k < 200; k++ {
+			a := addr()
+			proto := policy.PortProtocols[r.Intn(3)]
+			port := uint16(r.Intn(40))
+			if k%10 == 0 {
+				proto, port = policy.ProtoICMP, 0
+			}
+			got := false
+			for i := range sc {
+				got = got || sc[i].contains(a, proto, port)
+			}
+			if want := m.Matches(a, proto, port); got != want {
+				t.Fatalf("round %d: %s %s/%d: sets say %v, terms %v", round, a, proto, port, got, want)
+			}
+		}
+		for _, kind := range []SetKind{Ports4, Ports6} {
+			bs := sc[kind].Boxes
+			for i := 1; i < len(bs); i++ {
+				if bs[i].Addrs.From.Less(bs[i-1].Addrs.From) {
+					t.Fatalf("boxes out of order: %v", bs)
+				}
+				if bs[i].Addrs == bs[i-1].Addrs && bs[i].Proto == bs[i-1].Proto && bs[i].Ports.From <= bs[i-1].Ports.To {
+					t.Fatalf("overlapping boxes: %v %v", bs[i-1], bs[i])
+				}
+				if bs[i].Addrs != bs[i-1].Addrs && !bs[i-1].Addrs.To.Less(bs[i].Addrs.From) {
+					t.Fatalf("overlapping address pieces: %v %v", bs[i-1], bs[i])
+				}
+			}
+		}
 	}
 }
