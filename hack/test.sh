@@ -11,6 +11,9 @@ cd "$(dirname "${BASH_SOURCE[0]}")/.."
 source hack/lib/packages.sh
 
 ensure_packages nft:nftables ip:iproute2
+if [[ $(id -u) -eq 0 ]]; then
+	mkdir -p /var/run/netns # where the lab and tunnel tests keep named network namespaces
+fi
 bash hack/kube/build.sh
 
 unformatted=$(gofmt -l $(git ls-files '*.go' 2>/dev/null || find . -name '*.go' -not -path './hack/*'))
