@@ -31,13 +31,42 @@ import (
 type testDP struct {
 	*nft.Syncer
 	fake  *knftables.Fake
+	nft   *recordingNFT
 	fail  atomic.Bool
 	calls atomic.Int32
 }
 
 func newTestDP(node string) *testDP {
-	f := knftables.NewFake(knftables.InetFamily, nft.Table)
-	return &testDP{Syncer: nft.New(f, nft.Options{Node: node}), fake: f}
+	return newTestDPOn(knftables.NewFake(knftables.InetFamily, nft.Table), node)
+}
+
+// newTestDPOn starts a fresh Syncer (as a restarted agent would) on a
+// table that may already hold rules.
+func newTestDPOn(f *knftables.Fake, node string) *testDP {
+	rec := &recordingNFT{Interface: f, fake: f}
+	return &testDP{Syncer: nft.New(rec, nft.Options{Node: node}), fake: f, nft: rec}
+}
+
+// recordingNFT records the table after every transaction.
+type recordingNFT struct {
+	knftables.Interface
+	fake  *knftables.Fake
+	mu    sync.Mutex
+	dumps []string
+}
+
+func (r *recordingNFT) Run(ctx context.Context, tx *knftables.Transaction) error {
+	err := r.Interface.Run(ctx, tx)
+	r.mu.Lock()
+	r.dumps = append(r.dumps, r.fake.Dump())
+	r.mu.Unlock()
+	return err
+}
+
+func (r *recordingNFT) transactions() []string {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return append([]string(nil), r.dumps...)
 }
 
 func (d *testDP) Sync(ctx context.Context, prog *policy.Program) (nft.Result, error) {

@@ -6,12 +6,12 @@ import (
 	"slices"
 
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/equality"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/watch"
-	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/tools/cache"
 
 	"github.com/moat-net/moat/api/v1alpha2"
@@ -54,30 +54,30 @@ func (i *informers) synced() bool {
 
 func (a *Agent) newInformers() (*informers, error) {
 	core := a.clients.Kube.CoreV1()
-	typed := func(list func(context.Context, metav1.ListOptions) (runtime.Object, error), watchFn func(context.Context, metav1.ListOptions) (watch.Interface, error), example runtime.Object) cache.SharedIndexInformer {
-		lw := &cache.ListWatch{ListWithContextFunc: list, WatchFuncWithContext: watchFn}
+	typed := func(resource string, list func(context.Context, metav1.ListOptions) (runtime.Object, error), watchFn func(context.Context, metav1.ListOptions) (watch.Interface, error), example runtime.Object) cache.SharedIndexInformer {
+		lw := a.countErrors(resource, &cache.ListWatch{ListWithContextFunc: list, WatchFuncWithContext: watchFn})
 		return cache.NewSharedIndexInformerWithOptions(cache.ToListWatcherWithWatchListSemantics(lw, a.clients.Kube), example, cache.SharedIndexInformerOptions{})
 	}
 	inf := &informers{
-		pods: typed(func(ctx context.Context, o metav1.ListOptions) (runtime.Object, error) {
+		pods: typed("pods", func(ctx context.Context, o metav1.ListOptions) (runtime.Object, error) {
 			o.FieldSelector = activePods
 			return core.Pods("").List(ctx, o)
 		}, func(ctx context.Context, o metav1.ListOptions) (watch.Interface, error) {
 			o.FieldSelector = activePods
 			return core.Pods("").Watch(ctx, o)
 		}, &corev1.Pod{}),
-		namespaces: typed(func(ctx context.Context, o metav1.ListOptions) (runtime.Object, error) {
+		namespaces: typed("namespaces", func(ctx context.Context, o metav1.ListOptions) (runtime.Object, error) {
 			return core.Namespaces().List(ctx, o)
 		}, func(ctx context.Context, o metav1.ListOptions) (watch.Interface, error) {
 			return core.Namespaces().Watch(ctx, o)
 		}, &corev1.Namespace{}),
-		nodes: typed(func(ctx context.Context, o metav1.ListOptions) (runtime.Object, error) {
+		nodes: typed("nodes", func(ctx context.Context, o metav1.ListOptions) (runtime.Object, error) {
 			return core.Nodes().List(ctx, o)
 		}, func(ctx context.Context, o metav1.ListOptions) (watch.Interface, error) {
 			return core.Nodes().Watch(ctx, o)
 		}, &corev1.Node{}),
-		nps:  dynamicInformer(a.clients.Dynamic, networkPolicyGVR),
-		cnps: dynamicInformer(a.clients.Dynamic, clusterNetworkPolicyGVR),
+		nps:  a.dynamicInformer(networkPolicyGVR),
+		cnps: a.dynamicInformer(clusterNetworkPolicyGVR),
 	}
 	ingressPeers := a.cfg.Features.Enabled(IngressNetworksAndNodes)
 	transforms := []cache.TransformFunc{
@@ -97,14 +97,7 @@ func (a *Agent) newInformers() (*informers, error) {
 	}
 	changed := []func(old, cur any) bool{podChanged, namespaceChanged, nodeChanged, npChanged, cnpChanged}
 	for idx, in := range inf.all() {
-		name := informerNames[idx]
 		if err := in.SetTransform(transforms[idx]); err != nil {
-			return nil, err
-		}
-		if err := in.SetWatchErrorHandlerWithContext(func(ctx context.Context, r *cache.Reflector, err error) {
-			a.metrics.watchErrors.WithLabelValues(name).Inc()
-			cache.DefaultWatchErrorHandler(ctx, r, err)
-		}); err != nil {
 			return nil, err
 		}
 		differs := changed[idx]
@@ -134,16 +127,41 @@ func (a *Agent) newInformers() (*informers, error) {
 	return inf, nil
 }
 
-func dynamicInformer(c dynamic.Interface, gvr schema.GroupVersionResource) cache.SharedIndexInformer {
-	r := c.Resource(gvr)
-	return cache.NewSharedIndexInformerWithOptions(cache.ToListWatcherWithWatchListSemantics(&cache.ListWatch{
+func (a *Agent) dynamicInformer(gvr schema.GroupVersionResource) cache.SharedIndexInformer {
+	r := a.clients.Dynamic.Resource(gvr)
+	lw := a.countErrors(gvr.Resource, &cache.ListWatch{
 		ListWithContextFunc: func(ctx context.Context, o metav1.ListOptions) (runtime.Object, error) {
 			return r.List(ctx, o)
 		},
 		WatchFuncWithContext: func(ctx context.Context, o metav1.ListOptions) (watch.Interface, error) {
 			return r.Watch(ctx, o)
 		},
-	}, c), &unstructured.Unstructured{}, cache.SharedIndexInformerOptions{})
+	})
+	return cache.NewSharedIndexInformerWithOptions(cache.ToListWatcherWithWatchListSemantics(lw, a.clients.Dynamic), &unstructured.Unstructured{}, cache.SharedIndexInformerOptions{})
+}
+
+// countErrors counts failed list and watch calls. The reflectors retry
+// them with backoff by themselves (and retry some, such as a refused
+// connection, without telling anyone), keeping the cache as it was.
+func (a *Agent) countErrors(resource string, lw *cache.ListWatch) *cache.ListWatch {
+	list, watchFn := lw.ListWithContextFunc, lw.WatchFuncWithContext
+	count := func(ctx context.Context, err error) {
+		if err != nil && ctx.Err() == nil {
+			a.metrics.watchErrors.WithLabelValues(resource).Inc()
+		}
+	}
+	return &cache.ListWatch{
+		ListWithContextFunc: func(ctx context.Context, o metav1.ListOptions) (runtime.Object, error) {
+			obj, err := list(ctx, o)
+			count(ctx, err)
+			return obj, err
+		},
+		WatchFuncWithContext: func(ctx context.Context, o metav1.ListOptions) (watch.Interface, error) {
+			w, err := watchFn(ctx, o)
+			count(ctx, err)
+			return w, err
+		},
+	}
 }
 
 // slimPod keeps what policy reads of a pod: identity, labels, node,
@@ -229,16 +247,21 @@ func nodeChanged(old, cur any) bool {
 	return !ok1 || !ok2 || !maps.Equal(a.Labels, b.Labels) || !slices.Equal(a.Status.Addresses, b.Status.Addresses)
 }
 
+// npChanged and cnpChanged ignore status-only updates (the status
+// subresource keeps metadata.generation, and the agent writes CNP status
+// itself) but compare the decoded spec, not only the generation: after a
+// CRD schema change an object may come again, same generation, decoded
+// differently.
 func npChanged(old, cur any) bool {
 	a, ok1 := old.(*decodedNP)
 	b, ok2 := cur.(*decodedNP)
-	return !ok1 || !ok2 || a.Generation != b.Generation || a.Generation == 0
+	return !ok1 || !ok2 || a.Generation != b.Generation || a.UID != b.UID ||
+		!slices.Equal(a.UnknownFields, b.UnknownFields) || !equality.Semantic.DeepEqual(a.Spec, b.Spec)
 }
 
-// cnpChanged ignores status-only updates: the status subresource keeps
-// metadata.generation, and the agent writes status itself.
 func cnpChanged(old, cur any) bool {
 	a, ok1 := old.(*decodedCNP)
 	b, ok2 := cur.(*decodedCNP)
-	return !ok1 || !ok2 || a.Generation != b.Generation || a.Generation == 0
+	return !ok1 || !ok2 || a.Generation != b.Generation || a.UID != b.UID ||
+		!slices.Equal(a.UnknownFields, b.UnknownFields) || !equality.Semantic.DeepEqual(a.Spec, b.Spec)
 }
