@@ -7,6 +7,7 @@ import (
 	"net"
 	"net/http"
 	"net/http/httptest"
+	"os"
 	"strings"
 	"sync"
 	"testing"
@@ -18,6 +19,9 @@ import (
 )
 
 func TestMain(m *testing.M) {
+	if f := os.Getenv("MOAT_TUNNEL_BACKEND_HELPER"); f != "" {
+		backendHelper(f) // a child process serving as the backend; never returns
+	}
 	goleak.VerifyTestMain(m,
 		goleak.IgnoreTopFunction("k8s.io/klog/v2.(*loggingT).flushDaemon"),
 		goleak.IgnoreTopFunction("k8s.io/klog/v2.(*flushDaemon).run.func1"),

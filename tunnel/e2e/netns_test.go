@@ -49,7 +49,9 @@ var buildOnce sync.Once
 var buildDir, buildErr = "", error(nil)
 
 // buildBinaries compiles both commands once per test process.
-func buildBinaries(t *testing.T) string {
+func buildBinaries(t *testing.T) string { return buildBinariesB(t) }
+
+func buildBinariesB(t testing.TB) string {
 	buildOnce.Do(func() {
 		buildDir, buildErr = os.MkdirTemp("", "moat-tunnel-bin-")
 		if buildErr != nil {

@@ -102,7 +102,11 @@ func (s *Server) Serve(ctx context.Context, l Listeners) error {
 				}
 			})
 		default:
+			// kube-apiserver opens one gRPC connection per tunneled
+			// connection: keep idle ones cheap (write buffers are returned to
+			// a pool after each flush, small read buffers).
 			opts := []grpc.ServerOption{grpc.MaxRecvMsgSize(MaxFrame), grpc.ConnectionTimeout(10 * time.Second),
+				grpc.SharedWriteBuffer(true), grpc.ReadBufferSize(16 << 10),
 				grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{MinTime: 5 * time.Second, PermitWithoutStream: true})}
 			if tlsCfg != nil {
 				opts = append(opts, grpc.Creds(credentials.NewTLS(tlsCfg)))
