@@ -20,10 +20,12 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials"
+	"google.golang.org/grpc/experimental"
 	"google.golang.org/grpc/keepalive"
 	"google.golang.org/grpc/metadata"
 
 	"github.com/moat-net/moat/tunnel/dest"
+	"github.com/moat-net/moat/tunnel/grpcbuf"
 	"github.com/moat-net/moat/tunnel/mux"
 	"github.com/moat-net/moat/tunnel/proto"
 )
@@ -65,6 +67,7 @@ type tunnel struct {
 // Agent maintains the tunnels.
 type Agent struct {
 	cfg     Config
+	pool    *grpcbuf.Pool
 	metrics *mux.Metrics
 	gauge   prometheus.Gauge
 	log     *slog.Logger
@@ -110,7 +113,7 @@ func New(cfg Config) (*Agent, error) {
 		Help: "Tunnels this agent has open to proxy servers.",
 	})
 	cfg.Registry.MustRegister(g)
-	return &Agent{cfg: cfg, metrics: mux.NewMetrics(cfg.Registry), gauge: g, log: cfg.Log,
+	return &Agent{cfg: cfg, pool: grpcbuf.New(), metrics: mux.NewMetrics(cfg.Registry), gauge: g, log: cfg.Log,
 		tunnels: map[string]*tunnel{}, serverCount: 1}, nil
 }
 
@@ -198,9 +201,10 @@ func (a *Agent) wantTunnels() int {
 func (a *Agent) connect(ctx context.Context) error {
 	cc, err := grpc.NewClient(a.cfg.Server,
 		grpc.WithTransportCredentials(a.cfg.Creds),
-		grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(4<<20)),
+		grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(4<<20), grpc.ForceCodecV2(grpcbuf.Codec{Pool: a.pool})),
 		grpc.WithInitialWindowSize(8<<20), grpc.WithInitialConnWindowSize(8<<20),
 		grpc.WithReadBufferSize(256<<10), grpc.WithWriteBufferSize(256<<10),
+		experimental.WithBufferPool(a.pool),
 		grpc.WithKeepaliveParams(keepalive.ClientParameters{Time: 30 * time.Second, Timeout: 10 * time.Second, PermitWithoutStream: true}))
 	if err != nil {
 		return fmt.Errorf("dial %s: %w", a.cfg.Server, err)

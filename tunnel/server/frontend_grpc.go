@@ -21,13 +21,23 @@ type frontendWriter struct {
 	connID int64
 }
 
+// frontendChunk keeps each message to kube-apiserver within grpc-go's 32 KiB
+// buffer tier: its default pool rounds anything larger up to 1 MiB and
+// zeroes all of it for every message.
+const frontendChunk = 32<<10 - 64
+
 func (w frontendWriter) Write(b []byte) (int, error) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	if err := w.st.Send(proto.Data(proto.OriginControlPlane, w.connID, b)); err != nil {
-		return 0, err
+	sent := 0
+	for sent < len(b) {
+		n := min(len(b)-sent, frontendChunk)
+		if err := w.st.Send(proto.Data(proto.OriginControlPlane, w.connID, b[sent:sent+n])); err != nil {
+			return sent, err
+		}
+		sent += n
 	}
-	return len(b), nil
+	return sent, nil
 }
 
 // Proxy serves one kube-apiserver connection: upstream's single-use tunnel

@@ -14,7 +14,10 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials"
+	"google.golang.org/grpc/experimental"
 	"google.golang.org/grpc/keepalive"
+
+	"github.com/moat-net/moat/tunnel/grpcbuf"
 )
 
 // Modes of the kube-apiserver-facing frontend (upstream --mode).
@@ -67,13 +70,14 @@ func (s *Server) Serve(ctx context.Context, l Listeners) error {
 	}
 	var stops []func()
 	var frontStops []func()
+	pool := grpcbuf.New()
 
 	if l.Agent != nil {
 		if l.AgentTLS == nil {
 			return errors.New("agent listener needs TLS")
 		}
 		g := grpc.NewServer(grpc.Creds(credentials.NewTLS(l.AgentTLS)),
-			grpc.ConnectionTimeout(10*time.Second),
+			grpc.ConnectionTimeout(10*time.Second), experimental.BufferPool(pool), grpc.ForceServerCodecV2(grpcbuf.Codec{Pool: pool}),
 			grpc.InitialWindowSize(WindowSize), grpc.InitialConnWindowSize(WindowSize),
 			grpc.ReadBufferSize(256<<10), grpc.WriteBufferSize(256<<10),
 			grpc.MaxRecvMsgSize(MaxFrame),
@@ -106,7 +110,7 @@ func (s *Server) Serve(ctx context.Context, l Listeners) error {
 			// connection: keep idle ones cheap (write buffers are returned to
 			// a pool after each flush, small read buffers).
 			opts := []grpc.ServerOption{grpc.MaxRecvMsgSize(MaxFrame), grpc.ConnectionTimeout(10 * time.Second),
-				grpc.SharedWriteBuffer(true), grpc.ReadBufferSize(16 << 10),
+				grpc.SharedWriteBuffer(true), grpc.ReadBufferSize(16 << 10), experimental.BufferPool(pool), grpc.ForceServerCodecV2(grpcbuf.Codec{Pool: pool}),
 				grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{MinTime: 5 * time.Second, PermitWithoutStream: true})}
 			if tlsCfg != nil {
 				opts = append(opts, grpc.Creds(credentials.NewTLS(tlsCfg)))
