@@ -34,7 +34,9 @@ func IsLocal(ip net.IP) (bool, error) {
 }
 
 // Ensure makes ip bindable: if it is already local nothing changes;
-// otherwise it is added to ifname with host scope (a /32 or /128).
+// otherwise it is added to ifname as a /32 with host scope, or as a /128
+// without duplicate address detection (Linux derives an IPv6 address's scope
+// from the address itself; on lo it is reachable from this host only either way).
 func Ensure(ip net.IP, ifname string) (*Lease, error) {
 	local, err := IsLocal(ip)
 	if err != nil {
