@@ -11,7 +11,6 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"sigs.k8s.io/yaml"
 
 	"github.com/moat-net/moat/agent/internal/fixture"
@@ -68,46 +67,6 @@ func pathAllows(src, dst string, port uint16, nodes ...*testDP) bool {
 		rs = append(rs, n.Applied())
 	}
 	return nft.PathAllows(nft.Packet{Src: netip.MustParseAddr(src), Dst: netip.MustParseAddr(dst), Proto: policy.ProtoTCP, Port: port}, rs...)
-}
-
-// crdWithExtraPeerField returns the experimental CRD with one field more
-// on ingress peers, as a newer release of the API might add.
-func crdWithExtraPeerField(t *testing.T) []byte {
-	t.Helper()
-	data, err := deploy.CRDs(deploy.Experimental)
-	if err != nil {
-		t.Fatal(err)
-	}
-	objs, err := kubetest.DecodeYAML(data)
-	if err != nil || len(objs) != 1 {
-		t.Fatalf("experimental CRDs: %d objects, %v", len(objs), err)
-	}
-	crd := objs[0]
-	versions, _, _ := unstructured.NestedSlice(crd.Object, "spec", "versions")
-	for i, v := range versions {
-		vm := v.(map[string]any)
-		path := []string{"schema", "openAPIV3Schema", "properties", "spec", "properties", "ingress", "items", "properties", "from", "items", "properties"}
-		props, found, err := unstructured.NestedMap(vm, path...)
-		if err != nil || !found {
-			t.Fatalf("CRD has no ingress peer properties at %v: %v", path, err)
-		}
-		props["serviceAccounts"] = map[string]any{
-			"type":       "object",
-			"properties": map[string]any{"name": map[string]any{"type": "string"}},
-		}
-		if err := unstructured.SetNestedMap(vm, props, path...); err != nil {
-			t.Fatal(err)
-		}
-		versions[i] = vm
-	}
-	if err := unstructured.SetNestedSlice(crd.Object, versions, "spec", "versions"); err != nil {
-		t.Fatal(err)
-	}
-	out, err := yaml.Marshal(crd.Object)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return out
 }
 
 func acceptedCondition(ctx context.Context, env *kubetest.Env, name string) (*metav1.Condition, int64, error) {
@@ -375,7 +334,7 @@ func TestUnknownFieldAndLeaderFailover(t *testing.T) {
 		t.Skip("starts a real kube-apiserver; runs without -short")
 	}
 	ctx := context.Background()
-	env := kubetest.Start(ctx, t, kubetest.WithCRDs(crdWithExtraPeerField(t)))
+	env := kubetest.Start(ctx, t, kubetest.WithCRDs(fixture.CRDWithExtraPeerField(t)))
 	clients, err := NewClients(fixture.AgentConfig(ctx, t, env))
 	if err != nil {
 		t.Fatal(err)

@@ -35,6 +35,7 @@ type options struct {
 	resync               time.Duration
 	leaderElect          bool
 	leaseNamespace       string
+	netns                string
 	features             featuregate.MutableVersionedFeatureGate
 	logging              *logsapi.LoggingConfiguration
 }
@@ -102,6 +103,7 @@ func (o *options) addFlags(fs *pflag.FlagSet) {
 	fs.DurationVar(&o.resync, "resync", 5*time.Minute, "Period of the full resync, which rewrites the whole table in one transaction (repairs edits made behind the agent's back); 0 disables")
 	fs.BoolVar(&o.leaderElect, "leader-elect", true, "Take part in the election of the one agent that writes ClusterNetworkPolicy status and policy Events")
 	fs.StringVar(&o.leaseNamespace, "leader-election-namespace", envOr("POD_NAMESPACE", agent.DefaultLeaseNamespace), "Namespace of the status writer's Lease (the POD_NAMESPACE environment variable, when set, is the default)")
+	fs.StringVar(&o.netns, "netns", "", "Program nftables in this network namespace (a name under /var/run/netns or a path) instead of the agent's own; the API server is still reached from the agent's namespace. For labs and tests that run one agent per simulated node on one host")
 	o.features.AddFlag(fs)
 	logsapi.AddFlags(o.logging, fs)
 }
@@ -132,11 +134,11 @@ func (o *options) run(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	iface, err := nft.NewInterface()
+	dp, closeDP, err := o.dataplane()
 	if err != nil {
-		return fmt.Errorf("open nftables (is the nft binary installed, and do we have CAP_NET_ADMIN?): %w", err)
+		return err
 	}
-	dp := nft.New(iface, nft.Options{Node: o.nodeName, CutDenied: o.cutDeniedEstablished})
+	defer closeDP()
 	a, err := agent.New(agent.Config{
 		NodeName:       o.nodeName,
 		AllowNodeLocal: o.allowNodeLocal,
@@ -153,6 +155,28 @@ func (o *options) run(ctx context.Context) error {
 	defer stop()
 	klog.InfoS("Starting moat-agent", "node", o.nodeName, "metrics", a.MetricsAddr(), "health", a.HealthAddr())
 	return a.Run(ctx)
+}
+
+// dataplane opens nftables in the agent's namespace or in --netns.
+func (o *options) dataplane() (*nft.Syncer, func(), error) {
+	opts := nft.Options{Node: o.nodeName, CutDenied: o.cutDeniedEstablished}
+	if o.netns != "" {
+		ns, err := agent.OpenNetNS(o.netns)
+		if err != nil {
+			return nil, nil, fmt.Errorf("--netns: %w", err)
+		}
+		dp, err := ns.Dataplane(opts)
+		if err != nil {
+			ns.Close()
+			return nil, nil, fmt.Errorf("--netns: open nftables (is the nft binary installed?): %w", err)
+		}
+		return dp, ns.Close, nil
+	}
+	iface, err := nft.NewInterface()
+	if err != nil {
+		return nil, nil, fmt.Errorf("open nftables (is the nft binary installed, and do we have CAP_NET_ADMIN?): %w", err)
+	}
+	return nft.New(iface, opts), func() {}, nil
 }
 
 func loadConfig(kubeconfig string) (*rest.Config, error) {

@@ -1,0 +1,320 @@
+// Package e2e runs real moat-agent processes, one per lab node, against a
+// real kube-apiserver and checks connectivity with real packets between
+// network namespaces (see agent_test.go for the scenarios).
+package e2e
+
+import (
+	"context"
+	"fmt"
+	"net"
+	"net/http"
+	"net/netip"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/moat-net/moat/agent/internal/fixture"
+	"github.com/moat-net/moat/internal/kubetest"
+	"github.com/moat-net/moat/lab"
+	"github.com/moat-net/moat/policy"
+)
+
+// requireHost skips loudly without root or nft, except in CI where that
+// is a failure: CI must never pass by skipping.
+func requireHost(t *testing.T) {
+	t.Helper()
+	if testing.Short() {
+		t.Skip("end-to-end test with network namespaces and a real kube-apiserver; runs without -short")
+	}
+	if err := lab.CheckHost(); err != nil {
+		if ci, _ := strconv.ParseBool(os.Getenv("CI")); ci {
+			t.Fatalf("CI=%s but this host cannot run the lab: %v", os.Getenv("CI"), err)
+		}
+		t.Skipf("SKIPPING end-to-end test: %v", err)
+	}
+}
+
+// buildAgent compiles cmd/moat-agent once per test binary.
+var buildOnce struct {
+	sync.Once
+	path string
+	err  error
+}
+
+func agentBinary(t *testing.T) string {
+	t.Helper()
+	buildOnce.Do(func() {
+		root, err := kubetest.RepoRoot()
+		if err != nil {
+			buildOnce.err = err
+			return
+		}
+		dir, err := os.MkdirTemp("", "moat-agent-e2e-")
+		if err != nil {
+			buildOnce.err = err
+			return
+		}
+		buildOnce.path = filepath.Join(dir, "moat-agent")
+		cmd := exec.Command("go", "build", "-o", buildOnce.path, "./cmd/moat-agent")
+		cmd.Dir = root
+		if out, err := cmd.CombinedOutput(); err != nil {
+			buildOnce.err = fmt.Errorf("go build ./cmd/moat-agent: %v\n%s", err, out)
+		}
+	})
+	if buildOnce.err != nil {
+		t.Fatal(buildOnce.err)
+	}
+	return buildOnce.path
+}
+
+// cluster is a lab (one namespace per node and pod) mirrored by objects in
+// a real API server, with one moat-agent process per node.
+type cluster struct {
+	t          *testing.T
+	env        *kubetest.Env
+	topo       *lab.Topology
+	ns         *lab.Namespaces
+	kubeconfig string
+	pods       map[string]*lab.Pod // by namespace/name
+	agents     map[string]*agentProc
+}
+
+// podSpec describes a pod of the test cluster.
+type podSpec struct {
+	ns, name, node string
+	labels         map[string]string
+	ip             string
+}
+
+// nodeSpec describes a node.
+type nodeSpec struct {
+	name, addr string
+}
+
+// ports every pod answers on (TCP).
+var ports = []uint16{80, 8080, 9090}
+
+// newCluster builds the lab, creates the same objects in the API server and
+// starts responders. Everything is removed when the test ends, also on
+// failure.
+func newCluster(ctx context.Context, t *testing.T, env *kubetest.Env, namespaces map[string]map[string]string, nodes []nodeSpec, pods []podSpec) *cluster {
+	t.Helper()
+	// The lab is planned from the same cluster the API server will hold.
+	var pc policy.Cluster
+	for _, n := range nodes {
+		pc.Nodes = append(pc.Nodes, policy.Node{Name: n.name, Addrs: []netip.Addr{netip.MustParseAddr(n.addr)}})
+	}
+	for _, p := range pods {
+		pc.Pods = append(pc.Pods, policy.Pod{Namespace: p.ns, Name: p.name, NodeName: p.node, Labels: p.labels, IPs: []netip.Addr{netip.MustParseAddr(p.ip)}})
+	}
+	prefix, err := lab.NewPrefix()
+	if err != nil {
+		t.Fatal(err)
+	}
+	topo, err := lab.Plan(prefix, policy.Compile(&pc, policy.Options{}), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ns, err := topo.Build()
+	if err != nil {
+		t.Fatalf("build lab: %v", err)
+	}
+	c := &cluster{t: t, env: env, topo: topo, ns: ns, pods: map[string]*lab.Pod{}, agents: map[string]*agentProc{}}
+	t.Cleanup(func() {
+		ns.Close()
+		if err := topo.Teardown(); err != nil {
+			t.Errorf("tear down lab %s: %v", prefix, err)
+		}
+	})
+	var targets []lab.Target
+	for _, p := range topo.Pods {
+		c.pods[p.Key] = p
+		for _, port := range ports {
+			targets = append(targets, lab.Target{NS: p.NS, Addr: p.IPs[0], Proto: policy.ProtoTCP, Port: port})
+		}
+	}
+	resp, err := lab.StartResponders(ns, targets)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(resp.Close)
+
+	for name, labels := range namespaces {
+		fixture.CreateNamespace(ctx, t, env, fixture.Namespace(name, labels))
+	}
+	for _, n := range nodes {
+		fixture.CreateNode(ctx, t, env, fixture.Node(n.name, nil, n.addr))
+	}
+	for _, p := range pods {
+		fixture.CreatePod(ctx, t, env, fixture.Pod(p.ns, p.name, p.node, p.labels, nil), p.ip)
+	}
+	c.kubeconfig = filepath.Join(t.TempDir(), "agent.kubeconfig")
+	if err := env.WriteKubeconfig(c.kubeconfig, fixture.AgentConfig(ctx, t, env)); err != nil {
+		t.Fatal(err)
+	}
+	return c
+}
+
+// agentProc is one moat-agent process.
+type agentProc struct {
+	node   string
+	cmd    *exec.Cmd
+	health string
+	log    string
+	done   chan error
+}
+
+func freePort(t *testing.T) int {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	return l.Addr().(*net.TCPAddr).Port
+}
+
+// startAgent runs moat-agent for a node, programming the node's namespace.
+func (c *cluster) startAgent(node string, extra ...string) *agentProc {
+	t := c.t
+	t.Helper()
+	i := c.topo.NodeByName(node)
+	if i < 0 {
+		t.Fatalf("lab has no node %s", node)
+	}
+	p := &agentProc{node: node, health: fmt.Sprintf("127.0.0.1:%d", freePort(t)), done: make(chan error, 1)}
+	p.log = filepath.Join(t.TempDir(), "moat-agent-"+node+".log")
+	logf, err := os.Create(p.log)
+	if err != nil {
+		t.Fatal(err)
+	}
+	args := append([]string{
+		"--node-name=" + node,
+		"--kubeconfig=" + c.kubeconfig,
+		"--netns=" + c.topo.Nodes[i].NS,
+		"--metrics-bind-address=127.0.0.1:0",
+		"--health-bind-address=" + p.health,
+		"--v=2",
+	}, extra...)
+	p.cmd = exec.Command(agentBinary(t), args...)
+	p.cmd.Stdout, p.cmd.Stderr = logf, logf
+	if err := p.cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	go func() {
+		p.done <- p.cmd.Wait()
+		logf.Close()
+	}()
+	c.agents[node] = p
+	t.Cleanup(func() {
+		p.stop(syscall.SIGTERM)
+		if t.Failed() {
+			if b, err := os.ReadFile(p.log); err == nil {
+				if len(b) > 6000 {
+					b = b[len(b)-6000:]
+				}
+				t.Logf("moat-agent %s log tail:\n%s", node, b)
+			}
+		}
+	})
+	return p
+}
+
+// stop signals the process and waits for it (SIGKILL after 10 s).
+func (p *agentProc) stop(sig syscall.Signal) {
+	if p.cmd.ProcessState != nil {
+		return
+	}
+	select {
+	case <-p.done:
+		return
+	default:
+	}
+	_ = p.cmd.Process.Signal(sig)
+	select {
+	case <-p.done:
+	case <-time.After(10 * time.Second):
+		_ = p.cmd.Process.Kill()
+		<-p.done
+	}
+}
+
+func (p *agentProc) ready() (bool, string) {
+	select {
+	case err := <-p.done:
+		p.done <- err
+		return false, fmt.Sprintf("moat-agent %s exited: %v", p.node, err)
+	default:
+	}
+	client := http.Client{Timeout: time.Second}
+	resp, err := client.Get("http://" + p.health + "/readyz")
+	if err != nil {
+		return false, err.Error()
+	}
+	resp.Body.Close()
+	return resp.StatusCode == http.StatusOK, resp.Status
+}
+
+func (c *cluster) waitReady(nodes ...string) {
+	c.t.Helper()
+	for _, n := range nodes {
+		fixture.Eventually(c.t, 60*time.Second, "moat-agent "+n+" ready", c.agents[n].ready)
+	}
+}
+
+// flow is one TCP connection attempt between two pods.
+type flow struct {
+	src, dst string // namespace/name
+	port     uint16
+}
+
+func (f flow) String() string { return fmt.Sprintf("%s -> %s:%d", f.src, f.dst, f.port) }
+
+const probeTimeout = 600 * time.Millisecond
+
+// probe opens the connections and reports which got through.
+func (c *cluster) probe(ctx context.Context, flows ...flow) []bool {
+	c.t.Helper()
+	probes := make([]lab.Probe, len(flows))
+	for i, f := range flows {
+		src, dst := c.pods[f.src], c.pods[f.dst]
+		if src == nil || dst == nil {
+			c.t.Fatalf("probe %s: unknown pod", f)
+		}
+		probes[i] = lab.Probe{SrcNS: src.NS, Src: src.IPs[0], Dst: dst.IPs[0], Proto: policy.ProtoTCP, Port: f.port}
+	}
+	res := lab.ProbeAll(ctx, c.ns, probes, lab.ProbeOptions{Timeout: probeTimeout})
+	out := make([]bool, len(res))
+	for i, r := range res {
+		if r.Outcome == lab.Failed {
+			c.t.Fatalf("probe %s failed: %v", flows[i], r.Err)
+		}
+		out[i] = r.Outcome.Reached()
+	}
+	return out
+}
+
+// expect waits until every flow's reachability is as wanted (rules take a
+// moment to arrive) and fails the test if it never is.
+func (c *cluster) expect(ctx context.Context, what string, want map[flow]bool) {
+	c.t.Helper()
+	flows := make([]flow, 0, len(want))
+	for f := range want {
+		flows = append(flows, f)
+	}
+	fixture.Eventually(c.t, 20*time.Second, what, func() (bool, string) {
+		got := c.probe(ctx, flows...)
+		var wrong []string
+		for i, f := range flows {
+			if got[i] != want[f] {
+				wrong = append(wrong, fmt.Sprintf("%s reached=%v want %v", f, got[i], want[f]))
+			}
+		}
+		return len(wrong) == 0, fmt.Sprint(wrong)
+	})
+}

@@ -1,0 +1,82 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"strings"
+	"testing"
+
+	logsapi "k8s.io/component-base/logs/api/v1"
+)
+
+func execute(t *testing.T, args ...string) (string, error) {
+	t.Helper()
+	// Logging configuration is process-wide and may be applied once.
+	if err := logsapi.ResetForTest(nil); err != nil {
+		t.Fatal(err)
+	}
+	cmd, err := newCommand()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out bytes.Buffer
+	cmd.SetOut(&out)
+	cmd.SetErr(&out)
+	cmd.SetArgs(args)
+	err = cmd.ExecuteContext(context.Background())
+	return out.String(), err
+}
+
+// TestHelpDocumentsEveryFlag: every flag the issue and the DaemonSet use is
+// in --help with a description, and the feature gate is explained.
+func TestHelpDocumentsEveryFlag(t *testing.T) {
+	out, err := execute(t, "--help")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, flag := range []string{
+		"--node-name", "--kubeconfig", "--metrics-bind-address", "--health-bind-address",
+		"--allow-node-local", "--cut-denied-established", "--feature-gates", "--resync",
+		"--leader-elect", "--leader-election-namespace", "--netns", "--v", "--logging-format",
+	} {
+		i := strings.Index(out, flag+" ")
+		if i < 0 {
+			t.Errorf("--help does not list %s", flag)
+			continue
+		}
+		line := out[i:]
+		if j := strings.IndexByte(line, '\n'); j >= 0 {
+			line = line[:j]
+		}
+		if len(strings.Fields(line)) < 4 {
+			t.Errorf("%s has no description: %q", flag, line)
+		}
+	}
+	for _, want := range []string{"IngressNetworksAndNodes=true|false (ALPHA - default=false)", "fail-closed", "Accepted=False", `default ":9470"`, `default ":9471"`, "default 5m0s"} {
+		if !strings.Contains(out, want) {
+			t.Errorf("--help lacks %q", want)
+		}
+	}
+}
+
+func TestBadFlags(t *testing.T) {
+	t.Setenv("NODE_NAME", "")
+	for _, tc := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"--kubeconfig=/nonexistent"}, "--node-name is empty"},
+		{[]string{"--node-name=n1", "--resync=-1s"}, "--resync=-1s"},
+		{[]string{"--node-name=n1", "--feature-gates=NoSuchGate=true"}, "NoSuchGate"},
+		{[]string{"--node-name=n1", "--kubeconfig=/nonexistent/kubeconfig"}, "/nonexistent/kubeconfig"},
+		{[]string{"--node-name=n1", "--logging-format=xml"}, "xml"},
+		{[]string{"extra"}, "unknown command"},
+	} {
+		t.Run(strings.Join(tc.args, " "), func(t *testing.T) {
+			_, err := execute(t, tc.args...)
+			if err == nil || !strings.Contains(err.Error(), tc.want) {
+				t.Errorf("error = %v, want one mentioning %q", err, tc.want)
+			}
+		})
+	}
+}
