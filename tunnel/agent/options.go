@@ -22,7 +22,7 @@ import (
 	"github.com/moat-net/moat/tunnel/bindaddr"
 	"github.com/moat-net/moat/tunnel/dest"
 	"github.com/moat-net/moat/tunnel/features"
-	"github.com/moat-net/moat/tunnel/server"
+	"github.com/moat-net/moat/tunnel/proto"
 	"github.com/moat-net/moat/tunnel/tlsconfig"
 )
 
@@ -114,7 +114,7 @@ func (o *Options) Validate() error {
 		errs = append(errs, errors.New("--agent-id is empty"))
 	}
 	if o.AgentIdentifiers != "" {
-		if _, err := server.ParseIdentifiers(o.AgentIdentifiers); err != nil {
+		if _, err := proto.ParseIdentifiers(o.AgentIdentifiers); err != nil {
 			errs = append(errs, fmt.Errorf("--agent-identifiers: %w", err))
 		}
 	}

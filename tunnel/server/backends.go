@@ -5,14 +5,13 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"net"
-	"net/netip"
-	"net/url"
 	"strings"
 	"sync"
 
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/moat-net/moat/tunnel/mux"
+	"github.com/moat-net/moat/tunnel/proto"
 )
 
 var errNoAgent = errors.New("No agent available")
@@ -41,75 +40,9 @@ func ParseStrategies(s string) ([]Strategy, error) {
 	return out, nil
 }
 
-// Identifiers are what an agent announces in agentIdentifiers.
-type Identifiers struct {
-	Hosts        []string
-	Addrs        []netip.Addr
-	CIDRs        []netip.Prefix
-	DefaultRoute bool
-}
-
-// ParseIdentifiers decodes "ipv4=..&ipv6=..&host=..&cidr=..&default-route=true".
-func ParseIdentifiers(s string) (Identifiers, error) {
-	var id Identifiers
-	q, err := url.ParseQuery(s)
-	if err != nil {
-		return id, fmt.Errorf("%q: %w", s, err)
-	}
-	for k, vs := range q {
-		for _, v := range vs {
-			switch k {
-			case "host":
-				id.Hosts = append(id.Hosts, strings.ToLower(v))
-			case "ipv4", "ipv6":
-				a, err := netip.ParseAddr(v)
-				if err != nil {
-					return id, fmt.Errorf("%s=%q: %w", k, v, err)
-				}
-				id.Addrs = append(id.Addrs, a.Unmap())
-			case "cidr":
-				p, err := netip.ParsePrefix(v)
-				if err != nil {
-					return id, fmt.Errorf("cidr=%q: %w", v, err)
-				}
-				id.CIDRs = append(id.CIDRs, p.Masked())
-			case "default-route":
-				id.DefaultRoute = v == "true"
-			default:
-				return id, fmt.Errorf("unknown identifier type %q", k)
-			}
-		}
-	}
-	return id, nil
-}
-
-func (id Identifiers) matchesHost(host string) bool {
-	if a, err := netip.ParseAddr(host); err == nil {
-		a = a.Unmap()
-		for _, x := range id.Addrs {
-			if x == a {
-				return true
-			}
-		}
-		for _, p := range id.CIDRs {
-			if p.Contains(a) {
-				return true
-			}
-		}
-		return false
-	}
-	host = strings.ToLower(strings.TrimSuffix(host, "."))
-	for _, h := range id.Hosts {
-		if h == host {
-			return true
-		}
-	}
-	return false
-}
-
 type backend struct {
 	id     string
-	idents Identifiers
+	idents proto.Identifiers
 	sess   *mux.Session
 }
 
@@ -163,7 +96,7 @@ func (bs *backends) pick(strategies []Strategy, address string) *backend {
 			case StrategyDefault:
 				ok = true
 			case StrategyDestHost:
-				ok = b.idents.matchesHost(host)
+				ok = b.idents.MatchesHost(host)
 			case StrategyDefaultRoute:
 				ok = b.idents.DefaultRoute
 			}

@@ -116,10 +116,10 @@ func (s *Server) Connect(st proto.AgentService_ConnectServer) error {
 		return status.Errorf(codes.InvalidArgument, "expected exactly one non-empty agentID metadata value, got %d", len(ids))
 	}
 	agentID := ids[0]
-	var idents Identifiers
+	var idents proto.Identifiers
 	if v := md.Get(proto.MetaAgentIdentifiers); len(v) > 0 {
 		var err error
-		if idents, err = ParseIdentifiers(v[0]); err != nil {
+		if idents, err = proto.ParseIdentifiers(v[0]); err != nil {
 			return status.Errorf(codes.InvalidArgument, "agent %s: agentIdentifiers: %v", agentID, err)
 		}
 	}
