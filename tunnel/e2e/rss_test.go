@@ -4,7 +4,9 @@ import (
 	"bufio"
 	"context"
 	"fmt"
+	"io"
 	"net"
+	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -127,6 +129,22 @@ func idleRSS(b *testing.B, mode string) {
 	a, err := rssKB(ag.Process.Pid)
 	if err != nil {
 		b.Fatal(err)
+	}
+	// The server's own view: goroutines, heap and stacks (Go collector).
+	if resp, err := http.Get(fmt.Sprintf("http://127.0.0.1:%d/metrics", healthPort)); err == nil {
+		body, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		for _, line := range strings.Split(string(body), "\n") {
+			for name, unit := range map[string]string{"go_goroutines ": "server-goroutines", "go_memstats_heap_inuse_bytes ": "server-heap-MB", "go_memstats_stack_inuse_bytes ": "server-stack-MB"} {
+				if v, ok := strings.CutPrefix(line, name); ok {
+					f, _ := strconv.ParseFloat(strings.TrimSpace(v), 64)
+					if strings.HasSuffix(unit, "MB") {
+						f /= 1 << 20
+					}
+					b.ReportMetric(f, unit)
+				}
+			}
+		}
 	}
 	b.ReportMetric(float64(len(conns)), "conns")
 	b.ReportMetric(float64(s)/1024, "server-MB")

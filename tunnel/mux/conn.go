@@ -37,6 +37,13 @@ type Conn struct {
 	closed   bool  // Close was called
 	consumed int   // bytes read since the last credit update
 	credit   int64 // bytes we may still send
+
+	// Event-driven delivery (StartDrain): a goroutine exists only while
+	// there is something to deliver.
+	drainW    io.Writer
+	drainDone func(error)
+	running   bool // a drain goroutine is active
+	drainEnd  bool // drainDone was called
 }
 
 func (s *Session) newConn(k key, requester bool) *Conn {
@@ -79,8 +86,82 @@ func (c *Conn) push(b []byte) {
 	}
 	c.queue = append(c.queue, b)
 	c.queued += len(b)
+	start := c.kickLocked()
 	c.mu.Unlock()
 	c.cond.Broadcast()
+	if start {
+		go c.drainLoop()
+	}
+}
+
+// kickLocked reports whether a drain goroutine must be started (and marks
+// it running). Called with c.mu held whenever the state changes.
+func (c *Conn) kickLocked() bool {
+	if c.drainW == nil || c.running || c.drainEnd {
+		return false
+	}
+	c.running = true
+	return true
+}
+
+// StartDrain delivers the peer's data to w from a goroutine that runs only
+// while data is queued, instead of a goroutine parked in WriteTo for the
+// connection's whole life. done is called once: nil when the peer closed and
+// everything was written, otherwise the error (ErrClosed after Close).
+func (c *Conn) StartDrain(w io.Writer, done func(error)) {
+	c.mu.Lock()
+	c.drainW, c.drainDone = w, done
+	start := c.kickLocked()
+	c.mu.Unlock()
+	if start {
+		go c.drainLoop()
+	}
+}
+
+func (c *Conn) drainLoop() {
+	for {
+		c.mu.Lock()
+		if len(c.queue) == 0 {
+			var err error
+			switch {
+			case c.err != nil:
+				err = c.err
+			case c.closed:
+				err = ErrClosed
+			case c.eof:
+				err = io.EOF
+			default:
+				c.running = false // idle: the next push starts a new goroutine
+				c.mu.Unlock()
+				return
+			}
+			c.running, c.drainEnd = false, true
+			done := c.drainDone
+			c.mu.Unlock()
+			if errors.Is(err, io.EOF) {
+				err = nil
+			}
+			done(err)
+			return
+		}
+		q := c.queue
+		c.queue, c.queued = nil, 0
+		w := c.drainW
+		c.mu.Unlock()
+		for i, b := range q {
+			n, werr := w.Write(b)
+			q[i] = nil
+			c.consume(n)
+			if werr != nil {
+				c.mu.Lock()
+				c.running, c.drainEnd = false, true
+				done := c.drainDone
+				c.mu.Unlock()
+				done(werr)
+				return
+			}
+		}
+	}
 }
 
 func (c *Conn) addCredit(n uint64) {
@@ -98,8 +179,12 @@ func (c *Conn) addCredit(n uint64) {
 func (c *Conn) remoteClose() {
 	c.mu.Lock()
 	c.eof = true
+	start := c.kickLocked()
 	c.mu.Unlock()
 	c.cond.Broadcast()
+	if start {
+		go c.drainLoop()
+	}
 }
 
 // fail ends the connection without sending anything (the session is gone).
@@ -111,8 +196,12 @@ func (c *Conn) fail(err error) {
 	was := c.closed
 	c.closed = true
 	c.queue, c.queued = nil, 0
+	start := c.kickLocked()
 	c.mu.Unlock()
 	c.cond.Broadcast()
+	if start {
+		go c.drainLoop()
+	}
 	if !was {
 		c.released()
 	}
@@ -290,8 +379,12 @@ func (c *Conn) Close() error {
 	c.closed = true
 	peerClosed := c.eof
 	c.queue, c.queued = nil, 0
+	start := c.kickLocked()
 	c.mu.Unlock()
 	c.cond.Broadcast()
+	if start {
+		go c.drainLoop()
+	}
 	c.released()
 	if c.requester {
 		if peerClosed {
@@ -314,16 +407,16 @@ func Pipe(nc net.Conn, c *Conn) { PipeReader(nc, nc, c) }
 
 // PipeReader is Pipe where the bytes from the local side come from r (for
 // example a hijacked HTTP connection with bytes already buffered).
+//
+// The calling goroutine reads the local side; the peer's data is written by
+// a goroutine that exists only while data is queued, so an idle connection
+// costs one goroutine.
 func PipeReader(r io.Reader, nc net.Conn, c *Conn) {
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		_, _ = c.WriteTo(nc)
+	c.StartDrain(nc, func(error) {
 		nc.Close()
 		c.Close()
-	}()
+	})
 	_, _ = c.ReadFrom(r)
 	c.Close()
 	nc.Close()
-	<-done
 }

@@ -42,7 +42,10 @@ func (w frontendWriter) Write(b []byte) (int, error) {
 
 // Proxy serves one kube-apiserver connection: upstream's single-use tunnel
 // sends one DIAL_REQ per stream. gRPC flow control on this stream is the
-// connection's own backpressure.
+// connection's own backpressure. The handler goroutine reads the client for
+// the stream's whole life; the agent's data is written by a goroutine that
+// runs only while data is queued, so an idle connection costs no extra
+// goroutine here.
 func (s *Server) Proxy(st client.ProxyService_ProxyServer) error {
 	type recvd struct {
 		p   *client.Packet
@@ -82,60 +85,51 @@ func (s *Server) Proxy(st client.ProxyService_ProxyServer) error {
 		defer sendMu.Unlock()
 		return st.Send(p)
 	}
-	ready := make(chan *mux.Conn, 1)
-	go s.frontendRecv(ctx, cancel, st, ready, req.Random)
-
-	conn, err := s.dial(ctx, req.Address)
-	if err != nil {
-		ready <- nil
-		if ctx.Err() != nil {
-			return nil // DIAL_CLS or the client went away
+	ready := make(chan *mux.Conn, 1) // nil when the dial failed
+	finished := make(chan struct{})  // closed once CLOSE_RSP went to the client
+	go func() {
+		conn, err := s.dial(ctx, req.Address)
+		if err != nil {
+			if ctx.Err() == nil {
+				s.log.Info("frontend dial failed", "address", req.Address, "err", err)
+				_ = send(proto.DialRsp(proto.OriginControlPlane, req.Random, 0, err.Error()))
+			}
+			ready <- nil
+			return
 		}
-		s.log.Info("frontend dial failed", "address", req.Address, "err", err)
-		return send(proto.DialRsp(proto.OriginControlPlane, req.Random, 0, err.Error()))
-	}
-	defer conn.Close()
-	if err := send(proto.DialRsp(proto.OriginControlPlane, req.Random, conn.ID(), "")); err != nil {
-		ready <- nil
-		return nil
-	}
-	ready <- conn
-	_, werr := conn.WriteTo(frontendWriter{mu: &sendMu, st: st, connID: conn.ID()})
-	msg := ""
-	if werr != nil && !errors.Is(werr, mux.ErrClosed) {
-		msg = werr.Error()
-	}
-	conn.Close()
-	_ = send(proto.CloseRsp(proto.OriginControlPlane, conn.ID(), msg))
-	return nil
-}
+		if err := send(proto.DialRsp(proto.OriginControlPlane, req.Random, conn.ID(), "")); err != nil {
+			conn.Close()
+			ready <- nil
+			return
+		}
+		conn.StartDrain(frontendWriter{mu: &sendMu, st: st, connID: conn.ID()}, func(werr error) {
+			msg := ""
+			if werr != nil && !errors.Is(werr, mux.ErrClosed) {
+				msg = werr.Error()
+			}
+			conn.Close()
+			_ = send(proto.CloseRsp(proto.OriginControlPlane, conn.ID(), msg))
+			close(finished)
+		})
+		ready <- conn
+	}()
 
-// frontendRecv reads the client's packets for the whole stream. DATA is
-// written into the tunnel (blocking on the connection's credit, which stops
-// reading this stream: backpressure); CLOSE_REQ or DIAL_CLS end it.
-func (s *Server) frontendRecv(ctx context.Context, cancel context.CancelFunc, st client.ProxyService_ProxyServer, ready <-chan *mux.Conn, random int64) {
 	var conn *mux.Conn
 	got := false
 	wait := func() *mux.Conn {
 		if !got {
-			select {
-			case conn = <-ready:
-			case <-ctx.Done():
-			}
-			got = true
+			conn, got = <-ready, true
 		}
 		return conn
 	}
-	defer func() {
-		if c := wait(); c != nil {
-			c.Close()
-		}
-	}()
 	for {
 		p, err := st.Recv()
 		if err != nil {
 			cancel()
-			return
+			if c := wait(); c != nil {
+				c.Close()
+			}
+			return nil
 		}
 		if err := proto.Check(p); err != nil {
 			s.metrics.BadPacket(proto.Reason(p))
@@ -144,27 +138,33 @@ func (s *Server) frontendRecv(ctx context.Context, cancel context.CancelFunc, st
 		}
 		switch p.Type {
 		case client.PacketType_DIAL_CLS:
-			if p.GetCloseDial().Random == random {
+			if p.GetCloseDial().Random == req.Random {
 				cancel()
-				return
+				if c := wait(); c != nil {
+					c.Close()
+					<-finished
+				}
+				return nil
 			}
 		case client.PacketType_DATA:
 			c := wait()
 			if c == nil {
-				return
+				return nil
 			}
 			if p.GetData().ConnectID != c.ID() {
 				s.metrics.BadPacket("unknown_connection")
 				continue
 			}
 			if _, err := c.Write(p.GetData().Data); err != nil {
-				return
+				<-finished
+				return nil
 			}
 		case client.PacketType_CLOSE_REQ:
 			if c := wait(); c != nil {
 				c.Close()
+				<-finished
 			}
-			return
+			return nil
 		default:
 			s.metrics.BadPacket("frontend_unexpected_" + p.Type.String())
 		}
