@@ -61,7 +61,7 @@ func newPKI(t testing.TB) *pki {
 	must(err)
 	p.agent, err = p.ca.Issue("proxy-agent")
 	must(err)
-	p.kas, err = p.ca.Issue("kube-apiserver", "kubernetes", "10.0.0.1", "10.0.0.2", "127.0.0.1")
+	p.kas, err = p.ca.Issue("kube-apiserver", "kubernetes", "10.0.0.1", "10.0.0.2", "127.0.0.1", "fd00::10")
 	must(err)
 	p.otherCA, err = testpki.NewCA(dir, "other")
 	must(err)

@@ -424,3 +424,34 @@ func grep(s, sub string) string {
 	}
 	return strings.Join(out, "\n")
 }
+
+// TestKEP2025IPv6: an IPv6 bind address and IPv6 destinations in brackets,
+// spelled differently on the agent and in the allow list.
+func TestKEP2025IPv6(t *testing.T) {
+	l := newNetLab(t)
+	p := newPKI(t)
+	l.kas(p, "[::1]:6443", "kube-apiserver")
+	l.startServer(p, "--feature-gates", "EnableClusterToMasterTraffic=true", "--allowed-destination", "[0:0:0:0:0:0:0:1]:6443")
+	ag := l.startAgent(p, "--feature-gates", "EnableClusterToMasterTraffic=true", "--bind-address", "fd00::10",
+		"--target", "6443:[::1]:6443")
+	l.waitReady(l.node, "127.0.0.1:8093")
+	eventually(t, "listener on [fd00::10]:6443", func() bool {
+		c, err := l.dial(l.node, "[fd00::10]:6443")
+		if err == nil {
+			c.Close()
+		}
+		return err == nil
+	})
+	code, body, err := l.get(l.node, "[fd00::10]:6443", "https://[fd00::10]:6443/api", &tls.Config{RootCAs: p.ca.Pool, ServerName: "fd00::10"})
+	if err != nil || code != 200 || body != "kube-apiserver /api" {
+		t.Fatalf("through the tunnel: %d %q %v", code, body, err)
+	}
+	if err := ag.stop(); err != nil {
+		t.Fatalf("agent exit: %v", err)
+	}
+	for _, a := range l.addrs(l.node) {
+		if strings.HasPrefix(a, "fd00::10/") {
+			t.Fatalf("IPv6 bind address left behind: %v", a)
+		}
+	}
+}
