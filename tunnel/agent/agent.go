@@ -53,8 +53,12 @@ type Config struct {
 	BindAddress        net.IP
 	Targets            []dest.Target
 	Window, MaxQueue   int
-	Log                *slog.Logger
-	Registry           prometheus.Registerer
+	// NoExtensions makes the agent announce none of Moat's protocol
+	// extensions, so the tunnel runs upstream's protocol exactly (no
+	// credit-based flow control); used to test interoperability.
+	NoExtensions bool
+	Log          *slog.Logger
+	Registry     prometheus.Registerer
 }
 
 type tunnel struct {
@@ -209,8 +213,10 @@ func (a *Agent) connect(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("dial %s: %w", a.cfg.Server, err)
 	}
-	md := metadata.Pairs(proto.MetaAgentID, a.cfg.AgentID,
-		proto.MetaFeatures, proto.Features{Origin: true, Credit: true}.String())
+	md := metadata.Pairs(proto.MetaAgentID, a.cfg.AgentID)
+	if !a.cfg.NoExtensions {
+		md.Set(proto.MetaFeatures, proto.Features{Origin: true, Credit: true}.String())
+	}
 	if a.cfg.Identifiers != "" {
 		md.Set(proto.MetaAgentIdentifiers, a.cfg.Identifiers)
 	}

@@ -15,6 +15,7 @@ import (
 
 	"go.uber.org/goleak"
 
+	"github.com/moat-net/moat/tunnel/agent"
 	"github.com/moat-net/moat/tunnel/server"
 )
 
@@ -214,5 +215,45 @@ func TestStalledReader(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// TestUpstreamProtocol runs transfers with an agent that announces no
+// extension: the agent stream carries upstream's protocol exactly. Without
+// credit a connection whose consumer falls MaxQueue behind is closed (see
+// mux's tests); the queues here are large so that CPU contention cannot
+// trigger that.
+func TestUpstreamProtocol(t *testing.T) {
+	p := newPKI(t)
+	ps := startServer(t, p, serverOpts{mode: server.ModeHTTPConnect, cfg: server.Config{MaxQueue: 512 << 20}})
+	startAgent(t, p, ps.agentAddr, func(c *agent.Config) { c.NoExtensions = true; c.MaxQueue = 512 << 20 })
+	eventually(t, "agent tunnel", ps.srv.Ready)
+	be := startBackend(t, "tcp", "127.0.0.1:0")
+	n := sizeFor(t, 64<<20)
+	var wg sync.WaitGroup
+	errs := make(chan error, 8)
+	for i := range 4 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			c, _, err := connectDial(context.Background(), t, p, ps.frontAddr, be.Addr().String())
+			if err != nil {
+				errs <- err
+				return
+			}
+			defer c.Close()
+			if i%2 == 0 {
+				errs <- upload(c, n, uint64(i))
+			} else {
+				errs <- download(c, n, uint64(i))
+			}
+		}()
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		if err != nil {
+			t.Fatal(err)
+		}
 	}
 }
