@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"golang.org/x/time/rate"
+	corev1 "k8s.io/api/core/v1"
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/client-go/util/workqueue"
 	"k8s.io/klog/v2"
@@ -55,6 +56,12 @@ type Agent struct {
 
 	// reported: see reportProblems; used by the sync worker only.
 	reported map[string]string
+	// pending: changes since the last sync. compiler and snap are the
+	// worker's incremental state: the compiler of the last full snapshot
+	// and that snapshot.
+	pending  pending
+	compiler *policy.Compiler
+	snap     *snapshot
 
 	status *statusWriter
 
@@ -185,7 +192,44 @@ func (a *Agent) Run(ctx context.Context) error {
 	}
 }
 
-func (a *Agent) enqueue() { a.queue.Add(syncKey) }
+// pending collects what changed since the last sync: pods whose labels
+// alone changed can be recompiled incrementally; anything else needs a
+// full compilation.
+type pending struct {
+	mu        sync.Mutex
+	full      bool
+	relabeled map[string]bool
+}
+
+// enqueue records a change and queues a sync. relabeled names a pod
+// ("namespace/name") whose labels alone changed; "" means any other change.
+func (a *Agent) enqueue(relabeled string) {
+	p := &a.pending
+	p.mu.Lock()
+	if relabeled == "" {
+		p.full = true
+	} else {
+		if p.relabeled == nil {
+			p.relabeled = map[string]bool{}
+		}
+		p.relabeled[relabeled] = true
+	}
+	p.mu.Unlock()
+	a.queue.Add(syncKey)
+}
+
+// takePending returns and clears the recorded changes.
+func (a *Agent) takePending() (full bool, relabeled []string) {
+	p := &a.pending
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	full = p.full
+	for k := range p.relabeled {
+		relabeled = append(relabeled, k)
+	}
+	p.full, p.relabeled = false, nil
+	return full, relabeled
+}
 
 func (a *Agent) processNext(ctx context.Context) bool {
 	key, quit := a.queue.Get()
@@ -216,12 +260,13 @@ func (a *Agent) sync(ctx context.Context) error {
 	a.syncStarted.Store(start.UnixNano())
 	defer a.syncStarted.Store(0)
 
-	snap := a.takeSnapshot()
-	prog := policy.Compile(&snap.cluster, policy.Options{DenyNodeLocal: !a.cfg.AllowNodeLocal})
+	prog, snap, full := a.compile()
 	compiled := time.Now()
 	a.metrics.syncDuration.WithLabelValues("compile").Observe(compiled.Sub(start).Seconds())
 	a.status.publish(snap, prog)
-	a.countPolicies(prog)
+	if full {
+		a.countPolicies(prog)
+	}
 
 	if a.fullResync.Swap(false) {
 		a.dp.Invalidate()
@@ -237,7 +282,9 @@ func (a *Agent) sync(ctx context.Context) error {
 	if res.Full {
 		kind = "full"
 	}
-	a.reportProblems(snap, res.Warnings)
+	if full {
+		a.reportProblems(snap, res.Warnings)
+	}
 	a.syncs.Add(1)
 	if !res.Applied {
 		a.metrics.syncs.WithLabelValues(kind, resultError).Inc()
@@ -273,8 +320,54 @@ func (a *Agent) sync(ctx context.Context) error {
 		a.log.Info("First sync programmed: ready", "duration", done.Sub(start), "rules", st.Rules, "elements", st.Elements)
 	}
 	a.metrics.ready.Set(1)
-	a.log.V(4).Info("Synced", "kind", kind, "operations", res.Operations, "compile", compiled.Sub(start), "program", done.Sub(compiled))
+	a.log.V(4).Info("Synced", "kind", kind, "fullCompile", full, "operations", res.Operations, "compile", compiled.Sub(start), "program", done.Sub(compiled))
 	return nil
+}
+
+// compile brings the program up to date with the caches: incrementally
+// when only pod labels changed since the last sync, in full otherwise (and
+// on every full resync, which also guards against any drift of the
+// incremental path).
+func (a *Agent) compile() (*policy.Program, *snapshot, bool) {
+	full, relabeled := a.takePending()
+	if a.fullResync.Load() || a.compiler == nil {
+		full = true
+	}
+	if !full {
+		for _, key := range relabeled {
+			labels, ok := a.podLabels(key)
+			if !ok {
+				full = true
+				break
+			}
+			if _, ok := a.compiler.RelabelPod(key, labels); !ok {
+				full = true
+				break
+			}
+		}
+	}
+	if full {
+		a.snap = a.takeSnapshot()
+		a.compiler = policy.NewCompiler(&a.snap.cluster, policy.Options{DenyNodeLocal: !a.cfg.AllowNodeLocal})
+		a.metrics.compiles.WithLabelValues("full").Inc()
+	} else if len(relabeled) > 0 {
+		a.metrics.compiles.WithLabelValues("relabel").Inc()
+	}
+	return a.compiler.Program(), a.snap, full
+}
+
+// podLabels reads a pod's current labels from the cache; false when the
+// pod is gone or finished (a full compilation then sorts it out).
+func (a *Agent) podLabels(key string) (map[string]string, bool) {
+	o, exists, err := a.inf.pods.GetStore().GetByKey(key)
+	if err != nil || !exists {
+		return nil, false
+	}
+	p, ok := o.(*corev1.Pod)
+	if !ok || p.Status.Phase == corev1.PodSucceeded || p.Status.Phase == corev1.PodFailed {
+		return nil, false
+	}
+	return p.Labels, true
 }
 
 func (a *Agent) countPolicies(prog *policy.Program) {

@@ -175,6 +175,18 @@ func TestAgentFollowsTheCluster(t *testing.T) {
 		t.Fatal(err)
 	}
 	expect("relabelled y is no longer allowed", "10.0.0.2", "10.0.0.1", 80, false)
+	if v := testutilValue(t, a, "moat_agent_compilations_total", `kind="relabel"`); v == "0" || v == "" {
+		t.Errorf("the relabel was not compiled incrementally: %q", v)
+	}
+	// The incremental result equals a full compilation of the same caches.
+	incremental := dp.fake.Dump()
+	syncs := a.Syncs()
+	a.fullResync.Store(true)
+	a.enqueue("")
+	fixture.Eventually(t, 10*time.Second, "full resync", func() (bool, string) { return a.Syncs() > syncs, "no sync" })
+	if full := dp.fake.Dump(); full != incremental {
+		t.Errorf("incremental and full compilation differ:\nincremental:\n%s\nfull:\n%s", incremental, full)
+	}
 
 	// Delete the policy: x is open again.
 	if err := c.dyn.Resource(networkPolicyGVR).Namespace("a").Delete(ctx, "allow-y", metav1.DeleteOptions{}); err != nil {

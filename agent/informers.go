@@ -101,14 +101,22 @@ func (a *Agent) newInformers() (*informers, error) {
 			return nil, err
 		}
 		differs := changed[idx]
+		isPods := in == inf.pods
 		if _, err := in.AddEventHandler(cache.ResourceEventHandlerFuncs{
-			AddFunc: func(any) { a.enqueue() },
+			AddFunc: func(any) { a.enqueue("") },
 			UpdateFunc: func(old, cur any) {
-				if differs(old, cur) {
-					a.enqueue()
+				if !differs(old, cur) {
+					return
 				}
+				if isPods {
+					if key, ok := relabelOnly(old, cur); ok {
+						a.enqueue(key)
+						return
+					}
+				}
+				a.enqueue("")
 			},
-			DeleteFunc: func(any) { a.enqueue() },
+			DeleteFunc: func(any) { a.enqueue("") },
 		}); err != nil {
 			return nil, err
 		}
@@ -225,10 +233,26 @@ func podChanged(old, cur any) bool {
 	if !ok1 || !ok2 {
 		return true
 	}
-	return !maps.Equal(a.Labels, b.Labels) || a.Spec.NodeName != b.Spec.NodeName || a.Spec.HostNetwork != b.Spec.HostNetwork ||
-		a.Status.Phase != b.Status.Phase || a.Status.PodIP != b.Status.PodIP ||
-		!slices.Equal(a.Status.PodIPs, b.Status.PodIPs) || !containersEqual(a.Spec.Containers, b.Spec.Containers) ||
-		!containersEqual(a.Spec.InitContainers, b.Spec.InitContainers)
+	return !maps.Equal(a.Labels, b.Labels) || !samePodButLabels(a, b)
+}
+
+func samePodButLabels(a, b *corev1.Pod) bool {
+	return a.UID == b.UID && a.Spec.NodeName == b.Spec.NodeName && a.Spec.HostNetwork == b.Spec.HostNetwork &&
+		a.Status.Phase == b.Status.Phase && a.Status.PodIP == b.Status.PodIP &&
+		slices.Equal(a.Status.PodIPs, b.Status.PodIPs) && containersEqual(a.Spec.Containers, b.Spec.Containers) &&
+		containersEqual(a.Spec.InitContainers, b.Spec.InitContainers)
+}
+
+// relabelOnly reports whether a pod update changed nothing but labels,
+// the most frequent change in a cluster, which the compiler applies
+// incrementally. It returns the pod's "namespace/name".
+func relabelOnly(old, cur any) (string, bool) {
+	a, ok1 := old.(*corev1.Pod)
+	b, ok2 := cur.(*corev1.Pod)
+	if !ok1 || !ok2 || !samePodButLabels(a, b) {
+		return "", false
+	}
+	return b.Namespace + "/" + b.Name, true
 }
 
 func containersEqual(a, b []corev1.Container) bool {

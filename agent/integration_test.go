@@ -253,7 +253,7 @@ spec:
 		before1, before2 := n1.dp.fake.Dump(), n2.dp.fake.Dump()
 		// A full resync from the caches meanwhile must write the same rules.
 		n1.fullResync.Store(true)
-		n1.enqueue()
+		n1.enqueue("")
 		syncs := n1.Syncs()
 		fixture.Eventually(t, 10*time.Second, "resync during the outage", func() (bool, string) { return n1.Syncs() > syncs, "no sync" })
 		time.Sleep(2 * time.Second)

@@ -12,6 +12,7 @@ type metrics struct {
 
 	syncDuration *prometheus.HistogramVec
 	syncs        *prometheus.CounterVec
+	compiles     *prometheus.CounterVec
 	operations   prometheus.Histogram
 	programmed   *prometheus.GaugeVec
 	policies     *prometheus.GaugeVec
@@ -39,13 +40,17 @@ func newMetrics() *metrics {
 	m := &metrics{reg: prometheus.NewRegistry()}
 	m.syncDuration = prometheus.NewHistogramVec(prometheus.HistogramOpts{
 		Name:    "moat_agent_sync_duration_seconds",
-		Help:    "Time from reading the caches to nftables holding the result, by phase (compile: snapshot and compilation; program: ruleset build and nft transaction; total).",
+		Help:    "Time from reading the caches to nftables holding the result, by phase (compile: snapshot and full or incremental compilation; program: ruleset build and nft transaction; total).",
 		Buckets: []float64{0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30},
 	}, []string{"phase"})
 	m.syncs = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "moat_agent_syncs_total",
 		Help: "Syncs by kind (full: the whole table replaced; diff: a patch) and result (success, error, conntrack_error).",
 	}, []string{"kind", "result"})
+	m.compiles = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "moat_agent_compilations_total",
+		Help: "Compilations by kind: full (the whole snapshot) or relabel (only pod labels changed: applied incrementally).",
+	}, []string{"kind"})
 	m.operations = prometheus.NewHistogram(prometheus.HistogramOpts{
 		Name:    "moat_agent_sync_operations",
 		Help:    "Size of each nftables transaction sent (0 when nothing changed).",
@@ -87,7 +92,7 @@ func newMetrics() *metrics {
 		Name: "moat_agent_leader",
 		Help: "1 while this agent holds the status-writer Lease.",
 	})
-	m.reg.MustRegister(m.syncDuration, m.syncs, m.operations, m.programmed, m.policies, m.watchErrors,
+	m.reg.MustRegister(m.syncDuration, m.syncs, m.compiles, m.operations, m.programmed, m.policies, m.watchErrors,
 		m.problems, m.statusWrites, m.conntrack, m.lastSuccess, m.ready, m.leader,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	for _, r := range []string{resultSuccess, resultError, resultConntrackError} {

@@ -15,17 +15,18 @@ import (
 // namedPortProblems finds NetworkPolicy ports that name a container port
 // no relevant pod declares, so the rule allows nothing on them: for
 // ingress the pods the policy selects (the destinations), for egress any
-// pod of the cluster. It returns messages by "namespace/name". Policies
+// pod of the cluster (pods are the compiled program's, with current
+// labels). It returns messages by "namespace/name". Policies
 // that select no pod are left alone: they have nothing to resolve on yet.
-func namedPortProblems(s *snapshot) map[string][]string {
+func namedPortProblems(nps map[string]*decodedNP, pods []policy.Pod) map[string][]string {
 	type portKey struct {
 		name  string
 		proto policy.Protocol
 	}
 	anywhere := map[portKey]bool{}
 	byNS := map[string][]*policy.Pod{}
-	for i := range s.cluster.Pods {
-		p := &s.cluster.Pods[i]
+	for i := range pods {
+		p := &pods[i]
 		if p.HostNetwork || len(p.IPs) == 0 {
 			continue
 		}
@@ -67,7 +68,7 @@ func namedPortProblems(s *snapshot) map[string][]string {
 		return out
 	}
 	out := map[string][]string{}
-	for key, np := range s.nps {
+	for key, np := range nps {
 		var selected []*policy.Pod
 		resolved := false
 		selectedPods := func() []*policy.Pod {

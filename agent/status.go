@@ -60,6 +60,7 @@ const maxMessage = 1024
 // published is what one sync hands to the status writer.
 type published struct {
 	snap   *snapshot
+	pods   []policy.Pod
 	status map[policy.PolicyRef]policy.PolicyStatus
 	diags  []policy.Diagnostic
 }
@@ -100,7 +101,7 @@ func (w *statusWriter) stopEvents() {
 
 // publish hands the result of a compilation to the writer.
 func (w *statusWriter) publish(s *snapshot, prog *policy.Program) {
-	p := &published{snap: s, status: map[policy.PolicyRef]policy.PolicyStatus{}, diags: prog.Diagnostics}
+	p := &published{snap: s, pods: prog.Pods, status: map[policy.PolicyRef]policy.PolicyStatus{}, diags: prog.Diagnostics}
 	for _, st := range prog.Status {
 		p.status[st.Policy] = st
 	}
@@ -326,7 +327,7 @@ func (w *statusWriter) reportNPs(p *published) {
 			byObject[strings.TrimPrefix(d.Object, "NetworkPolicy ")] = append(byObject[strings.TrimPrefix(d.Object, "NetworkPolicy ")], msg)
 		}
 	}
-	for key, msgs := range namedPortProblems(p.snap) {
+	for key, msgs := range namedPortProblems(p.snap.nps, p.pods) {
 		byObject[key] = append(byObject[key], msgs...)
 	}
 	w.mu.Lock()

@@ -46,7 +46,7 @@ var buildOnce struct {
 	err  error
 }
 
-func agentBinary(t *testing.T) string {
+func agentBinary(t testing.TB) string {
 	t.Helper()
 	buildOnce.Do(func() {
 		root, err := kubetest.RepoRoot()
@@ -169,7 +169,7 @@ type agentProc struct {
 	done   chan error
 }
 
-func freePort(t *testing.T) int {
+func freePort(t testing.TB) int {
 	t.Helper()
 	l, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
