@@ -109,15 +109,22 @@ func decodeCNP(u *unstructured.Unstructured, ingressPeers bool) *decodedCNP {
 	}
 }
 
-// restoreMeta makes sure the identity of the object survives even when its
-// metadata did not decode, so the policy can still be enforced fail-closed
-// and reported under its name.
+// restoreMeta makes sure the identity of the object is the one the
+// informer knows, even when its metadata did not decode, so the policy can
+// still be enforced fail-closed and reported under its name.
 func restoreMeta(u *unstructured.Unstructured, m *metav1.ObjectMeta) {
-	if m.Name != "" {
-		return
+	if m.Name == "" {
+		m.Name, m.Namespace = u.GetName(), u.GetNamespace()
 	}
-	m.Name, m.Namespace = u.GetName(), u.GetNamespace()
-	m.UID, m.ResourceVersion, m.Generation = u.GetUID(), u.GetResourceVersion(), u.GetGeneration()
+	if m.UID == "" {
+		m.UID = u.GetUID()
+	}
+	if m.ResourceVersion == "" {
+		m.ResourceVersion = u.GetResourceVersion()
+	}
+	if m.Generation == 0 {
+		m.Generation = u.GetGeneration()
+	}
 }
 
 // ruleLists are the spec fields that hold rules, in both policy kinds.
@@ -179,7 +186,7 @@ func decodeStrict(obj map[string]any, into any) (unknown, bad []string) {
 		}
 		list, isList := v.([]any)
 		switch {
-		case isList:
+		case isList && ruleLists[k]:
 			out := make([]any, len(list))
 			for i, e := range list {
 				if fits(map[string]any{k: []any{e}}) {

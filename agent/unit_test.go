@@ -1,0 +1,169 @@
+package agent
+
+import (
+	"encoding/json"
+	"net/netip"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+
+	"github.com/moat-net/moat/agent/internal/fixture"
+	"github.com/moat-net/moat/policy"
+)
+
+func TestNamedPortProblems(t *testing.T) {
+	pod := func(ns, name string, labels map[string]string, ports ...policy.ContainerPort) policy.Pod {
+		return policy.Pod{Namespace: ns, Name: name, Labels: labels, IPs: []netip.Addr{netip.MustParseAddr("10.0.0.1")}, Ports: ports}
+	}
+	pods := []policy.Pod{
+		pod("a", "web", map[string]string{"app": "web"}, policy.ContainerPort{Name: "http", Protocol: policy.ProtoTCP, Port: 80}),
+		pod("a", "dns", map[string]string{"app": "dns"}, policy.ContainerPort{Name: "dns", Protocol: policy.ProtoUDP, Port: 53}),
+		{Namespace: "a", Name: "noip", Labels: map[string]string{"app": "web"}, Ports: []policy.ContainerPort{{Name: "metrics", Protocol: policy.ProtoTCP, Port: 9090}}},
+	}
+	for _, tc := range []struct {
+		name, spec string
+		want       []string // substrings, one per expected message
+	}{
+		{"ingress port declared by the selected pod", `{podSelector: {matchLabels: {app: web}}, ingress: [{ports: [{port: http}]}]}`, nil},
+		{"ingress port declared by no selected pod", `{podSelector: {matchLabels: {app: web}}, ingress: [{ports: [{port: 80}, {port: metrics}]}]}`, []string{`spec.ingress[0].ports[1].port: named port "metrics" (TCP) is declared by none of the 1 pods`}},
+		{"protocol must match", `{podSelector: {matchLabels: {app: dns}}, ingress: [{ports: [{port: dns}]}]}`, []string{`named port "dns" (TCP)`}},
+		{"policy selecting no pod says nothing", `{podSelector: {matchLabels: {app: none}}, ingress: [{ports: [{port: nope}]}]}`, nil},
+		{"egress port declared somewhere", `{podSelector: {}, policyTypes: [Egress], egress: [{ports: [{port: dns, protocol: UDP}]}]}`, nil},
+		{"egress port declared nowhere", `{podSelector: {}, policyTypes: [Egress], egress: [{ports: [{port: metrics}]}]}`, []string{`spec.egress[0].ports[0].port: named port "metrics" (TCP) is declared by no pod in the cluster`}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			np := decodeNP(fixture.YAML(t, "{apiVersion: networking.k8s.io/v1, kind: NetworkPolicy, metadata: {name: p, namespace: a}, spec: "+tc.spec+"}"))
+			if len(np.UnknownFields) > 0 {
+				t.Fatalf("test policy does not decode: %v", np.UnknownFields)
+			}
+			got := namedPortProblems(map[string]*decodedNP{"a/p": np}, pods)["a/p"]
+			if len(got) != len(tc.want) {
+				t.Fatalf("problems = %q, want %d", got, len(tc.want))
+			}
+			for i, w := range tc.want {
+				if !strings.Contains(got[i], w) {
+					t.Errorf("problem %q lacks %q", got[i], w)
+				}
+			}
+		})
+	}
+}
+
+func TestHealthzDetectsAHungSync(t *testing.T) {
+	a := &Agent{}
+	now := time.Now()
+	if err := a.healthy(now); err != nil {
+		t.Errorf("idle agent unhealthy: %v", err)
+	}
+	a.syncStarted.Store(now.Add(-time.Minute).UnixNano())
+	if err := a.healthy(now); err != nil {
+		t.Errorf("one-minute sync unhealthy: %v", err)
+	}
+	a.syncStarted.Store(now.Add(-stuckAfter - time.Second).UnixNano())
+	if err := a.healthy(now); err == nil {
+		t.Error("a sync running longer than stuckAfter is reported healthy")
+	}
+}
+
+func TestDesiredCondition(t *testing.T) {
+	cnp := func(y string, gate bool) *decodedCNP {
+		return decodeCNP(fixture.YAML(t, cnpHead+y), gate)
+	}
+	compile := func(d *decodedCNP) policy.PolicyStatus {
+		return policy.Compile(&policy.Cluster{ClusterNetworkPolicies: []policy.ClusterNetworkPolicy{d.ClusterNetworkPolicy}}, policy.Options{}).Status[0]
+	}
+	for _, tc := range []struct {
+		name, spec     string
+		gate           bool
+		status, reason string
+		msg            string
+	}{
+		{"accepted", `spec: {tier: Admin, priority: 1, subject: {namespaces: {}}}`, false, "True", ReasonAccepted, "enforced as written"},
+		{"invalid", `spec: {tier: Admin, priority: 5000, subject: {namespaces: {}}}`, false, "False", ReasonInvalidSpec, "spec.priority"},
+		{"unknown", `spec: {tier: Admin, priority: 1, subject: {namespaces: {}}, egress: [{action: Deny, to: [{fqdn: x}]}]}`, false, "False", ReasonUnknownField, "spec.egress[0].to[0].fqdn"},
+		{"gated", `spec: {tier: Admin, priority: 1, subject: {namespaces: {}}, ingress: [{action: Deny, from: [{nodes: {}}]}]}`, false, "False", ReasonUnknownField, "--feature-gates=IngressNetworksAndNodes=true"},
+		{"undecodable", `spec: {tier: Admin, priority: [1], subject: {namespaces: {}}}`, false, "False", ReasonInvalidSpec, "cannot decode spec.priority"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			d := cnp(tc.spec, tc.gate)
+			c := desiredCondition(d, compile(d))
+			if string(c.Status) != tc.status || c.Reason != tc.reason || !strings.Contains(c.Message, tc.msg) || c.ObservedGeneration != 3 || c.Type != ConditionAccepted {
+				t.Errorf("condition = %+v, want %s/%s with %q, generation 3", c, tc.status, tc.reason, tc.msg)
+			}
+		})
+	}
+}
+
+func TestSlimPodKeepsWhatPolicyNeeds(t *testing.T) {
+	p := fixture.Pod("a", "x", "n1", map[string]string{"app": "x"}, []fixture.Port{{Name: "http", Port: 80}}, "10.0.0.1", "fd00::1")
+	p.Annotations = map[string]string{"big": strings.Repeat("x", 1000)}
+	p.ManagedFields = append(p.ManagedFields, p.ManagedFields...)
+	p.Spec.Containers[0].Env = []corev1.EnvVar{{Name: "A", Value: "b"}}
+	p.Spec.Containers = append(p.Spec.Containers, corev1.Container{Name: "sidecar", Image: "i"})
+	out, _ := slimPod(p)
+	s := out.(*corev1.Pod)
+	if s.Annotations != nil || s.ManagedFields != nil || len(s.Spec.Containers) != 1 || s.Spec.Containers[0].Env != nil || s.Spec.Containers[0].Image != "" {
+		t.Errorf("slim pod kept more than policy needs: %+v", s)
+	}
+	want, _ := policy.PodFromAPI(p)
+	got, _ := policy.PodFromAPI(s)
+	if got.Key() != want.Key() || !slices.Equal(got.IPs, want.IPs) || !slices.Equal(got.Ports, want.Ports) || got.NodeName != want.NodeName || got.Labels["app"] != "x" {
+		t.Errorf("policy view differs after slimming: %+v vs %+v", got, want)
+	}
+	again, _ := slimPod(s)
+	if !podEqual(again.(*corev1.Pod), s) {
+		t.Error("slimPod is not idempotent")
+	}
+	relabelled := s.DeepCopy()
+	relabelled.Labels = map[string]string{"app": "y"}
+	if key, ok := relabelOnly(s, relabelled); !ok || key != "a/x" {
+		t.Errorf("relabelOnly = %q, %v; want a/x, true", key, ok)
+	}
+	moved := relabelled.DeepCopy()
+	moved.Status.PodIPs = moved.Status.PodIPs[:1]
+	if _, ok := relabelOnly(s, moved); ok {
+		t.Error("an IP change passed as a relabel")
+	}
+	if !podChanged(s, relabelled) || podChanged(s, s.DeepCopy()) {
+		t.Error("podChanged misjudges labels")
+	}
+}
+
+func podEqual(a, b *corev1.Pod) bool {
+	ja, _ := json.Marshal(a)
+	jb, _ := json.Marshal(b)
+	return string(ja) == string(jb)
+}
+
+// FuzzDecodeCNP: whatever JSON arrives as a ClusterNetworkPolicy, decoding
+// and compiling never panic, and an object that did not decode cleanly is
+// never reported as accepted.
+func FuzzDecodeCNP(f *testing.F) {
+	for _, s := range []string{
+		`{"metadata":{"name":"p"},"spec":{"tier":"Admin","priority":1,"subject":{"namespaces":{}},"ingress":[{"action":"Deny","from":[{"namespaces":{}}]}]}}`,
+		`{"metadata":{"name":"p"},"spec":{"tier":7,"subject":"all","egress":{"x":1}}}`,
+		`{"metadata":{"name":"p"},"spec":[]}`,
+		`{"metadata":"p","spec":{"ingress":[{"action":"Pass","from":[{"pods":{"podSelector":{"matchLabels":{"a":1}}}}]}]}}`,
+	} {
+		f.Add(s, false)
+	}
+	f.Fuzz(func(t *testing.T, js string, gate bool) {
+		var obj map[string]any
+		if json.Unmarshal([]byte(js), &obj) != nil || obj == nil {
+			return
+		}
+		d := decodeCNP(&unstructured.Unstructured{Object: obj}, gate)
+		prog := policy.Compile(&policy.Cluster{
+			Pods:                   []policy.Pod{{Namespace: "a", Name: "x", NodeName: "n", IPs: []netip.Addr{netip.MustParseAddr("10.0.0.1")}}},
+			ClusterNetworkPolicies: []policy.ClusterNetworkPolicy{d.ClusterNetworkPolicy},
+		}, policy.Options{})
+		if len(d.UnknownFields) > 0 && prog.Status[0].Accepted {
+			t.Fatalf("unknown or undecodable fields %v but accepted", d.UnknownFields)
+		}
+		_ = desiredCondition(d, prog.Status[0])
+	})
+}
