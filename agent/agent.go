@@ -146,7 +146,9 @@ func (a *Agent) Run(ctx context.Context) error {
 			return err
 		default:
 		}
-		return ctx.Err()
+		// Stopped before the caches synced: nothing was programmed, the
+		// node keeps whatever table it had.
+		return nil
 	}
 	a.log.Info("Caches synced: programming the node")
 	// The first sync replaces whatever table a previous agent left, in one

@@ -58,12 +58,15 @@ func (d *decodedCNP) DeepCopyObject() runtime.Object {
 	return out
 }
 
-// decodeNP turns an unstructured NetworkPolicy into the compiler's form.
-// It never fails: what cannot be decoded is recorded and fails closed.
+// decodeNP turns an unstructured NetworkPolicy into the compiler's form,
+// keeping of the metadata only what the agent uses (no managedFields or
+// annotations such as kubectl's last-applied-configuration). It never
+// fails: what cannot be decoded is recorded and fails closed.
 func decodeNP(u *unstructured.Unstructured) *decodedNP {
 	np := &networkingv1.NetworkPolicy{}
 	unknown, bad := decodeStrict(u.Object, np)
 	restoreMeta(u, &np.ObjectMeta)
+	np.ObjectMeta = slimMeta(&np.ObjectMeta)
 	if slices.Contains(bad, "spec") {
 		// Which pods it selects is unknown: the whole namespace.
 		bad = append(bad, "spec.podSelector")
@@ -81,6 +84,7 @@ func decodeCNP(u *unstructured.Unstructured, ingressPeers bool) *decodedCNP {
 	cnp := &v1alpha2.ClusterNetworkPolicy{}
 	unknown, bad := decodeStrict(u.Object, cnp)
 	restoreMeta(u, &cnp.ObjectMeta)
+	cnp.ObjectMeta = slimMeta(&cnp.ObjectMeta)
 	if slices.Contains(bad, "spec") {
 		// Which pods it selects is unknown: every pod.
 		bad = append(bad, "spec.subject")
