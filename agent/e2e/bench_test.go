@@ -169,6 +169,7 @@ func runScaleIteration(ctx context.Context, b *testing.B, env *kubetest.Env, bin
 		"--health-bind-address="+health, "--metrics-bind-address="+metrics,
 		"--feature-gates=IngressNetworksAndNodes=true", "--leader-elect=false", "--v=2")
 	cmd.Stdout, cmd.Stderr = logf, logf
+	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
 	start := time.Now()
 	if err := cmd.Start(); err != nil {
 		b.Fatal(err)
@@ -261,6 +262,7 @@ func startMonitor(b testing.TB, netns string) *monitor {
 	}
 	defer ef.Close()
 	cmd.Stderr = ef
+	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
 	out, err := cmd.StdoutPipe()
 	if err != nil {
 		b.Fatal(err)

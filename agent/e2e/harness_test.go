@@ -203,6 +203,8 @@ func (c *cluster) startAgent(node string, extra ...string) *agentProc {
 	}, extra...)
 	p.cmd = exec.Command(agentBinary(t), args...)
 	p.cmd.Stdout, p.cmd.Stderr = logf, logf
+	// If the test binary dies (a timeout), the agent dies with it.
+	p.cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
 	if err := p.cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
