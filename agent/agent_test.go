@@ -293,6 +293,19 @@ func TestAgentKeepsRulesWhenNftFails(t *testing.T) {
 	if v := testutilValue(t, a, "moat_agent_syncs_total", `kind="diff",result="error"`); v == "0" || v == "" {
 		t.Errorf("failed syncs not counted: %q", v)
 	}
+	fixture.Eventually(t, 10*time.Second, "NodeSyncFailed Event on the Node", func() (bool, string) {
+		evs, err := c.kube.CoreV1().Events("").List(context.Background(), metav1.ListOptions{})
+		if err != nil {
+			return false, err.Error()
+		}
+		n := 0
+		for _, e := range evs.Items {
+			if e.Reason == EventNodeSyncFailed && e.InvolvedObject.Kind == "Node" && e.InvolvedObject.Name == "n1" && strings.Contains(e.Message, "injected nft failure") {
+				n++
+			}
+		}
+		return n == 1, fixture.Explain("%d matching Events (want exactly one per failure streak) of %d", n, len(evs.Items))
+	})
 	if code, _ := get(t, "http://"+a.HealthAddr()+"/healthz"); code != http.StatusOK {
 		t.Errorf("/healthz = %d while syncs fail quickly (not hung)", code)
 	}
