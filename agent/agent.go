@@ -289,14 +289,14 @@ func (a *Agent) sync(ctx context.Context) error {
 	}
 	a.syncs.Add(1)
 	if !res.Applied {
+		if err == nil {
+			err = errors.New("dataplane did not apply the ruleset")
+		}
 		a.metrics.syncs.WithLabelValues(kind, resultError).Inc()
 		if !a.lastFailed.Swap(true) {
 			a.status.nodeFailed(err)
 		}
 		a.metrics.ready.Set(0)
-		if err == nil {
-			err = errors.New("dataplane did not apply the ruleset")
-		}
 		return fmt.Errorf("program node %s: %w", a.cfg.NodeName, err)
 	}
 	st := res.Stats
