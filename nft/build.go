@@ -22,6 +22,9 @@ type run struct {
 	verdict  VerdictKind // Return (Accept), Drop (Deny) or Goto (Pass)
 	matches  []policy.Match
 	comment  string
+	// counter is what a Drop run counts into: a run of Drop rules is
+	// always a single rule, so that drops are counted per policy rule.
+	counter *DropCounter
 	// memo identifies the matches cheaply: the compiler shares Match
 	// slices between pods whose rules resolve alike.
 	memo string
@@ -29,12 +32,14 @@ type run struct {
 
 // dirPlan is one DirPolicy as runs, before set names are known.
 type dirPlan struct {
-	dir      policy.Direction
-	admin    []*run
-	hasNP    bool
-	np       *run // nil when the NetworkPolicy tier has no rule
-	baseline []*run
-	users    []string // signatures of the pods judged by it
+	dir   policy.Direction
+	admin []*run
+	hasNP bool
+	np    *run // nil when the NetworkPolicy tier has no rule
+	// isolation counts the NetworkPolicy tier's final drop.
+	isolation *DropCounter
+	baseline  []*run
+	users     []string // signatures of the pods judged by it
 }
 
 // builder holds the state of one Build.
@@ -145,11 +150,12 @@ func BuildCached(prog *policy.Program, node string, cache *Cache) *Ruleset {
 	b := &builder{
 		cache: cache,
 		rs: &Ruleset{
-			Node:    node,
-			Sets:    map[string]*Set{},
-			Chains:  map[string]*Chain{},
-			Egress:  map[netip.Addr]string{},
-			Ingress: map[netip.Addr]string{},
+			Node:     node,
+			Sets:     map[string]*Set{},
+			Chains:   map[string]*Chain{},
+			Egress:   map[netip.Addr]string{},
+			Ingress:  map[netip.Addr]string{},
+			Counters: map[string]*DropCounter{},
 		},
 		plans:    map[*policy.DirPolicy]*dirPlan{},
 		content:  map[string]*setContents{},
@@ -159,6 +165,10 @@ func BuildCached(prog *policy.Program, node string, cache *Cache) *Ruleset {
 		chainOf:  map[*policy.DirPolicy]string{},
 	}
 	rs := b.rs
+	for i := range staticCounters {
+		c := staticCounters[i]
+		rs.Counters[c.Name] = &c
+	}
 	if !prog.Options.DenyNodeLocal {
 		seen := map[netip.Addr]bool{}
 		for _, n := range prog.Nodes {
@@ -275,6 +285,7 @@ func (b *builder) plan(dp *policy.DirPolicy, dir policy.Direction) *dirPlan {
 	}
 	if dp.NP != nil {
 		p.hasNP = true
+		p.isolation = isolationCounter(dp.NP.Policies, dir)
 		if len(dp.NP.Rules) > 0 {
 			r := &run{identity: "np|" + dir.String(), verdict: Return}
 			names := make([]string, len(dp.NP.Policies))
@@ -323,7 +334,10 @@ func cnpRuns(tier policy.Tier, dir policy.Direction, rules []policy.RuleMatch) [
 		}
 		desc := fmt.Sprintf("%s.%s[%d]", rm.Rule.Policy.Name, dir, rm.Rule.Index)
 		id := rm.Rule.Policy.String() + "#" + fmt.Sprint(rm.Rule.Index)
-		if n := len(out); n > 0 && out[n-1].verdict == v {
+		// Consecutive rules with one verdict share a lookup, except
+		// drops: each keeps its own rule and counter (first match wins,
+		// so which Deny rule dropped a packet is well defined).
+		if n := len(out); n > 0 && out[n-1].verdict == v && v != Drop {
 			last := out[n-1]
 			last.matches = append(last.matches, rm.Match)
 			ids = append(ids, id)
@@ -333,12 +347,16 @@ func cnpRuns(tier policy.Tier, dir policy.Direction, rules []policy.RuleMatch) [
 			continue
 		}
 		ids, descs = []string{id}, []string{desc}
-		out = append(out, &run{
+		r := &run{
 			identity: string(tier) + "|" + dir.String() + "|" + id,
 			verdict:  v,
 			matches:  []policy.Match{rm.Match},
 			comment:  string(tier) + " " + verdictWord(v, tier) + " " + desc,
-		})
+		}
+		if v == Drop {
+			r.counter = cnpCounter(rm.Rule, dir)
+		}
+		out = append(out, r)
 	}
 	for _, r := range out {
 		r.memo = r.identity + memoOf(r.matches)
@@ -481,10 +499,10 @@ func (b *builder) chain(dp *policy.DirPolicy) string {
 		if p.np != nil {
 			rest = append(rest, Rule{Set: b.setName[p.np.memo], Verdict: Verdict{Kind: Return}, Comment: p.np.comment})
 		}
-		rest = append(rest, Rule{Verdict: Verdict{Kind: Drop}, Comment: "NetworkPolicy isolation"})
+		rest = append(rest, Rule{Verdict: Verdict{Kind: Drop}, Comment: "NetworkPolicy isolation", Counter: b.counter(p.isolation)})
 	} else {
 		for _, r := range p.baseline {
-			rest = append(rest, Rule{Set: b.setName[r.memo], Verdict: Verdict{Kind: r.verdict}, Comment: r.comment})
+			rest = append(rest, Rule{Set: b.setName[r.memo], Verdict: Verdict{Kind: r.verdict}, Comment: r.comment, Counter: b.counter(r.counter)})
 		}
 	}
 	restName := b.addChain(p.dir, rest)
@@ -498,7 +516,7 @@ func (b *builder) chain(dp *policy.DirPolicy) string {
 				v.Target = restName
 			}
 		}
-		admin = append(admin, Rule{Set: b.setName[r.memo], Verdict: v, Comment: r.comment})
+		admin = append(admin, Rule{Set: b.setName[r.memo], Verdict: v, Comment: r.comment, Counter: b.counter(r.counter)})
 	}
 	name := restName
 	if len(admin) > 0 {
@@ -517,7 +535,7 @@ func (b *builder) addChain(dir policy.Direction, rules []Rule) string {
 	}
 	parts := []string{dir.String()}
 	for _, r := range rules {
-		parts = append(parts, fmt.Sprintf("%s|%d|%s|%s", r.Set, r.Verdict.Kind, r.Verdict.Target, r.Comment))
+		parts = append(parts, fmt.Sprintf("%s|%d|%s|%s|%s", r.Set, r.Verdict.Kind, r.Verdict.Target, r.Comment, r.Counter))
 	}
 	prefix := "eg-"
 	if dir == policy.Ingress {
@@ -528,4 +546,14 @@ func (b *builder) addChain(dir policy.Direction, rules []Rule) string {
 		b.rs.Chains[name] = &Chain{Name: name, Dir: dir, Rules: rules}
 	}
 	return name
+}
+
+// counter records that a rule of the ruleset counts into c and returns
+// its name ("" for nil: the rule counts nothing).
+func (b *builder) counter(c *DropCounter) string {
+	if c == nil {
+		return ""
+	}
+	b.rs.Counters[c.Name] = c
+	return c.Name
 }

@@ -34,17 +34,17 @@ type staticChain struct {
 // returns when egress allows), lets the node's own addresses reach its pods
 // and finally judges the destination pod's ingress the same way.
 var staticChains = []staticChain{
-	{name: conflictChain, rules: []string{"drop"}},
+	{name: conflictChain, rules: []string{"counter name " + counterConflict + " drop"}},
 	{name: dispatchChain, rules: []string{
 		// A TCP packet that is new to conntrack but not a SYN is the
 		// middle of a connection whose entry is gone, typically because
 		// a Program denied it and Sync removed the entry. Picked up
 		// loosely it would start a connection from the wrong end (and
 		// let the other end's packets through as replies): drop it.
-		"ip saddr @local4 tcp flags & (fin|syn|rst|ack) != syn drop",
-		"ip daddr @local4 tcp flags & (fin|syn|rst|ack) != syn drop",
-		"ip6 saddr @local6 tcp flags & (fin|syn|rst|ack) != syn drop",
-		"ip6 daddr @local6 tcp flags & (fin|syn|rst|ack) != syn drop",
+		"ip saddr @local4 tcp flags & (fin|syn|rst|ack) != syn counter name " + counterNotSYN + " drop",
+		"ip daddr @local4 tcp flags & (fin|syn|rst|ack) != syn counter name " + counterNotSYN + " drop",
+		"ip6 saddr @local6 tcp flags & (fin|syn|rst|ack) != syn counter name " + counterNotSYN + " drop",
+		"ip6 daddr @local6 tcp flags & (fin|syn|rst|ack) != syn counter name " + counterNotSYN + " drop",
 		"ip saddr . ip daddr @self4 accept",
 		"ip6 saddr . ip6 daddr @self6 accept",
 		"ip saddr vmap @egress4",
@@ -64,7 +64,7 @@ var staticChains = []staticChain{
 // judged as ingress, or the pod loses its gateway.
 var baseRules = []string{
 	"ct state established,related accept",
-	"ct state invalid drop",
+	"ct state invalid counter name " + counterInvalid + " drop",
 	"icmpv6 type { nd-router-solicit, nd-router-advert, nd-neighbor-solicit, nd-neighbor-advert, nd-redirect } accept",
 	"jump " + dispatchChain,
 }
@@ -114,6 +114,9 @@ func renderChainRules(c *Chain) []*knftables.Rule {
 			cm = knftables.PtrTo(comment(r.Comment))
 		}
 		v := r.Verdict.String()
+		if r.Counter != "" {
+			v = "counter name " + r.Counter + " " + v
+		}
 		if r.Set == "" {
 			out = append(out, &knftables.Rule{Chain: c.Name, Rule: v, Comment: cm})
 			continue
@@ -199,12 +202,17 @@ func addStaticRules(tx *knftables.Transaction) {
 
 // fullTransaction replaces the whole table in one transaction: the add
 // makes the delete legal on a fresh node, and nft applies all or nothing,
-// so packets see either the old table or the complete new one.
-func fullTransaction(tx *knftables.Transaction, rs *Ruleset) {
+// so packets see either the old table or the complete new one. Counters
+// named in prev (read from the table being replaced) start from its
+// values, so that a replace does not reset what they counted.
+func fullTransaction(tx *knftables.Transaction, rs *Ruleset, prev map[string]*knftables.Counter) {
 	tx.Add(&knftables.Table{Comment: knftables.PtrTo(tableComment)})
 	tx.Delete(&knftables.Table{})
 	tx.Add(&knftables.Table{Comment: knftables.PtrTo(tableComment)})
 	addStatic(tx)
+	for _, name := range sortedKeys(rs.Counters) {
+		tx.Add(counterObject(rs.Counters[name], prev))
+	}
 	for _, name := range sortedKeys(rs.Sets) {
 		tx.Add(setObject(rs.Sets[name]))
 	}
@@ -269,6 +277,13 @@ func diffTransaction(tx *knftables.Transaction, old, rs *Ruleset) {
 			tx.Add(&knftables.Element{Set: name, Key: k})
 		}
 	}
+	// Counters belong to policy rules, not chains: they stay while any
+	// chain counts into them and are never reset by a patch.
+	for _, name := range sortedKeys(rs.Counters) {
+		if _, ok := old.Counters[name]; !ok {
+			tx.Add(counterObject(rs.Counters[name], nil))
+		}
+	}
 	var newChains []string
 	for _, name := range sortedKeys(rs.Chains) {
 		if _, ok := old.Chains[name]; !ok {
@@ -314,6 +329,11 @@ func diffTransaction(tx *knftables.Transaction, old, rs *Ruleset) {
 	for _, name := range sortedKeys(old.Sets) {
 		if _, ok := rs.Sets[name]; !ok {
 			tx.Delete(&knftables.Set{Name: name})
+		}
+	}
+	for _, name := range sortedKeys(old.Counters) {
+		if _, ok := rs.Counters[name]; !ok {
+			tx.Delete(&knftables.Counter{Name: name})
 		}
 	}
 }

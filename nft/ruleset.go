@@ -1,7 +1,9 @@
 // Package nft turns a compiled policy.Program into the nftables ruleset of
 // one node (table "inet moat", DESIGN §4) and keeps the kernel in step with
 // it: a full replace or a diff, each in one transaction, and removal of
-// established flows the new rules deny.
+// established flows the new rules deny. Every drop counts into a named
+// counter object per policy rule (Syncer.Counters reads them back), which
+// patches never touch and a full replace carries over.
 //
 // The package first builds a Ruleset, a small intermediate form that can be
 // diffed against what is programmed, rendered into knftables operations and
@@ -91,6 +93,11 @@ type Rule struct {
 	Set     string
 	Verdict Verdict
 	Comment string
+	// Counter names the counter object a drop rule counts into ("" for
+	// none). Its name derives from the policy rule it stands for, not
+	// from the chain, so every chain enforcing that rule shares it and it
+	// outlives chain and element churn.
+	Counter string
 }
 
 // Chain is one policy chain. Its name is derived from its content, so two
@@ -117,6 +124,11 @@ type Ruleset struct {
 	// NodeLocal lists the node's addresses whose traffic to local pods is
 	// allowed; empty when node-local traffic is policed.
 	NodeLocal []netip.Addr
+	// Counters describes the table's drop counters by counter name: the
+	// fixed ones and one per policy rule (or NetworkPolicy isolation)
+	// that some chain of this ruleset drops with. Packets and Bytes are
+	// zero here; Syncer.Counters reads them from the kernel.
+	Counters map[string]*DropCounter
 	// Warnings describe input the ruleset could not honour exactly, and
 	// how it failed closed.
 	Warnings []string

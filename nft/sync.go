@@ -51,6 +51,10 @@ type Syncer struct {
 	mu      sync.Mutex
 	applied *Ruleset
 	cache   *Cache
+	// counters describes the drop counters of the last ruleset
+	// programmed. Unlike applied it survives a failure: the names it
+	// holds mean the same in any table Moat wrote.
+	counters map[string]*DropCounter
 }
 
 // New returns a Syncer for the table "inet moat" behind nft, which the
@@ -96,11 +100,13 @@ func (s *Syncer) Apply(ctx context.Context, rs *Ruleset) (Result, error) {
 		res.Operations = tx.NumOperations()
 		if res.Operations == 0 {
 			s.applied = rs
+			s.counters = rs.Counters
 			res.Applied = true
 			return res, nil
 		}
 		if incErr = s.nft.Run(ctx, tx); incErr == nil {
 			s.applied = rs
+			s.counters = rs.Counters
 			res.Applied = true
 		}
 	}
@@ -108,8 +114,12 @@ func (s *Syncer) Apply(ctx context.Context, rs *Ruleset) (Result, error) {
 		// The kernel may not hold what we think (someone edited the
 		// table, or this is the first sync): start from nothing.
 		s.applied = nil
+		// What the old table counted carries over. Reading it is best
+		// effort: without it the counters start from zero, which
+		// readers of counters must expect after a reboot anyway.
+		prev, _ := listCounters(ctx, s.nft)
 		tx := s.nft.NewTransaction()
-		fullTransaction(tx, rs)
+		fullTransaction(tx, rs, prev)
 		res.Full = true
 		res.Operations = tx.NumOperations()
 		if err := s.nft.Run(ctx, tx); err != nil {
@@ -119,6 +129,7 @@ func (s *Syncer) Apply(ctx context.Context, rs *Ruleset) (Result, error) {
 			return res, fmt.Errorf("program table inet %s on node %s: %w", Table, s.opts.Node, err)
 		}
 		s.applied = rs
+		s.counters = rs.Counters
 		res.Applied = true
 	}
 	if s.opts.CutDenied {
@@ -159,5 +170,6 @@ func (s *Syncer) Remove(ctx context.Context) error {
 		return fmt.Errorf("delete table inet %s on node %s: %w", Table, s.opts.Node, err)
 	}
 	s.applied = nil
+	s.counters = nil
 	return nil
 }

@@ -1,0 +1,191 @@
+package nft
+
+import (
+	"context"
+	"fmt"
+	"sort"
+	"strings"
+
+	"sigs.k8s.io/knftables"
+
+	"github.com/moat-net/moat/policy"
+)
+
+// Reasons a packet is dropped, the Reason of a DropCounter.
+const (
+	// ReasonDeny: a ClusterNetworkPolicy Deny rule matched.
+	ReasonDeny = "deny"
+	// ReasonFailClosed: a ClusterNetworkPolicy rule that failed closed
+	// (invalid or unknown fields, DESIGN §3) matched and dropped.
+	ReasonFailClosed = "fail_closed"
+	// ReasonIsolation: NetworkPolicies select the pod and none allowed
+	// the connection.
+	ReasonIsolation = "isolation"
+	// ReasonInvalid: conntrack classed the packet invalid.
+	ReasonInvalid = "invalid"
+	// ReasonNotSYN: a TCP packet new to conntrack that is no SYN, to or
+	// from a policed pod.
+	ReasonNotSYN = "not_syn"
+	// ReasonConflict: two local pods share the address (fail closed).
+	ReasonConflict = "conflict"
+)
+
+// DropCounter is one nftables counter object that drop rules count into,
+// with what it stands for. Per policy rule rather than per chain: chains
+// are shared and replaced as pods come and go, policy rules are what an
+// operator asks about.
+type DropCounter struct {
+	// Name is the counter object in table inet moat.
+	Name string
+	// Policies are the policies whose rule drops: one ClusterNetworkPolicy
+	// for a Deny rule, the NetworkPolicies that select the pod (all in
+	// its namespace) for isolation, none for the fixed drops.
+	Policies []policy.PolicyRef
+	// Tier is Admin or Baseline for ClusterNetworkPolicy rules, empty
+	// otherwise.
+	Tier policy.Tier
+	// Direction is "ingress" or "egress"; empty for the fixed drops,
+	// which judge no direction of a pod.
+	Direction string
+	// Rule is the index in spec.ingress or spec.egress of a
+	// ClusterNetworkPolicy rule, -1 when the drop is no single rule's.
+	Rule int
+	// Reason is one of the Reason constants.
+	Reason string
+	// Packets and Bytes are what the kernel counted since the counter
+	// was created. A full replace of the table carries them over, so
+	// they only start again from zero when the rule they count for has
+	// been gone from the node.
+	Packets, Bytes uint64
+}
+
+// Names of the fixed counters; policy rule counters are "c-" and a hash.
+const (
+	counterInvalid  = "drop-invalid"
+	counterNotSYN   = "drop-not-syn"
+	counterConflict = "drop-conflict"
+)
+
+var staticCounters = []DropCounter{
+	{Name: counterInvalid, Rule: -1, Reason: ReasonInvalid},
+	{Name: counterNotSYN, Rule: -1, Reason: ReasonNotSYN},
+	{Name: counterConflict, Rule: -1, Reason: ReasonConflict},
+}
+
+// counterComment is the human-readable note on a counter object.
+func (c *DropCounter) counterComment() string {
+	var refs []string
+	for _, p := range c.Policies {
+		refs = append(refs, p.String())
+	}
+	parts := []string{"drop", c.Reason}
+	if c.Direction != "" {
+		parts = append(parts, c.Direction)
+	}
+	if c.Rule >= 0 {
+		parts = append(parts, fmt.Sprintf("rule %d", c.Rule))
+	}
+	return comment(strings.Join(append(parts, refs...), " "))
+}
+
+// cnpCounter describes the counter of one ClusterNetworkPolicy rule.
+func cnpCounter(r *policy.Rule, dir policy.Direction) *DropCounter {
+	reason := ReasonDeny
+	if r.FailClosed != "" || r.Action != policy.ActionDeny {
+		reason = ReasonFailClosed
+	}
+	id := fmt.Sprintf("cnp|%s|%s|%s|%d|%s", r.Tier, r.Policy, dir, r.Index, reason)
+	return &DropCounter{
+		Name:      hashName("c-", id),
+		Policies:  []policy.PolicyRef{r.Policy},
+		Tier:      r.Tier,
+		Direction: dir.String(),
+		Rule:      r.Index,
+		Reason:    reason,
+	}
+}
+
+// isolationCounter describes the counter of NetworkPolicy isolation for
+// the pods that exactly these policies select in this direction.
+func isolationCounter(refs []policy.PolicyRef, dir policy.Direction) *DropCounter {
+	refs = append([]policy.PolicyRef(nil), refs...)
+	sort.Slice(refs, func(i, j int) bool { return refs[i].String() < refs[j].String() })
+	parts := []string{"np", dir.String()}
+	for _, r := range refs {
+		parts = append(parts, r.String())
+	}
+	return &DropCounter{
+		Name:      hashName("c-", parts...),
+		Policies:  refs,
+		Direction: dir.String(),
+		Rule:      -1,
+		Reason:    ReasonIsolation,
+	}
+}
+
+// counterObject is the knftables object of a counter, starting from the
+// given values when carried over from a replaced table.
+func counterObject(c *DropCounter, prev map[string]*knftables.Counter) *knftables.Counter {
+	obj := &knftables.Counter{Name: c.Name, Comment: knftables.PtrTo(c.counterComment())}
+	if p := prev[c.Name]; p != nil && p.Packets != nil && p.Bytes != nil && (*p.Packets != 0 || *p.Bytes != 0) {
+		obj.Packets = knftables.PtrTo(*p.Packets)
+		obj.Bytes = knftables.PtrTo(*p.Bytes)
+	}
+	return obj
+}
+
+// listCounters reads the table's counter objects by name; a missing
+// table is no counters.
+func listCounters(ctx context.Context, nft knftables.Interface) (map[string]*knftables.Counter, error) {
+	// knftables' fake dereferences its table without checking it exists.
+	if f, ok := nft.(*knftables.Fake); ok && f.Table == nil {
+		return nil, nil
+	}
+	list, err := nft.ListCounters(ctx)
+	if err != nil {
+		if knftables.IsNotFound(err) {
+			return nil, nil
+		}
+		return nil, fmt.Errorf("list counters of table inet %s: %w", Table, err)
+	}
+	out := make(map[string]*knftables.Counter, len(list))
+	for _, c := range list {
+		if c != nil {
+			out[c.Name] = c
+		}
+	}
+	return out, nil
+}
+
+// Counters reads the drop counters of the table last programmed: one entry
+// per counter of that ruleset, sorted by name, with what the kernel has
+// counted. Counters nft does not list (someone deleted them) are left
+// out; with nothing programmed yet the result is empty.
+func (s *Syncer) Counters(ctx context.Context) ([]DropCounter, error) {
+	s.mu.Lock()
+	meta := s.counters
+	s.mu.Unlock()
+	if len(meta) == 0 {
+		return nil, nil
+	}
+	got, err := listCounters(ctx, s.nft)
+	if err != nil {
+		return nil, fmt.Errorf("read drop counters on node %s: %w", s.opts.Node, err)
+	}
+	out := make([]DropCounter, 0, len(meta))
+	for _, name := range sortedKeys(meta) {
+		k := got[name]
+		if k == nil {
+			continue
+		}
+		c := *meta[name]
+		if k.Packets != nil {
+			c.Packets = *k.Packets
+		}
+		if k.Bytes != nil {
+			c.Bytes = *k.Bytes
+		}
+		out = append(out, c)
+	}
+	return out, nil
+}
