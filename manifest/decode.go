@@ -13,6 +13,10 @@ import (
 	"github.com/moat-net/moat/policy"
 )
 
+// unsupportedPolicyKinds are policy kinds users may expect Moat to read;
+// they get a warning rather than a silent skip.
+var unsupportedPolicyKinds = map[string]bool{"AdminNetworkPolicy": true, "BaselineAdminNetworkPolicy": true}
+
 // defaultNamespace is where namespaced objects without metadata.namespace
 // land, as with kubectl.
 const defaultNamespace = "default"
@@ -119,6 +123,10 @@ func (d *decoder) decodeObject(source string, js []byte) error {
 		object = tm.Kind + " " + ns + "/" + tm.Name
 	}
 	if !known {
+		if unsupportedPolicyKinds[tm.Kind] {
+			d.add(policy.SeverityWarning, object, "kind", source, "policy kind not enforced by Moat (use ClusterNetworkPolicy, policy.networking.k8s.io/v1alpha2): ignored")
+			return nil
+		}
 		d.res.Skipped = append(d.res.Skipped, fmt.Sprintf("%s %s (%s): kind not used by Moat", tm.Kind, tm.Name, source))
 		return nil
 	}
@@ -128,7 +136,9 @@ func (d *decoder) decodeObject(source string, js []byte) error {
 	}
 	key := object
 	if prev, dup := d.seen[key]; dup {
-		d.add(policy.SeverityError, object, "", source, "duplicate object, also defined at "+prev+": the first one is used")
+		// Which copy a cluster would hold depends on how it was applied;
+		// judging traffic with either could be wrong.
+		d.drop(object, "", source, "duplicate object, also defined at "+prev)
 		return nil
 	}
 	d.seen[key] = source
@@ -147,6 +157,11 @@ func (d *decoder) decodeObject(source string, js []byte) error {
 		}
 		if o.Namespace == "" {
 			o.Namespace = defaultNamespace
+		}
+		if o.Status.Phase == corev1.PodSucceeded || o.Status.Phase == corev1.PodFailed {
+			// As the agent: a finished pod's address may already be reused.
+			d.res.Skipped = append(d.res.Skipped, fmt.Sprintf("%s (%s): phase %s", object, source, o.Status.Phase))
+			return nil
 		}
 		pod, diags := policy.PodFromAPI(&o)
 		d.addAll(source, diags)

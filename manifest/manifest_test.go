@@ -63,7 +63,8 @@ func TestLoadBadInput(t *testing.T) {
 		{name: "wrong type", doc: "apiVersion: policy.networking.k8s.io/v1alpha2\nkind: ClusterNetworkPolicy\nmetadata: {name: c}\nspec: {priority: high}",
 			wantDiag: "ClusterNetworkPolicy c: : cannot decode", dropped: true},
 		{name: "duplicate object", doc: "apiVersion: v1\nkind: Namespace\nmetadata: {name: a}\n---\napiVersion: v1\nkind: Namespace\nmetadata: {name: a}",
-			wantDiag: "Namespace a: : duplicate object, also defined at <stdin>#1"},
+			wantDiag: "Namespace a: : duplicate object, also defined at <stdin>#1", dropped: true},
+		{name: "AdminNetworkPolicy warned", doc: "apiVersion: policy.networking.k8s.io/v1alpha1\nkind: AdminNetworkPolicy\nmetadata: {name: anp}", wantDiag: "AdminNetworkPolicy anp: kind: policy kind not enforced by Moat"},
 		{name: "duplicate field", doc: "apiVersion: networking.k8s.io/v1\nkind: NetworkPolicy\nmetadata: {name: p}\nspec: {podSelector: {}, podSelector: {}}",
 			fatal: "document 1"},
 		{name: "bad pod IP", doc: "apiVersion: v1\nkind: Pod\nmetadata: {name: p}\nstatus: {podIP: 10.0.0.300}", wantDiag: `Pod default/p: status.podIPs[0].ip: invalid IP "10.0.0.300"`},
@@ -101,5 +102,18 @@ func TestLoadMissingFileNamesIt(t *testing.T) {
 	_, err := l.Load("testdata/nope.yaml")
 	if err == nil || !strings.Contains(err.Error(), "testdata/nope.yaml") {
 		t.Fatalf("err = %v", err)
+	}
+}
+
+// A finished pod's address may already belong to a new pod: like the
+// agent, the loader leaves it out.
+func TestFinishedPodsSkipped(t *testing.T) {
+	l := manifest.Loader{Stdin: strings.NewReader("apiVersion: v1\nkind: Pod\nmetadata: {name: done}\nstatus: {phase: Succeeded, podIP: 10.0.0.9}\n---\napiVersion: v1\nkind: Pod\nmetadata: {name: live}\nstatus: {phase: Running, podIP: 10.0.0.9}")}
+	res, err := l.Load("-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(res.Cluster.Pods) != 1 || res.Cluster.Pods[0].Name != "live" || len(res.Skipped) != 1 || !strings.Contains(res.Skipped[0], "phase Succeeded") {
+		t.Errorf("pods %+v, skipped %v", res.Cluster.Pods, res.Skipped)
 	}
 }

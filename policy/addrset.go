@@ -171,7 +171,7 @@ func (s *AddrSet) String() string {
 // ParseCIDR parses a CIDR. Host bits are masked (the API server accepts them
 // in ipBlock), but an unparsable string or a zone is an error.
 func ParseCIDR(s string) (netip.Prefix, error) {
-	p, err := netip.ParsePrefix(strings.TrimSpace(s))
+	p, err := netip.ParsePrefix(s)
 	if err != nil {
 		return netip.Prefix{}, fmt.Errorf("invalid CIDR %q: %w", s, err)
 	}

@@ -93,6 +93,9 @@ func (k *compiler) indexNamespaces(c *Cluster) {
 	for _, p := range c.Pods {
 		if _, ok := k.nsLabels[p.Namespace]; !ok {
 			k.nsLabels[p.Namespace] = withNSName(nil, p.Namespace)
+			if !p.HostNetwork {
+				k.diag(SeverityWarning, "Namespace "+p.Namespace, "", "", "no Namespace object in the input: only its kubernetes.io/metadata.name label is known to selectors")
+			}
 		}
 	}
 	for name := range k.nsLabels {
@@ -140,6 +143,8 @@ func (k *compiler) indexPods(c *Cluster) {
 	p := k.prog
 	p.podByKey = map[string]int{}
 	p.podByIP = map[netip.Addr]int{}
+	p.dupAddrs = map[netip.Addr]bool{}
+	owners := map[netip.Addr][]int{}
 	pods := append([]Pod(nil), c.Pods...)
 	sort.SliceStable(pods, func(i, j int) bool { return pods[i].Key() < pods[j].Key() })
 	for _, pod := range pods {
@@ -150,6 +155,7 @@ func (k *compiler) indexPods(c *Cluster) {
 		}
 		idx := len(p.Pods)
 		p.podByKey[key] = idx
+		pod.IPs = uniqueAddrs(pod.IPs)
 		p.Pods = append(p.Pods, pod)
 		if len(pod.IPs) == 0 {
 			k.diag(SeverityWarning, "Pod "+key, "status.podIPs", "", "pod has no IP address: it is not policed and cannot be a peer by address")
@@ -158,22 +164,23 @@ func (k *compiler) indexPods(c *Cluster) {
 		if pod.HostNetwork {
 			continue
 		}
-		dupIP := false
-		for _, a := range pod.IPs {
-			if other, dup := p.podByIP[a.Unmap()]; dup {
-				k.diag(SeverityWarning, "Pod "+key, "status.podIPs", "", fmt.Sprintf("address %s also belongs to pod %s: the pod is not policed and its address is judged as %s's", a, p.Pods[other].Key(), p.Pods[other].Key()))
-				dupIP = true
-				continue
-			}
-			p.podByIP[a.Unmap()] = idx
-		}
-		if dupIP {
-			// Its traffic cannot be told apart from the other pod's; leave it
-			// out of selection rather than guess.
-			continue
+		for _, a := range p.Pods[idx].IPs {
+			owners[a] = append(owners[a], idx)
 		}
 		k.podsByNS[pod.Namespace] = append(k.podsByNS[pod.Namespace], idx)
 		k.policed = append(k.policed, idx)
+	}
+	for a, idx := range owners {
+		if len(idx) == 1 {
+			p.podByIP[a] = idx[0]
+			continue
+		}
+		// Traffic on an address two pods claim cannot be attributed: it is
+		// denied, and each pod stays policed on its other addresses.
+		p.dupAddrs[a] = true
+		for _, i := range idx {
+			k.diag(SeverityWarning, "Pod "+p.Pods[i].Key(), "status.podIPs", "", fmt.Sprintf("address %s is claimed by %d pods: traffic from or to it is denied", a, len(idx)))
+		}
 	}
 }
 
@@ -303,6 +310,18 @@ func (k *compiler) ordRanges(pods []int) []ordRange {
 			continue
 		}
 		out = append(out, ordRange{o, o})
+	}
+	return out
+}
+
+// uniqueAddrs unmaps and de-duplicates a pod's addresses, keeping order.
+func uniqueAddrs(in []netip.Addr) []netip.Addr {
+	out := make([]netip.Addr, 0, len(in))
+	for _, a := range in {
+		a = a.Unmap()
+		if !slices.Contains(out, a) {
+			out = append(out, a)
+		}
 	}
 	return out
 }

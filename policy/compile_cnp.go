@@ -184,8 +184,9 @@ func (k *compiler) compileCNPRule(c *cnpCompiled, dir Direction, index int, name
 		rule.FailClosed = strings.Join(failed, "; ")
 		switch rule.Action {
 		case ActionAccept:
-			// Matches nothing.
-			out.peers = peerSet{addrs: NewAddrSet()}
+			// Matches nothing, also after a relabel (no parts to redo).
+			out.peers = peerSet{addrs: NewAddrSet(), cidrs: NewAddrSet()}
+			out.parts = nil
 			out.ports = portSpec{}
 		default:
 			rule.Action = ActionDeny

@@ -41,19 +41,27 @@ func (k *compiler) compileNP(np *NetworkPolicy) *npCompiled {
 	out := &npCompiled{ref: ref, status: status}
 	spec := &np.Spec
 
-	// Pod selection. An invalid selector isolates the whole namespace: a
-	// NetworkPolicy only ever allows, so selecting too much fails closed.
+	// Pod selection. An invalid selector isolates the whole namespace and
+	// none of the policy's rules allow anything: they were meant for pods
+	// we cannot tell, and opening others with them would widen access.
 	sel, ok := k.sel.get(&spec.PodSelector)
-	if !ok || bad.under("spec.podSelector") != "" {
+	subjectBad := !ok || bad.under("spec.podSelector") != ""
+	if subjectBad {
 		out.selected = k.podsByNS[np.Namespace]
 	} else {
 		out.subjectKey = "ns=" + np.Namespace + "|pod=" + selectorKey(&spec.PodSelector)
 		out.selected = k.podPeer(out.subjectKey, peerDef{ns: np.Namespace, podSel: sel}).pods
 	}
 
-	// Policy types, defaulted as the API server does.
+	// Policy types, defaulted as the API server does. Invalid types isolate
+	// both directions, but rules count only in a direction validly listed.
+	var ruleOK [2]bool
 	if bad.under("spec.policyTypes") != "" {
 		out.types = [2]bool{true, true}
+		for _, t := range spec.PolicyTypes {
+			ruleOK[Ingress] = ruleOK[Ingress] || t == networkingv1.PolicyTypeIngress
+			ruleOK[Egress] = ruleOK[Egress] || t == networkingv1.PolicyTypeEgress
+		}
 	} else if len(spec.PolicyTypes) == 0 {
 		out.types[Ingress] = true
 		out.types[Egress] = len(spec.Egress) > 0
@@ -67,8 +75,11 @@ func (k *compiler) compileNP(np *NetworkPolicy) *npCompiled {
 			}
 		}
 	}
+	if bad.under("spec.policyTypes") == "" {
+		ruleOK = out.types
+	}
 	// Unknown fields directly under spec may change what every rule means.
-	specBad := false
+	specBad := subjectBad
 	for _, p := range np.UnknownFields {
 		if isDirectChild("spec", p) {
 			specBad = true
@@ -77,11 +88,11 @@ func (k *compiler) compileNP(np *NetworkPolicy) *npCompiled {
 
 	for i, r := range spec.Ingress {
 		path := fmt.Sprintf("spec.ingress[%d]", i)
-		out.rules[Ingress] = append(out.rules[Ingress], k.compileNPRule(np.Namespace, i, path, "from", r.From, r.Ports, bad, specBad))
+		out.rules[Ingress] = append(out.rules[Ingress], k.compileNPRule(np.Namespace, i, path, "from", r.From, r.Ports, bad, specBad || !ruleOK[Ingress]))
 	}
 	for i, r := range spec.Egress {
 		path := fmt.Sprintf("spec.egress[%d]", i)
-		out.rules[Egress] = append(out.rules[Egress], k.compileNPRule(np.Namespace, i, path, "to", r.To, r.Ports, bad, specBad))
+		out.rules[Egress] = append(out.rules[Egress], k.compileNPRule(np.Namespace, i, path, "to", r.To, r.Ports, bad, specBad || !ruleOK[Egress]))
 	}
 	return out
 }

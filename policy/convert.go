@@ -39,24 +39,34 @@ func PodFromAPI(o *corev1.Pod) (Pod, []Diagnostic) {
 	}
 	addPorts := func(field string, cs []corev1.Container) {
 		for ci, c := range cs {
+			prefix := fmt.Sprintf("spec.%s[%d]", field, ci)
+			if len(cs) == 1 && field != "containers" {
+				prefix = "spec." + field
+			}
 			for pi, cp := range c.Ports {
 				proto := ProtoTCP
 				if cp.Protocol != "" {
 					var err error
 					if proto, err = ParseProtocol(string(cp.Protocol)); err != nil || !proto.HasPorts() {
-						bad(fmt.Sprintf("spec.%s[%d].ports[%d].protocol", field, ci, pi), fmt.Sprintf("unsupported protocol %q", cp.Protocol))
+						bad(fmt.Sprintf("%s.ports[%d].protocol", prefix, pi), fmt.Sprintf("unsupported protocol %q", cp.Protocol))
 						continue
 					}
 				}
 				if cp.ContainerPort < 1 || cp.ContainerPort > 65535 {
-					bad(fmt.Sprintf("spec.%s[%d].ports[%d].containerPort", field, ci, pi), "must be between 1 and 65535")
+					bad(fmt.Sprintf("%s.ports[%d].containerPort", prefix, pi), "must be between 1 and 65535")
 					continue
 				}
 				p.Ports = append(p.Ports, ContainerPort{Name: cp.Name, Protocol: proto, Port: uint16(cp.ContainerPort)})
 			}
 		}
 	}
-	addPorts("initContainers", o.Spec.InitContainers)
+	// Only containers that keep running serve ports: app containers and
+	// sidecars (init containers with restartPolicy Always).
+	for i, c := range o.Spec.InitContainers {
+		if c.RestartPolicy != nil && *c.RestartPolicy == corev1.ContainerRestartPolicyAlways {
+			addPorts(fmt.Sprintf("initContainers[%d]", i), []corev1.Container{c})
+		}
+	}
 	addPorts("containers", o.Spec.Containers)
 	return p, diags
 }

@@ -73,11 +73,17 @@ type outcome struct {
 	np      *NPTier // the isolating NetworkPolicy tier
 	passed  []*Rule
 	self    bool
-	node    string // node-local: the node's name
-	quiet   bool   // default allow with no rule at all for this pod
+	// duplicate: an end's address is claimed by several pods.
+	duplicate bool
+	node      string // node-local: the node's name
+	quiet     bool   // default allow with no rule at all for this pod
 }
 
 func (p *Program) judgeBoth(f Flow) (outcome, outcome) {
+	if p.dupAddrs[f.Src.Addr.Unmap()] || p.dupAddrs[f.Dst.Addr.Unmap()] {
+		o := outcome{tier: TierNotPoliced, duplicate: true}
+		return o, o
+	}
 	if f.Src.Pod >= 0 && f.Src.Pod == f.Dst.Pod {
 		o := outcome{allowed: true, tier: TierNotPoliced, self: true}
 		return o, o
@@ -149,6 +155,8 @@ func (p *Program) explain(o outcome, local Endpoint, dir Direction) Decision {
 		d.Passed = append(d.Passed, ruleDesc(r))
 	}
 	switch {
+	case o.duplicate:
+		d.Reason = "an address of this flow is claimed by more than one pod: denied, since its traffic cannot be attributed"
 	case o.self:
 		d.Reason = "a pod's traffic to itself is not policed"
 	case o.tier == TierNotPoliced:

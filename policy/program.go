@@ -237,6 +237,9 @@ type Program struct {
 
 	podByKey map[string]int
 	podByIP  map[netip.Addr]int
+	// dupAddrs are addresses more than one pod claims; traffic on them is
+	// denied.
+	dupAddrs map[netip.Addr]bool
 	// ordinal numbers policed pods so that pods alike in namespace and
 	// labels are adjacent; -1 for other pods. See termSplit.
 	ordinal   []int32
@@ -255,6 +258,9 @@ func (p *Program) PodByIP(a netip.Addr) (int, bool) {
 	i, ok := p.podByIP[a.Unmap()]
 	return i, ok
 }
+
+// DuplicateAddr reports whether more than one pod claims the address.
+func (p *Program) DuplicateAddr(a netip.Addr) bool { return p.dupAddrs[a.Unmap()] }
 
 // NodeByIP finds the node that owns an address.
 func (p *Program) NodeByIP(a netip.Addr) (int, bool) {

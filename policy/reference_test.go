@@ -12,6 +12,9 @@ import (
 // scanned in order through the exported Program, no index. The evaluator
 // must agree with it on every flow.
 func referenceAllowed(p *policy.Program, f policy.Flow) bool {
+	if p.DuplicateAddr(f.Src.Addr) || p.DuplicateAddr(f.Dst.Addr) {
+		return false
+	}
 	if f.Src.Pod >= 0 && f.Src.Pod == f.Dst.Pod {
 		return true
 	}

@@ -71,6 +71,11 @@ func ValidateClusterNetworkPolicy(cnp *v1alpha2.ClusterNetworkPolicy) field.Erro
 			peer := &r.To[j]
 			addrPeer = addrPeer || peer.Networks != nil || peer.Nodes != nil || peer.DomainNames != nil
 			errs = append(errs, validatePeer(peer.Namespaces, peer.Pods, peer.Nodes, peer.Networks, peer.DomainNames, p.Child("to").Index(j))...)
+			if peer.DomainNames != nil && r.Action != v1alpha2.ClusterNetworkPolicyRuleActionAccept {
+				// The API's contract (domainNames are an allowlist); the
+				// v0.2.0 CRD does not enforce it, Moat does and fails closed.
+				errs = append(errs, field.Forbidden(p.Child("to").Index(j).Child("domainNames"), "domainNames may only be used in Accept rules"))
+			}
 		}
 		errs = append(errs, validateProtocols(r.Protocols, addrPeer, p)...)
 	}
@@ -175,7 +180,8 @@ func validateNetworks(nets []v1alpha2.CIDR, p *field.Path) field.ErrorList {
 		if len(c) > maxCIDRLen {
 			errs = append(errs, field.TooLong(p.Index(i), string(c), maxCIDRLen))
 		}
-		if _, err := ParseCIDR(string(c)); err != nil {
+		if pre, err := ParseCIDR(string(c)); err != nil || pre.Addr().Is4In6() {
+			// As the CRD's isCIDR: IPv4-mapped IPv6 is not a CIDR either.
 			errs = append(errs, field.Invalid(p.Index(i), string(c), "Invalid CIDR format provided"))
 		}
 		if seen[c] {

@@ -35,18 +35,13 @@ func ValidateNetworkPolicy(np *networkingv1.NetworkPolicy) field.ErrorList {
 			errs = append(errs, validateNPPeer(&peer, p.Child("to").Index(j))...)
 		}
 	}
-	seen := map[networkingv1.PolicyType]bool{}
+	// Like the API server: known values, at most two; repeats are legal.
 	for i, t := range np.Spec.PolicyTypes {
-		p := spec.Child("policyTypes").Index(i)
 		switch t {
 		case networkingv1.PolicyTypeIngress, networkingv1.PolicyTypeEgress:
 		default:
-			errs = append(errs, field.NotSupported(p, t, []string{"Ingress", "Egress"}))
+			errs = append(errs, field.NotSupported(spec.Child("policyTypes").Index(i), t, []string{"Ingress", "Egress"}))
 		}
-		if seen[t] {
-			errs = append(errs, field.Duplicate(p, t))
-		}
-		seen[t] = true
 	}
 	if len(np.Spec.PolicyTypes) > 2 {
 		errs = append(errs, field.TooMany(spec.Child("policyTypes"), len(np.Spec.PolicyTypes), 2))
