@@ -153,3 +153,32 @@ func Judge(p *policy.Program, src, dst Endpoint, pp PortProto) Flow {
 	f.Allowed, f.Egress, f.Ingress = v.Allowed, v.Egress, v.Ingress
 	return f
 }
+
+// OtherFamilies judges the same pair over each other address family both
+// endpoints have (dual stack): a matrix cell uses one family, and policies
+// can treat the families differently.
+func OtherFamilies(p *policy.Program, src, dst Endpoint, pp PortProto) []Flow {
+	first, _, ok := p.PairAddrs(src.Endpoint, dst.Endpoint)
+	if !ok || src.Endpoint.Fixed || dst.Endpoint.Fixed || src.Endpoint.Pod < 0 || dst.Endpoint.Pod < 0 {
+		return nil
+	}
+	var out []Flow
+	for _, sa := range p.Pods[src.Endpoint.Pod].IPs {
+		if sa.Is4() == first.Addr.Is4() {
+			continue
+		}
+		for _, da := range p.Pods[dst.Endpoint.Pod].IPs {
+			if da.Is4() != sa.Is4() {
+				continue
+			}
+			s, d := src, dst
+			s.Endpoint.Addr, s.Endpoint.Fixed = sa, true
+			d.Endpoint.Addr, d.Endpoint.Fixed = da, true
+			s.Label, d.Label = sa.String(), da.String()
+			out = append(out, Judge(p, s, d, pp))
+			break
+		}
+		break
+	}
+	return out
+}

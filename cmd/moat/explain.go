@@ -58,6 +58,10 @@ that decided. Exit status: 0 when a verdict was computed (allowed or not),
 				return enc.Encode(f)
 			case "text", "":
 				writeExplanation(cmd.OutOrStdout(), f)
+				for _, other := range matrix.OtherFamilies(prog, matrix.Endpoint{Label: from, Endpoint: src}, matrix.Endpoint{Label: to, Endpoint: dst}, matrix.PortProto{Port: uint16(port), Protocol: proto}) {
+					fmt.Fprintln(cmd.OutOrStdout(), "also, over the other address family:")
+					writeExplanation(cmd.OutOrStdout(), other)
+				}
 				return nil
 			}
 			return &exitError{1, fmt.Errorf("-o: must be text or json, got %q", output)}

@@ -135,3 +135,26 @@ func TestBadFlags(t *testing.T) {
 		}
 	}
 }
+
+// A dual-stack pair is judged over both families: policies may differ.
+func TestExplainDualStack(t *testing.T) {
+	const in = `apiVersion: v1
+kind: Pod
+metadata: {name: a, namespace: ds}
+status: {podIPs: [{ip: 10.1.0.1}, {ip: "fd00:1::1"}]}
+---
+apiVersion: v1
+kind: Pod
+metadata: {name: b, namespace: ds}
+status: {podIPs: [{ip: 10.1.0.2}, {ip: "fd00:1::2"}]}
+---
+apiVersion: policy.networking.k8s.io/v1alpha2
+kind: ClusterNetworkPolicy
+metadata: {name: v4-deny}
+spec: {tier: Admin, priority: 1, subject: {namespaces: {}}, egress: [{action: Deny, to: [{networks: [10.0.0.0/8]}]}]}
+`
+	out, _, code := run(t, in, "explain", "-f", "-", "--from", "ds/a", "--to", "ds/b", "--port", "80")
+	if code != 0 || !strings.Contains(out, "ds/a -> ds/b 80/TCP: DENIED") || !strings.Contains(out, "fd00:1::1 -> fd00:1::2 80/TCP: ALLOWED") {
+		t.Errorf("code %d, out:\n%s", code, out)
+	}
+}
