@@ -64,6 +64,7 @@ type Agent struct {
 	snap     *snapshot
 
 	status *statusWriter
+	drops  *drops
 
 	metricsLn, healthLn net.Listener
 	runOnce             sync.Once
@@ -104,6 +105,7 @@ func New(cfg Config, clients Clients, dp Dataplane) (*Agent, error) {
 		return nil, fmt.Errorf("set up informers: %w", err)
 	}
 	a.status = newStatusWriter(a)
+	a.drops = newDrops(dp, a.metrics.reg, a.log)
 	if err := a.listen(); err != nil {
 		return nil, err
 	}
@@ -178,6 +180,11 @@ func (a *Agent) Run(ctx context.Context) error {
 			}
 		}()
 	}
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		a.drops.run(ctx)
+	}()
 	if a.cfg.LeaderElection.Enabled {
 		wg.Add(1)
 		go func() {
@@ -322,6 +329,7 @@ func (a *Agent) sync(ctx context.Context) error {
 		a.log.Info("First sync programmed: ready", "duration", done.Sub(start), "rules", st.Rules, "elements", st.Elements)
 	}
 	a.metrics.ready.Set(1)
+	a.drops.poke()
 	a.log.V(4).Info("Synced", "kind", kind, "fullCompile", full, "operations", res.Operations, "compile", compiled.Sub(start), "program", done.Sub(compiled))
 	return nil
 }

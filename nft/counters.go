@@ -135,11 +135,18 @@ func counterObject(c *DropCounter, prev map[string]*knftables.Counter) *knftable
 }
 
 // listCounters reads the table's counter objects by name; a missing
-// table is no counters.
-func listCounters(ctx context.Context, nft knftables.Interface) (map[string]*knftables.Counter, error) {
-	// knftables' fake dereferences its table without checking it exists.
-	if f, ok := nft.(*knftables.Fake); ok && f.Table == nil {
-		return nil, nil
+// table is no counters. probe first asks whether the table has any
+// counters, for callers that do not know it exists: knftables' fake
+// ListCounters dereferences a missing table.
+func listCounters(ctx context.Context, nft knftables.Interface, probe bool) (map[string]*knftables.Counter, error) {
+	if probe {
+		names, err := nft.List(ctx, "counters")
+		if err != nil && !knftables.IsNotFound(err) {
+			return nil, fmt.Errorf("list counters of table inet %s: %w", Table, err)
+		}
+		if len(names) == 0 {
+			return nil, nil
+		}
 	}
 	list, err := nft.ListCounters(ctx)
 	if err != nil {
@@ -168,7 +175,7 @@ func (s *Syncer) Counters(ctx context.Context) ([]DropCounter, error) {
 	if len(meta) == 0 {
 		return nil, nil
 	}
-	got, err := listCounters(ctx, s.nft)
+	got, err := listCounters(ctx, s.nft, false)
 	if err != nil {
 		return nil, fmt.Errorf("read drop counters on node %s: %w", s.opts.Node, err)
 	}

@@ -117,7 +117,7 @@ func (s *Syncer) Apply(ctx context.Context, rs *Ruleset) (Result, error) {
 		// What the old table counted carries over. Reading it is best
 		// effort: without it the counters start from zero, which
 		// readers of counters must expect after a reboot anyway.
-		prev, _ := listCounters(ctx, s.nft)
+		prev, _ := listCounters(ctx, s.nft, true)
 		tx := s.nft.NewTransaction()
 		fullTransaction(tx, rs, prev)
 		res.Full = true

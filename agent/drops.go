@@ -1,0 +1,182 @@
+package agent
+
+import (
+	"context"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"k8s.io/klog/v2"
+
+	"github.com/moat-net/moat/nft"
+)
+
+// DropCounterReader is the optional part of a Dataplane that reads what
+// its drop rules counted; *nft.Syncer has it. A Dataplane without it
+// exports no drop metrics.
+type DropCounterReader interface {
+	Counters(ctx context.Context) ([]nft.DropCounter, error)
+}
+
+// dropPeriod is how often the counters are read besides after each
+// sync: a Prometheus scrape interval, so that a scrape sees at most one
+// period of lag.
+const dropPeriod = 15 * time.Second
+
+// dropLabels are the labels of the drop series. name joins the names
+// when several NetworkPolicies isolate the same pods; rule is empty when
+// the drop is no single rule's (isolation, fixed drops).
+var dropLabels = []string{"kind", "namespace", "name", "direction", "rule", "reason"}
+
+// drops reads the dataplane's drop counters and exports the last reading.
+// The series are the counters of the ruleset last programmed: one per
+// ClusterNetworkPolicy Deny rule and per set of isolating NetworkPolicies
+// that the node's pods use, plus the fixed drops, so their number is
+// bounded by the node's rules, and a series disappears with its rule.
+// They are counters because the kernel's are monotonic: patches never
+// touch them and a full replace of the table carries them over (only
+// drops in the moment between reading and replacing are lost).
+type drops struct {
+	reader DropCounterReader
+	log    klog.Logger
+	errors prometheus.Counter
+
+	packets, bytes *prometheus.Desc
+	poked          chan struct{}
+
+	mu   sync.Mutex
+	last []nft.DropCounter
+}
+
+func newDrops(dp Dataplane, reg prometheus.Registerer, log klog.Logger) *drops {
+	d := &drops{
+		poked: make(chan struct{}, 1),
+		log:   log,
+		packets: prometheus.NewDesc("moat_agent_dropped_packets_total",
+			"Packets the node's rules dropped, by policy (kind, namespace, name), direction, rule index and reason (deny, fail_closed, isolation, invalid, not_syn, conflict); read from nftables counters.",
+			dropLabels, nil),
+		bytes: prometheus.NewDesc("moat_agent_dropped_bytes_total",
+			"Bytes (layer 3) of the packets counted in moat_agent_dropped_packets_total.",
+			dropLabels, nil),
+		errors: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "moat_agent_drop_counter_read_errors_total",
+			Help: "Failed reads of the nftables drop counters; the drop series keep the last reading meanwhile.",
+		}),
+	}
+	d.reader, _ = dp.(DropCounterReader)
+	reg.MustRegister(d, d.errors)
+	return d
+}
+
+// run reads the counters every dropPeriod and after syncs until ctx ends.
+func (d *drops) run(ctx context.Context) {
+	if d.reader == nil {
+		return
+	}
+	t := time.NewTicker(dropPeriod)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		case <-d.poked:
+		}
+		d.read(ctx)
+	}
+}
+
+// poke asks for a reading soon: the ruleset changed, so series may have
+// come or gone. Pokes made while one is pending fold into it.
+func (d *drops) poke() {
+	select {
+	case d.poked <- struct{}{}:
+	default:
+	}
+}
+
+// read takes one reading.
+func (d *drops) read(ctx context.Context) {
+	if d.reader == nil {
+		return
+	}
+	rctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	cs, err := d.reader.Counters(rctx)
+	if err != nil {
+		if ctx.Err() == nil {
+			d.errors.Inc()
+			d.log.Error(err, "Reading drop counters failed; metrics keep the last reading")
+		}
+		return
+	}
+	d.mu.Lock()
+	d.last = cs
+	d.mu.Unlock()
+}
+
+// Describe implements prometheus.Collector.
+func (d *drops) Describe(ch chan<- *prometheus.Desc) {
+	ch <- d.packets
+	ch <- d.bytes
+}
+
+// Collect implements prometheus.Collector: the last reading, with
+// counters that map to the same labels summed.
+func (d *drops) Collect(ch chan<- prometheus.Metric) {
+	d.mu.Lock()
+	cs := d.last
+	d.mu.Unlock()
+	type sum struct {
+		labels         []string
+		packets, bytes uint64
+	}
+	var order []string
+	sums := map[string]*sum{}
+	for _, c := range cs {
+		l := dropLabelValues(c)
+		k := strings.Join(l, "\x00")
+		s := sums[k]
+		if s == nil {
+			s = &sum{labels: l}
+			sums[k] = s
+			order = append(order, k)
+		}
+		s.packets += c.Packets
+		s.bytes += c.Bytes
+	}
+	for _, k := range order {
+		s := sums[k]
+		ch <- prometheus.MustNewConstMetric(d.packets, prometheus.CounterValue, float64(s.packets), s.labels...)
+		ch <- prometheus.MustNewConstMetric(d.bytes, prometheus.CounterValue, float64(s.bytes), s.labels...)
+	}
+}
+
+// dropLabelValues are the values of dropLabels for one counter.
+func dropLabelValues(c nft.DropCounter) []string {
+	var kinds, namespaces, names []string
+	for _, p := range c.Policies {
+		kinds = append(kinds, p.Kind)
+		namespaces = append(namespaces, p.Namespace)
+		names = append(names, p.Name)
+	}
+	rule := ""
+	if c.Rule >= 0 {
+		rule = strconv.Itoa(c.Rule)
+	}
+	return []string{joinUnique(kinds), joinUnique(namespaces), strings.Join(names, ","), c.Direction, rule, c.Reason}
+}
+
+// joinUnique joins the distinct non-empty values, in order, with commas.
+func joinUnique(vals []string) string {
+	var out []string
+	for _, v := range vals {
+		if v != "" && !slices.Contains(out, v) {
+			out = append(out, v)
+		}
+	}
+	return strings.Join(out, ",")
+}
