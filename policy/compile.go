@@ -325,3 +325,14 @@ func uniqueAddrs(in []netip.Addr) []netip.Addr {
 	}
 	return out
 }
+
+// statusReason summarises problems for a status condition.
+func statusReason(errs field.ErrorList, unknown []string) (reason, msg string) {
+	if len(unknown) > 0 {
+		return "UnknownField", fmt.Sprintf("unknown field %s: enforced fail-closed", strings.Join(unknown, ", "))
+	}
+	if len(errs) > 0 {
+		return "InvalidSpec", errs[0].Error() + ": enforced fail-closed"
+	}
+	return "", ""
+}

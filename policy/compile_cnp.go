@@ -6,7 +6,6 @@ import (
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
-	"k8s.io/apimachinery/pkg/util/validation/field"
 
 	"github.com/moat-net/moat/api/v1alpha2"
 )
@@ -242,15 +241,4 @@ func (k *compiler) cnpPeer(p *cnpPeerFields) peer {
 		return peer{addrs: NewAddrSet(rs...)}
 	}
 	return peer{addrs: NewAddrSet()}
-}
-
-// statusReason summarises problems for a status condition.
-func statusReason(errs field.ErrorList, unknown []string) (reason, msg string) {
-	if len(unknown) > 0 {
-		return "UnknownField", fmt.Sprintf("unknown field %s: enforced fail-closed", strings.Join(unknown, ", "))
-	}
-	if len(errs) > 0 {
-		return "InvalidSpec", errs[0].Error() + ": enforced fail-closed"
-	}
-	return "", ""
 }
