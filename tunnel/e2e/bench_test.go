@@ -2,16 +2,19 @@ package e2e
 
 import (
 	"context"
+	"crypto/tls"
 	"fmt"
 	"io"
 	"net"
 	"runtime"
 	"slices"
+	"strings"
 	"sync"
 	"testing"
 	"time"
 
 	"github.com/moat-net/moat/tunnel/server"
+	"github.com/moat-net/moat/tunnel/tlsconfig"
 )
 
 // benchStack is a server, an agent and a backend on loopback; dial reaches
@@ -22,10 +25,14 @@ type benchStack struct {
 	stop    func()
 }
 
-// Modes compared by every benchmark: direct loopback TCP, the HTTP CONNECT
-// frontend over mTLS (the anchor's measured path) and the gRPC frontend
-// driven by the real konnectivity-client library.
-var benchModes = []string{"direct", "http-connect", "grpc"}
+// Modes compared by every benchmark: direct loopback TCP; direct-tls, the
+// same backend behind one mTLS hop with the agent hop's certificates (the
+// upper bound for any path that crosses the TLS agent hop); the HTTP CONNECT
+// frontend over mTLS TCP (the anchor's measured path) and over the Unix
+// socket (no frontend TLS: kube-apiserver's usual deployment); the gRPC
+// frontend, driven by the real konnectivity-client library, over mTLS TCP
+// and over the Unix socket.
+var benchModes = []string{"direct", "direct-tls", "http-connect", "http-connect-uds", "grpc", "grpc-uds"}
 
 func newBenchStack(b *testing.B, mode string) *benchStack {
 	p := newPKI(b)
@@ -37,15 +44,55 @@ func newBenchStack(b *testing.B, mode string) *benchStack {
 			return d.DialContext(ctx, "tcp", addr)
 		}}
 	}
+	if mode == "direct-tls" {
+		return tlsBenchStack(b, p)
+	}
 	m := server.ModeGRPC
-	if mode == "http-connect" {
+	if strings.HasPrefix(mode, "http-connect") {
 		m = server.ModeHTTPConnect
 	}
 	ps := startServer(b, p, serverOpts{mode: m})
 	startAgent(b, p, ps.agentAddr, nil)
 	eventually(b, "agent tunnel", ps.srv.Ready)
 	d := dialer(b, p, m, ps)
+	switch mode {
+	case "http-connect-uds":
+		d = func(_ context.Context, addr string) (net.Conn, error) { return udsConnect(ps.udsPath, addr) }
+	case "grpc-uds":
+		d = func(ctx context.Context, addr string) (net.Conn, error) { return grpcDial(ctx, b, p, ps.udsPath, addr) }
+	}
 	return &benchStack{backend: addr, dial: func(ctx context.Context) (net.Conn, error) { return d(ctx, addr) }}
+}
+
+// tlsBenchStack serves the benchmark backend behind one mTLS listener built
+// exactly as the server's agent port (tlsconfig.Server with the cluster
+// certificates) and dials it as the agent does: its throughput is what one
+// TLS hop on loopback can carry on this machine.
+func tlsBenchStack(b *testing.B, p *pki) *benchStack {
+	srvTLS, err := tlsconfig.Server(p.server.CertFile, p.server.KeyFile, p.ca.CertFile, "cluster")
+	if err != nil {
+		b.Fatal(err)
+	}
+	inner, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		b.Fatal(err)
+	}
+	ln := tls.NewListener(inner, srvTLS)
+	b.Cleanup(func() { ln.Close() })
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			go serveBackend(c)
+		}
+	}()
+	addr := inner.Addr().String()
+	return &benchStack{backend: addr, dial: func(ctx context.Context) (net.Conn, error) {
+		d := tls.Dialer{Config: clientTLS(b, p)}
+		return d.DialContext(ctx, "tcp", addr)
+	}}
 }
 
 // BenchmarkThroughput downloads zeros over 1 and 8 parallel streams.
