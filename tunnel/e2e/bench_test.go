@@ -31,8 +31,11 @@ type benchStack struct {
 // frontend over mTLS TCP (the anchor's measured path) and over the Unix
 // socket (no frontend TLS: kube-apiserver's usual deployment); the gRPC
 // frontend, driven by the real konnectivity-client library, over mTLS TCP
-// and over the Unix socket.
-var benchModes = []string{"direct", "direct-tls", "http-connect", "http-connect-uds", "grpc", "grpc-uds"}
+// and over the Unix socket. relay and relay-tls are the ceiling of any
+// design with the tunnel's three socket hops (backend -> agent -> server ->
+// client): two minimal user-space relays copying with 256 KiB buffers,
+// without and with TLS on the middle (agent) hop.
+var benchModes = []string{"direct", "direct-tls", "relay", "relay-tls", "http-connect", "http-connect-uds", "grpc", "grpc-uds"}
 
 func newBenchStack(b *testing.B, mode string) *benchStack {
 	p := newPKI(b)
@@ -46,6 +49,9 @@ func newBenchStack(b *testing.B, mode string) *benchStack {
 	}
 	if mode == "direct-tls" {
 		return tlsBenchStack(b, p)
+	}
+	if mode == "relay" || mode == "relay-tls" {
+		return relayBenchStack(b, p, addr, mode == "relay-tls")
 	}
 	m := server.ModeGRPC
 	if strings.HasPrefix(mode, "http-connect") {
@@ -93,6 +99,74 @@ func tlsBenchStack(b *testing.B, p *pki) *benchStack {
 		d := tls.Dialer{Config: clientTLS(b, p)}
 		return d.DialContext(ctx, "tcp", addr)
 	}}
+}
+
+// relayBenchStack chains two relays in front of the backend: the client
+// dials relay 1 over plain TCP, relay 1 dials relay 2 (over mTLS with the
+// cluster certificates when useTLS), relay 2 dials the backend.
+func relayBenchStack(b *testing.B, p *pki, backend string, useTLS bool) *benchStack {
+	var serverTLS, dialTLS *tls.Config
+	if useTLS {
+		var err error
+		if serverTLS, err = tlsconfig.Server(p.server.CertFile, p.server.KeyFile, p.ca.CertFile, "cluster"); err != nil {
+			b.Fatal(err)
+		}
+		dialTLS = clientTLS(b, p)
+	}
+	second := startRelay(b, backend, serverTLS, nil)
+	first := startRelay(b, second, nil, dialTLS)
+	return &benchStack{backend: backend, dial: func(ctx context.Context) (net.Conn, error) {
+		var d net.Dialer
+		return d.DialContext(ctx, "tcp", first)
+	}}
+}
+
+// startRelay listens on loopback (TLS with lnTLS) and relays each
+// connection to next (TLS with dialTLS), copying in user space as the
+// tunnel must; it returns the listening address.
+func startRelay(b *testing.B, next string, lnTLS, dialTLS *tls.Config) string {
+	inner, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		b.Fatal(err)
+	}
+	var ln net.Listener = inner
+	if lnTLS != nil {
+		ln = tls.NewListener(inner, lnTLS)
+	}
+	b.Cleanup(func() { ln.Close() })
+	go func() {
+		for {
+			in, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			go func() {
+				defer in.Close()
+				var out net.Conn
+				var err error
+				if dialTLS != nil {
+					out, err = (&tls.Dialer{Config: dialTLS}).DialContext(context.Background(), "tcp", next)
+				} else {
+					out, err = net.Dial("tcp", next)
+				}
+				if err != nil {
+					return
+				}
+				defer out.Close()
+				go copyUser(out, in)
+				copyUser(in, out)
+			}()
+		}
+	}()
+	return inner.Addr().String()
+}
+
+// copyUser copies through a user-space buffer (no splice/sendfile), then
+// closes dst so that the other direction ends too.
+func copyUser(dst, src net.Conn) {
+	buf := make([]byte, 256<<10)
+	io.CopyBuffer(struct{ io.Writer }{dst}, struct{ io.Reader }{src}, buf)
+	dst.Close()
 }
 
 // BenchmarkThroughput downloads zeros over 1 and 8 parallel streams.
