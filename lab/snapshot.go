@@ -6,8 +6,8 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
-	"sort"
-	"strings"
+
+	"github.com/moat-net/moat/manifest"
 )
 
 // SnapshotFiles copies manifests into dir the way manifest.Loader reads
@@ -39,7 +39,7 @@ func SnapshotFiles(dir string, paths []string, stdin io.Reader) error {
 		}
 		defer f.Close()
 		name := filepath.Base(p)
-		if !isManifestName(name) {
+		if !manifest.IsManifestName(name) {
 			name += ".yaml"
 		}
 		return write(name, f)
@@ -54,30 +54,10 @@ func SnapshotFiles(dir string, paths []string, stdin io.Reader) error {
 			}
 			continue
 		}
-		info, err := os.Stat(p)
+		files, err := manifest.Files(nil, p)
 		if err != nil {
-			return fmt.Errorf("read %s: %w", p, err)
+			return err
 		}
-		if !info.IsDir() {
-			if err := copyFile(p); err != nil {
-				return err
-			}
-			continue
-		}
-		var files []string
-		err = filepath.WalkDir(p, func(path string, d fs.DirEntry, err error) error {
-			if err != nil {
-				return err
-			}
-			if !d.IsDir() && isManifestName(path) {
-				files = append(files, path)
-			}
-			return nil
-		})
-		if err != nil {
-			return fmt.Errorf("read %s: %w", p, err)
-		}
-		sort.Strings(files)
 		for _, f := range files {
 			if err := copyFile(f); err != nil {
 				return err
@@ -87,34 +67,16 @@ func SnapshotFiles(dir string, paths []string, stdin io.Reader) error {
 	return nil
 }
 
-func isManifestName(p string) bool {
-	switch strings.ToLower(filepath.Ext(p)) {
-	case ".yaml", ".yml", ".json":
-		return true
-	}
-	return false
-}
-
 // SnapshotFS copies the manifests under root in fsys (the embedded
 // examples) into dir.
 func SnapshotFS(dir string, fsys fs.FS, root string) error {
 	if err := os.MkdirAll(dir, 0o700); err != nil {
 		return err
 	}
-	var files []string
-	err := fs.WalkDir(fsys, root, func(path string, d fs.DirEntry, err error) error {
-		if err != nil {
-			return err
-		}
-		if !d.IsDir() && isManifestName(path) {
-			files = append(files, path)
-		}
-		return nil
-	})
+	files, err := manifest.Files(fsys, root)
 	if err != nil {
-		return fmt.Errorf("read %s: %w", root, err)
+		return err
 	}
-	sort.Strings(files)
 	for i, f := range files {
 		b, err := fs.ReadFile(fsys, f)
 		if err != nil {

@@ -67,38 +67,10 @@ func (l *Loader) loadPath(d *decoder, p string) error {
 		}
 		return d.decodeStream("<stdin>", in)
 	}
-	var info fs.FileInfo
-	var err error
-	if l.FS != nil {
-		info, err = fs.Stat(l.FS, p)
-	} else {
-		info, err = os.Stat(p)
-	}
+	files, err := Files(l.FS, p)
 	if err != nil {
-		return fmt.Errorf("read %s: %w", p, err)
+		return err
 	}
-	if !info.IsDir() {
-		return l.loadFile(d, p)
-	}
-	var files []string
-	walk := func(path string, de fs.DirEntry, err error) error {
-		if err != nil {
-			return err
-		}
-		if !de.IsDir() && isManifest(path) {
-			files = append(files, path)
-		}
-		return nil
-	}
-	if l.FS != nil {
-		err = fs.WalkDir(l.FS, p, walk)
-	} else {
-		err = filepath.WalkDir(p, walk)
-	}
-	if err != nil {
-		return fmt.Errorf("read %s: %w", p, err)
-	}
-	sort.Strings(files)
 	for _, f := range files {
 		if err := l.loadFile(d, f); err != nil {
 			return err
@@ -107,14 +79,55 @@ func (l *Loader) loadPath(d *decoder, p string) error {
 	return nil
 }
 
-func isManifest(path string) bool {
+// Files lists what Load reads for one path: the path itself when it is a
+// file, or every *.yaml, *.yml and *.json below it when it is a directory,
+// sorted. fsys nil means the OS file system. Tools that copy or watch
+// manifests call it so they see exactly the files Load would.
+func Files(fsys fs.FS, p string) ([]string, error) {
+	var info fs.FileInfo
+	var err error
+	if fsys != nil {
+		info, err = fs.Stat(fsys, p)
+	} else {
+		info, err = os.Stat(p)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("read %s: %w", p, err)
+	}
+	if !info.IsDir() {
+		return []string{p}, nil
+	}
+	var files []string
+	walk := func(path string, de fs.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		if !de.IsDir() && IsManifestName(path) {
+			files = append(files, path)
+		}
+		return nil
+	}
+	if fsys != nil {
+		err = fs.WalkDir(fsys, p, walk)
+	} else {
+		err = filepath.WalkDir(p, walk)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("read %s: %w", p, err)
+	}
+	sort.Strings(files)
+	return files, nil
+}
+
+// IsManifestName reports whether a file name is one directories are read
+// for: *.yaml, *.yml or *.json.
+func IsManifestName(path string) bool {
 	switch strings.ToLower(filepath.Ext(path)) {
 	case ".yaml", ".yml", ".json":
 		return true
 	}
 	return false
 }
-
 func (l *Loader) loadFile(d *decoder, p string) error {
 	var f io.ReadCloser
 	var err error
