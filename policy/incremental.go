@@ -85,11 +85,23 @@ func (c *Compiler) RelabelPod(key string, labels map[string]string) (prog *Progr
 		}
 		return unionPeers(parts), true
 	}
-	for ci, cp := range k.cnps {
-		touched := cp.subjectKey != "" && dirty[cp.subjectKey]
-		if touched {
-			cp.selected = k.peerCache[cp.subjectKey].pods
+	// subject re-reads a policy's selection when its subject changed.
+	subject := func(key string, selected *[]int) bool {
+		if key == "" || !dirty[key] {
+			return false
 		}
+		*selected = k.peerCache[key].pods
+		return true
+	}
+	// mark records a changed policy and the pods it selects.
+	mark := func(tag string, selected []int) {
+		changed = append(changed, tag)
+		for _, p := range selected {
+			affected[p] = true
+		}
+	}
+	for ci, cp := range k.cnps {
+		touched := subject(cp.subjectKey, &cp.selected)
 		for d := range cp.rules {
 			for ri := range cp.rules[d] {
 				r := &cp.rules[d][ri]
@@ -101,17 +113,11 @@ func (c *Compiler) RelabelPod(key string, labels map[string]string) (prog *Progr
 			}
 		}
 		if touched {
-			changed = append(changed, cnpTag(ci))
-			for _, p := range cp.selected {
-				affected[p] = true
-			}
+			mark(cnpTag(ci), cp.selected)
 		}
 	}
 	for ni, np := range k.nps {
-		touched := np.subjectKey != "" && dirty[np.subjectKey]
-		if touched {
-			np.selected = k.peerCache[np.subjectKey].pods
-		}
+		touched := subject(np.subjectKey, &np.selected)
 		for d := range np.rules {
 			for ri := range np.rules[d] {
 				r := &np.rules[d][ri]
@@ -122,10 +128,7 @@ func (c *Compiler) RelabelPod(key string, labels map[string]string) (prog *Progr
 			}
 		}
 		if touched {
-			changed = append(changed, npTag(ni))
-			for _, p := range np.selected {
-				affected[p] = true
-			}
+			mark(npTag(ni), np.selected)
 		}
 	}
 

@@ -92,23 +92,11 @@ func runFlows(t *testing.T, prog *policy.Program, cases []flowCase) {
 	t.Helper()
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
-			src, err := prog.ParseEndpoint(c.from)
-			if err != nil {
-				t.Fatal(err)
-			}
-			dst, err := prog.ParseEndpoint(c.to)
-			if err != nil {
-				t.Fatal(err)
-			}
 			proto := "TCP"
 			if c.proto != "" {
 				proto = c.proto
 			}
-			pp, err := matrix.ParsePortProto(strconv.Itoa(int(c.port)) + "/" + proto)
-			if err != nil {
-				t.Fatal(err)
-			}
-			f := matrix.Judge(prog, matrix.Endpoint{Label: c.from, Endpoint: src}, matrix.Endpoint{Label: c.to, Endpoint: dst}, pp)
+			f := judgeFlow(t, prog, c.from, c.to, c.port, proto)
 			if f.Allowed != c.allowed {
 				t.Errorf("allowed = %v, want %v\negress: %+v\ningress: %+v", f.Allowed, c.allowed, f.Egress, f.Ingress)
 			}
@@ -127,6 +115,13 @@ func runFlows(t *testing.T, prog *policy.Program, cases []flowCase) {
 
 func judge(t *testing.T, prog *policy.Program, from, to string, port uint16, proto string) bool {
 	t.Helper()
+	return judgeFlow(t, prog, from, to, port, proto).Allowed
+}
+
+// judgeFlow evaluates one flow between endpoints named as on the command
+// line (namespace/pod or IP).
+func judgeFlow(t *testing.T, prog *policy.Program, from, to string, port uint16, proto string) matrix.Flow {
+	t.Helper()
 	src, err := prog.ParseEndpoint(from)
 	if err != nil {
 		t.Fatal(err)
@@ -139,5 +134,5 @@ func judge(t *testing.T, prog *policy.Program, from, to string, port uint16, pro
 	if err != nil {
 		t.Fatal(err)
 	}
-	return matrix.Judge(prog, matrix.Endpoint{Label: from, Endpoint: src}, matrix.Endpoint{Label: to, Endpoint: dst}, pp).Allowed
+	return matrix.Judge(prog, matrix.Endpoint{Label: from, Endpoint: src}, matrix.Endpoint{Label: to, Endpoint: dst}, pp)
 }
