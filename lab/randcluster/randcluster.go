@@ -457,19 +457,8 @@ func (g *gen) clusterPolicy(i int) {
 		}
 		r := v1alpha2.ClusterNetworkPolicyIngressRule{Name: fmt.Sprintf("in-%d", k), Action: g.action(), Protocols: g.protocols()}
 		for j, m := 0, 1+g.r.Intn(2); j < m; j++ {
-			var p v1alpha2.ClusterNetworkPolicyIngressPeer
-			switch g.r.Intn(4) {
-			case 0:
-				s := g.nsSelector()
-				p.Namespaces = &s
-			case 1:
-				p.Pods = g.namespacedPod()
-			case 2:
-				p.Networks = g.networks()
-			default:
-				p.Nodes = g.nodeSelector()
-			}
-			r.From = append(r.From, p)
+			p := g.cnpPeer()
+			r.From = append(r.From, v1alpha2.ClusterNetworkPolicyIngressPeer{Namespaces: p.Namespaces, Pods: p.Pods, Networks: p.Networks, Nodes: p.Nodes})
 		}
 		c.Spec.Ingress = append(c.Spec.Ingress, r)
 	}
@@ -479,21 +468,27 @@ func (g *gen) clusterPolicy(i int) {
 		}
 		r := v1alpha2.ClusterNetworkPolicyEgressRule{Name: fmt.Sprintf("eg-%d", k), Action: g.action(), Protocols: g.protocols()}
 		for j, m := 0, 1+g.r.Intn(2); j < m; j++ {
-			var p v1alpha2.ClusterNetworkPolicyEgressPeer
-			switch g.r.Intn(4) {
-			case 0:
-				s := g.nsSelector()
-				p.Namespaces = &s
-			case 1:
-				p.Pods = g.namespacedPod()
-			case 2:
-				p.Networks = g.networks()
-			default:
-				p.Nodes = g.nodeSelector()
-			}
-			r.To = append(r.To, p)
+			r.To = append(r.To, g.cnpPeer())
 		}
 		c.Spec.Egress = append(c.Spec.Egress, r)
 	}
 	g.add("ClusterNetworkPolicy", c.Name, c)
+}
+
+// cnpPeer is one random peer of the kinds both directions share (NPEP-127:
+// ingress has the same namespaces, pods, networks and nodes as egress).
+func (g *gen) cnpPeer() v1alpha2.ClusterNetworkPolicyEgressPeer {
+	var p v1alpha2.ClusterNetworkPolicyEgressPeer
+	switch g.r.Intn(4) {
+	case 0:
+		s := g.nsSelector()
+		p.Namespaces = &s
+	case 1:
+		p.Pods = g.namespacedPod()
+	case 2:
+		p.Networks = g.networks()
+	default:
+		p.Nodes = g.nodeSelector()
+	}
+	return p
 }
