@@ -61,15 +61,7 @@ func CheckHost() error {
 // responders on every port of every endpoint. On error nothing is left
 // behind.
 func Up(ctx context.Context, prog *policy.Program, opts Options) (_ *Lab, err error) {
-	if err := CheckHost(); err != nil {
-		return nil, err
-	}
-	if opts.Prefix == "" {
-		if opts.Prefix, err = NewPrefix(); err != nil {
-			return nil, err
-		}
-	}
-	topo, err := Plan(opts.Prefix, prog, opts.Peers)
+	topo, err := plan(prog, &opts.Prefix, opts.Peers)
 	if err != nil {
 		return nil, err
 	}
@@ -138,4 +130,20 @@ func Run(ctx context.Context, prog *policy.Program, opts Options, popts ProbeOpt
 		}
 	}()
 	return l.Measure(ctx, prog, opts.Peers, opts.Ports, popts)
+}
+
+// plan checks the host, picks a prefix when none is given and plans the
+// topology: the first steps of every way to build a lab.
+func plan(prog *policy.Program, prefix *string, peers []netip.Addr) (*Topology, error) {
+	if err := CheckHost(); err != nil {
+		return nil, err
+	}
+	if *prefix == "" {
+		p, err := NewPrefix()
+		if err != nil {
+			return nil, err
+		}
+		*prefix = p
+	}
+	return Plan(*prefix, prog, peers)
 }

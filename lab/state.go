@@ -127,15 +127,7 @@ type CreateOptions struct {
 // Create builds a lab, programs it, records its state and starts the
 // responder process. On error nothing is left behind.
 func Create(ctx context.Context, prog *policy.Program, opts CreateOptions) (st *State, err error) {
-	if err := CheckHost(); err != nil {
-		return nil, err
-	}
-	if opts.Prefix == "" {
-		if opts.Prefix, err = NewPrefix(); err != nil {
-			return nil, err
-		}
-	}
-	topo, err := Plan(opts.Prefix, prog, opts.Peers)
+	topo, err := plan(prog, &opts.Prefix, opts.Peers)
 	if err != nil {
 		return nil, err
 	}
