@@ -1,0 +1,50 @@
+// Package features is Moat's one feature-gate registry
+// (k8s.io/component-base/featuregate). Every binary, the CLI included, builds
+// its gate here, so one --feature-gates value means the same thing to
+// `moat explain`, `moat-agent` and the tunnel. There is no global gate: each
+// binary owns the one New returns.
+package features
+
+import (
+	"fmt"
+
+	"k8s.io/component-base/featuregate"
+	logsapi "k8s.io/component-base/logs/api/v1"
+)
+
+// IngressNetworksAndNodes gates the NPEP-127 ingress peers of
+// ClusterNetworkPolicy (`spec.ingress[].from[].networks` and `.nodes`),
+// which Moat implements ahead of upstream and which only the experimental
+// CRD accepts.
+//
+// Off (the default), those two fields are treated as fields Moat does not
+// understand: the peer is enforced fail-closed (an Accept rule with it
+// matches nothing; a Deny or Pass rule with it denies all traffic to its
+// subject) and the policy is reported not Accepted. Turning the gate off
+// can only take access away, never grant it.
+const IngressNetworksAndNodes featuregate.Feature = "IngressNetworksAndNodes"
+
+// EnableClusterToMasterTraffic turns on KEP-2025 in the tunnel: node
+// clients reach control-plane destinations through the agent's local
+// listener. Named as in the KEP.
+const EnableClusterToMasterTraffic featuregate.Feature = "EnableClusterToMasterTraffic"
+
+// specs are every gate Moat defines.
+var specs = map[featuregate.Feature]featuregate.FeatureSpec{
+	IngressNetworksAndNodes:      {Default: false, PreRelease: featuregate.Alpha},
+	EnableClusterToMasterTraffic: {Default: false, PreRelease: featuregate.Alpha},
+}
+
+// New returns a fresh gate holding Moat's features and the logging
+// features of k8s.io/component-base (which --logging-format needs), ready
+// for AddFlag.
+func New() (featuregate.MutableVersionedFeatureGate, error) {
+	fg := featuregate.NewFeatureGate()
+	if err := fg.Add(specs); err != nil {
+		return nil, fmt.Errorf("register Moat feature gates: %w", err)
+	}
+	if err := logsapi.AddFeatureGates(fg); err != nil {
+		return nil, fmt.Errorf("register logging feature gates: %w", err)
+	}
+	return fg, nil
+}

@@ -1,0 +1,33 @@
+// Package kubeconfig finds the API server the way kubectl does, for every
+// Moat binary: an explicit --kubeconfig file, else $KUBECONFIG, else
+// ~/.kube/config, with --context choosing among its contexts; and, when
+// none of these exists, the in-cluster service account.
+package kubeconfig
+
+import (
+	"fmt"
+
+	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/clientcmd"
+)
+
+// Load returns the client configuration for path (may be empty) and
+// context (empty: the file's current context). userAgent names the binary
+// in the API server's logs and audit records.
+func Load(path, context, userAgent string) (*rest.Config, error) {
+	rules := clientcmd.NewDefaultClientConfigLoadingRules()
+	rules.ExplicitPath = path
+	overrides := &clientcmd.ConfigOverrides{CurrentContext: context}
+	cfg, err := clientcmd.NewNonInteractiveDeferredLoadingClientConfig(rules, overrides).ClientConfig()
+	if err != nil {
+		where := path
+		if where == "" {
+			where = "$KUBECONFIG, ~/.kube/config or the in-cluster service account"
+		}
+		return nil, fmt.Errorf("load kubeconfig from %s: %w", where, err)
+	}
+	if userAgent != "" {
+		cfg.UserAgent = userAgent + " (" + rest.DefaultKubernetesUserAgent() + ")"
+	}
+	return cfg, nil
+}
