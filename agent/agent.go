@@ -358,7 +358,7 @@ func (a *Agent) compile() (*policy.Program, *snapshot, bool) {
 	}
 	if full {
 		a.snap = a.takeSnapshot()
-		a.compiler = policy.NewCompiler(&a.snap.cluster, policy.Options{DenyNodeLocal: !a.cfg.AllowNodeLocal})
+		a.compiler = policy.NewCompiler(&a.snap.cluster, policy.Options{DenyNodeLocal: !a.cfg.AllowNodeLocal, IngressNetworksAndNodes: a.cfg.Features.Enabled(IngressNetworksAndNodes)})
 		a.metrics.compiles.WithLabelValues("full").Inc()
 	} else if len(relabeled) > 0 {
 		a.metrics.compiles.WithLabelValues("relabel").Inc()

@@ -108,7 +108,7 @@ func TestDecodeCNP(t *testing.T) {
 			if len(d.Spec.Ingress) != tc.ingressRules || len(d.Spec.Egress) != tc.egress {
 				t.Errorf("rules: %d ingress, %d egress; want %d, %d", len(d.Spec.Ingress), len(d.Spec.Egress), tc.ingressRules, tc.egress)
 			}
-			prog := policy.Compile(&policy.Cluster{ClusterNetworkPolicies: []policy.ClusterNetworkPolicy{d.ClusterNetworkPolicy}}, policy.Options{})
+			prog := policy.Compile(&policy.Cluster{ClusterNetworkPolicies: []policy.ClusterNetworkPolicy{d.ClusterNetworkPolicy}}, policy.Options{IngressNetworksAndNodes: tc.gate})
 			if len(prog.Status) != 1 {
 				t.Fatalf("status = %+v", prog.Status)
 			}

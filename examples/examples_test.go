@@ -11,6 +11,7 @@ import (
 	"testing"
 
 	"github.com/moat-net/moat/examples"
+	"github.com/moat-net/moat/features"
 	"github.com/moat-net/moat/manifest"
 	"github.com/moat-net/moat/matrix"
 	"github.com/moat-net/moat/policy"
@@ -35,7 +36,7 @@ func TestExamplesMatchGolden(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			opts := parseArgs(t, strings.Fields(string(args)))
+			opts, popts := parseArgs(t, strings.Fields(string(args)))
 			l := manifest.Loader{FS: examples.FS}
 			res, err := l.Load(name)
 			if err != nil {
@@ -44,7 +45,7 @@ func TestExamplesMatchGolden(t *testing.T) {
 			if len(res.Dropped) > 0 {
 				t.Fatalf("objects not loaded: %v", res.Diagnostics)
 			}
-			prog := policy.Compile(&res.Cluster, policy.Options{})
+			prog := policy.Compile(&res.Cluster, popts)
 			errs := 0
 			for _, d := range append(res.Diagnostics, prog.Diagnostics...) {
 				if d.Severity == policy.SeverityError {
@@ -79,9 +80,11 @@ func TestExamplesMatchGolden(t *testing.T) {
 	}
 }
 
-func parseArgs(t *testing.T, args []string) matrix.Options {
+// parseArgs reads matrix.args: the flags `moat matrix` takes.
+func parseArgs(t *testing.T, args []string) (matrix.Options, policy.Options) {
 	t.Helper()
 	var opts matrix.Options
+	var popts policy.Options
 	for i := 0; i+1 < len(args); i += 2 {
 		switch args[i] {
 		case "--port":
@@ -96,9 +99,18 @@ func parseArgs(t *testing.T, args []string) matrix.Options {
 				t.Fatal(err)
 			}
 			opts.Peers = append(opts.Peers, a)
+		case "--feature-gates":
+			gates, err := features.New()
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := gates.Set(args[i+1]); err != nil {
+				t.Fatalf("matrix.args: %v", err)
+			}
+			popts.IngressNetworksAndNodes = gates.Enabled(features.IngressNetworksAndNodes)
 		default:
 			t.Fatalf("matrix.args: unknown flag %q", args[i])
 		}
 	}
-	return opts
+	return opts, popts
 }

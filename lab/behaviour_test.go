@@ -327,7 +327,7 @@ spec:
 `
 
 func TestDualStack(t *testing.T) {
-	prog := behaviour(t, denyClientV6, policy.Options{})
+	prog := behaviour(t, denyClientV6, policy.Options{IngressNetworksAndNodes: true})
 	l := upLab(t, prog, Options{})
 	for _, tc := range []struct {
 		src, dst string

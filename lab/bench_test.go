@@ -80,7 +80,7 @@ func BenchmarkConnections(b *testing.B) {
 	}
 	for _, sc := range benchScenarios() {
 		b.Run(sc.name, func(b *testing.B) {
-			prog := behaviour(b, sc.yaml, policy.Options{})
+			prog := behaviour(b, sc.yaml, policy.Options{IngressNetworksAndNodes: true})
 			prefix, err := NewPrefix()
 			if err != nil {
 				b.Fatal(err)

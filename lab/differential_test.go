@@ -46,7 +46,7 @@ func TestDifferentialRandom(t *testing.T) {
 	for r := 0; r < *rounds; r++ {
 		s := seed + int64(r)
 		sc := randcluster.Generate(s, cfg)
-		opts := policy.Options{DenyNodeLocal: s%3 == 0}
+		opts := policy.Options{DenyNodeLocal: s%3 == 0, IngressNetworksAndNodes: s%4 != 0}
 		bad, err := measureScenario(t, sc, opts, nil)
 		if err != nil {
 			t.Fatalf("seed %d: %v", s, err)

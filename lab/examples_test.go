@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/moat-net/moat/examples"
+	"github.com/moat-net/moat/features"
 	"github.com/moat-net/moat/manifest"
 	"github.com/moat-net/moat/matrix"
 	"github.com/moat-net/moat/policy"
@@ -36,6 +37,7 @@ func TestExamplesInLab(t *testing.T) {
 			}
 			var ports []matrix.PortProto
 			var peers []netip.Addr
+			var popts policy.Options
 			args := strings.Fields(string(raw))
 			for i := 0; i+1 < len(args); i += 2 {
 				switch args[i] {
@@ -47,6 +49,15 @@ func TestExamplesInLab(t *testing.T) {
 					ports = append(ports, pp)
 				case "--peer":
 					peers = append(peers, netip.MustParseAddr(args[i+1]))
+				case "--feature-gates":
+					gates, err := features.New()
+					if err != nil {
+						t.Fatal(err)
+					}
+					if err := gates.Set(args[i+1]); err != nil {
+						t.Fatalf("%s: %v", argsFile, err)
+					}
+					popts.IngressNetworksAndNodes = gates.Enabled(features.IngressNetworksAndNodes)
 				default:
 					t.Fatalf("%s: unknown argument %q", argsFile, args[i])
 				}
@@ -55,7 +66,7 @@ func TestExamplesInLab(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			prog := policy.Compile(&res.Cluster, policy.Options{})
+			prog := policy.Compile(&res.Cluster, popts)
 			prefix, err := NewPrefix()
 			if err != nil {
 				t.Fatal(err)

@@ -76,7 +76,7 @@ func TestRunAgreesWithEvaluator(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer leftovers(t, prefix)
-	prog := compileFile(t, "tiers.yaml", policy.Options{})
+	prog := compileFile(t, "tiers.yaml", policy.Options{IngressNetworksAndNodes: true})
 	peers := addrs("203.0.113.7", "203.0.113.200", "198.51.100.1", "2001:db8::1", "192.168.0.2")
 	rep, err := Run(context.Background(), prog, Options{Prefix: prefix, Peers: peers}, ProbeOptions{})
 	if err != nil {

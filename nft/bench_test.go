@@ -77,7 +77,7 @@ func enterPrivateNetns(b *testing.B) func() {
 // BenchmarkBuild is the Go side of programming benchNode: Program to
 // Ruleset, no kernel.
 func BenchmarkBuild(b *testing.B) {
-	prog := policy.Compile(scaleCluster().ToCluster(), policy.Options{})
+	prog := policy.Compile(scaleCluster().ToCluster(), policy.Options{IngressNetworksAndNodes: true})
 	var rs *Ruleset
 	for b.Loop() {
 		rs = Build(prog, benchNode)
@@ -91,7 +91,7 @@ func BenchmarkBuild(b *testing.B) {
 // BenchmarkProgramNode replaces benchNode's whole table in the kernel:
 // Build plus one nft transaction, as on an agent's first sync.
 func BenchmarkProgramNode(b *testing.B) {
-	prog := policy.Compile(scaleCluster().ToCluster(), policy.Options{})
+	prog := policy.Compile(scaleCluster().ToCluster(), policy.Options{IngressNetworksAndNodes: true})
 	defer enterPrivateNetns(b)()
 	nft, err := NewInterface()
 	if err != nil {
@@ -121,7 +121,7 @@ func BenchmarkRelabel(b *testing.B) {
 	for _, where := range []string{"local", "remote"} {
 		b.Run(where, func(b *testing.B) {
 			cluster := g.ToCluster()
-			comp := policy.NewCompiler(cluster, policy.Options{})
+			comp := policy.NewCompiler(cluster, policy.Options{IngressNetworksAndNodes: true})
 			restore := enterPrivateNetns(b)
 			defer restore()
 			nft, err := NewInterface()

@@ -46,8 +46,8 @@ func TestRulesetGolden(t *testing.T) {
 		node string
 		opts policy.Options
 	}{
-		{"tiers.yaml", "node-1", policy.Options{}},
-		{"tiers.yaml", "node-2", policy.Options{DenyNodeLocal: true}},
+		{"tiers.yaml", "node-1", policy.Options{IngressNetworksAndNodes: true}},
+		{"tiers.yaml", "node-2", policy.Options{DenyNodeLocal: true, IngressNetworksAndNodes: true}},
 	} {
 		name := strings.TrimSuffix(tc.file, ".yaml") + "-" + tc.node
 		t.Run(name, func(t *testing.T) {

@@ -92,7 +92,7 @@ func TestKernelSyncFullDiffAndFailure(t *testing.T) {
 			t.Fatal(err)
 		}
 		s := New(nft, Options{Node: "node-1", CutDenied: true})
-		prog := compileFile(t, "tiers.yaml", policy.Options{})
+		prog := compileFile(t, "tiers.yaml", policy.Options{IngressNetworksAndNodes: true})
 		res, err := s.Sync(ctx, prog)
 		if err != nil {
 			t.Fatalf("first sync: %v", err)
@@ -121,7 +121,7 @@ func TestKernelSyncFullDiffAndFailure(t *testing.T) {
 		}
 
 		// A pod moves: only elements change, through the kernel too.
-		prog2 := compileYAML(t, strings.Replace(mustRead(t, "testdata/tiers.yaml"), "10.0.2.10", "10.0.2.99", -1))
+		prog2 := compileYAMLOpts(t, strings.Replace(mustRead(t, "testdata/tiers.yaml"), "10.0.2.10", "10.0.2.99", -1), policy.Options{IngressNetworksAndNodes: true})
 		tx := nft.NewTransaction()
 		diffTransaction(tx, s.Applied(), Build(prog2, "node-1"))
 		if strings.Contains(tx.String(), "chain") || strings.Contains(tx.String(), " set ") {

@@ -37,7 +37,7 @@ func TestRandomRulesAgreeWithEvaluator(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		for _, opts := range []policy.Options{{}, {DenyNodeLocal: seed%2 == 0}} {
+		for _, opts := range []policy.Options{{IngressNetworksAndNodes: true}, {DenyNodeLocal: seed%2 == 0, IngressNetworksAndNodes: seed%3 == 0}} {
 			prog := compileYAMLOpts(t, string(y), opts)
 			extra := append([]netip.Addr{}, sc.Peers...)
 			extra = append(extra, randcluster.NodeAddr4(1), randcluster.NodeAddr6(1))
@@ -62,7 +62,7 @@ func TestRandomDiffEqualsFull(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		prog := compileYAMLOpts(t, string(y), policy.Options{})
+		prog := compileYAMLOpts(t, string(y), policy.Options{IngressNetworksAndNodes: true})
 		res, err := s.Sync(ctx, prog)
 		if err != nil {
 			t.Fatalf("seed %d: %v", seed, err)

@@ -17,7 +17,7 @@ func BenchmarkCompileScale(b *testing.B) {
 	var prog *policy.Program
 	b.ReportAllocs()
 	for b.Loop() {
-		prog = policy.Compile(c, policy.Options{})
+		prog = policy.Compile(c, policy.Options{IngressNetworksAndNodes: true})
 	}
 	b.StopTimer()
 	runtime.GC()
@@ -40,7 +40,7 @@ func BenchmarkEvaluate(b *testing.B) {
 			cfg := clustergen.Scale
 			cfg.NetworkPolicies = n * 10 / 11
 			cfg.ClusterPolicies = n - cfg.NetworkPolicies
-			prog := policy.Compile(clustergen.Generate(cfg).ToCluster(), policy.Options{})
+			prog := policy.Compile(clustergen.Generate(cfg).ToCluster(), policy.Options{IngressNetworksAndNodes: true})
 			flows := sampleFlows(prog, 1024)
 			for _, f := range flows {
 				prog.Evaluate(f) // build the lazy per-pod indexes first

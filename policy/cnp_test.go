@@ -36,7 +36,7 @@ spec:
   - {name: to-nodes, action: Accept, to: [{nodes: {}}], protocols: [{tcp: {destinationPort: {number: 10250}}}]}
   - {name: named-to-pods, action: Accept, to: [{pods: {namespaceSelector: {}, podSelector: {}}}], protocols: [{destinationNamedPort: http}]}
   - {name: deny-all, action: Deny, to: [{networks: ["0.0.0.0/0"]}]}
-`, policy.Options{})
+`, policy.Options{IngressNetworksAndNodes: true})
 	runFlows(t, prog, []flowCase{
 		{name: "subject pods: y is not a subject", from: "b/z", to: "a/y", port: 8080, allowed: true, ingress: deflt},
 		{name: "ingress nodes peer: node n2's address", from: "10.0.0.2", to: "a/x", port: 1, allowed: true, ingress: admin, reasonHas: "nodes-1"},

@@ -192,7 +192,7 @@ func (k *compiler) check(ref PolicyRef, source string, errs field.ErrorList, unk
 		k.diag(SeverityError, ref.String(), e.Field, source, e.ErrorBody())
 	}
 	for _, u := range unknown {
-		k.diag(SeverityError, ref.String(), u, source, "unknown field: the part it belongs to is enforced fail-closed")
+		k.diag(SeverityError, ref.String(), u, source, k.unknownMessage(u))
 	}
 	status := PolicyStatus{Policy: ref, Accepted: true}
 	bad := newBadPaths(errs, unknown)

@@ -219,6 +219,10 @@ type Options struct {
 	// DenyNodeLocal turns off the default allowance of traffic from a
 	// node's own addresses to the pods on that node.
 	DenyNodeLocal bool
+	// IngressNetworksAndNodes is the feature gate of the same name: off,
+	// ingress `networks` and `nodes` peers of ClusterNetworkPolicies are
+	// treated as unknown fields and enforced fail-closed.
+	IngressNetworksAndNodes bool
 }
 
 // Program is the single compiled form of all policies of a snapshot. The

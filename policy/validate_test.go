@@ -17,7 +17,7 @@ func diagnosticsFor(t *testing.T, doc string) []string {
 	if err != nil {
 		t.Fatalf("load: %v", err)
 	}
-	prog := policy.Compile(&res.Cluster, policy.Options{})
+	prog := policy.Compile(&res.Cluster, policy.Options{IngressNetworksAndNodes: true})
 	var out []string
 	for _, d := range append(res.Diagnostics, prog.Diagnostics...) {
 		if d.Severity == policy.SeverityError {

@@ -23,7 +23,7 @@ Unknown fields are errors. Exit status: 0 valid, 1 invalid.`,
 			if err != nil {
 				return &exitError{1, err}
 			}
-			prog := policy.Compile(&res.Cluster, policy.Options{})
+			prog := policy.Compile(&res.Cluster, in.options())
 			out := cmd.OutOrStdout()
 			errs := 0
 			for _, list := range [][]policy.Diagnostic{res.Diagnostics, prog.Diagnostics} {

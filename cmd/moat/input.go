@@ -5,8 +5,10 @@ import (
 	"io"
 
 	"github.com/spf13/cobra"
+	"k8s.io/component-base/featuregate"
 
 	"github.com/moat-net/moat/examples"
+	"github.com/moat-net/moat/features"
 	"github.com/moat-net/moat/manifest"
 	"github.com/moat-net/moat/policy"
 )
@@ -16,12 +18,30 @@ type inputFlags struct {
 	files          []string
 	verbose        bool
 	allowNodeLocal bool
+	// gates are the agent's feature gates with the agent's defaults, so
+	// that the CLI predicts what an agent with the same --feature-gates
+	// enforces.
+	gates featuregate.MutableVersionedFeatureGate
 }
 
 func (f *inputFlags) register(cmd *cobra.Command) {
 	cmd.Flags().StringArrayVarP(&f.files, "filename", "f", nil, "manifest file, directory (recursive) or - for stdin; repeatable (default: the embedded quickstart example)")
 	cmd.Flags().BoolVarP(&f.verbose, "verbose", "v", false, "also report skipped objects")
 	cmd.Flags().BoolVar(&f.allowNodeLocal, "allow-node-local", true, "allow traffic from a node's own addresses to its pods (kubelet probes)")
+	gates, err := features.New()
+	if err != nil {
+		panic(err) // the registry is static: a failure is a programming error
+	}
+	f.gates = gates
+	gates.AddFlag(cmd.Flags())
+}
+
+// options are the compiler options the flags ask for.
+func (f *inputFlags) options() policy.Options {
+	return policy.Options{
+		DenyNodeLocal:           !f.allowNodeLocal,
+		IngressNetworksAndNodes: f.gates.Enabled(features.IngressNetworksAndNodes),
+	}
 }
 
 // load reads the input; with no -f it reads the embedded quickstart.
@@ -42,7 +62,7 @@ func (f *inputFlags) compile(cmd *cobra.Command) (*policy.Program, error) {
 	if err != nil {
 		return nil, &exitError{1, err}
 	}
-	prog := policy.Compile(&res.Cluster, policy.Options{DenyNodeLocal: !f.allowNodeLocal})
+	prog := policy.Compile(&res.Cluster, f.options())
 	stderr := cmd.ErrOrStderr()
 	if f.verbose {
 		for _, s := range res.Skipped {
