@@ -4,10 +4,8 @@ import (
 	"bytes"
 	"flag"
 	"io/fs"
-	"net/netip"
 	"os"
 	"path/filepath"
-	"strings"
 	"testing"
 
 	"github.com/moat-net/moat/examples"
@@ -32,11 +30,14 @@ func TestExamplesMatchGolden(t *testing.T) {
 	for _, argsFile := range dirs {
 		name := filepath.Dir(argsFile)
 		t.Run(name, func(t *testing.T) {
-			args, err := fs.ReadFile(examples.FS, argsFile)
+			args, err := examples.ReadArgs(name)
 			if err != nil {
 				t.Fatal(err)
 			}
-			opts, popts := parseArgs(t, strings.Fields(string(args)))
+			gates, err := args.Gates()
+			if err != nil {
+				t.Fatal(err)
+			}
 			l := manifest.Loader{FS: examples.FS}
 			res, err := l.Load(name)
 			if err != nil {
@@ -45,7 +46,7 @@ func TestExamplesMatchGolden(t *testing.T) {
 			if len(res.Dropped) > 0 {
 				t.Fatalf("objects not loaded: %v", res.Diagnostics)
 			}
-			prog := policy.Compile(&res.Cluster, popts)
+			prog := policy.Compile(&res.Cluster, policy.Options{IngressNetworksAndNodes: gates.Enabled(features.IngressNetworksAndNodes)})
 			errs := 0
 			for _, d := range append(res.Diagnostics, prog.Diagnostics...) {
 				if d.Severity == policy.SeverityError {
@@ -55,7 +56,7 @@ func TestExamplesMatchGolden(t *testing.T) {
 			if invalid[name] != (errs > 0) {
 				t.Errorf("example has %d validation errors; invalid on purpose: %v; diagnostics: %v", errs, invalid[name], prog.Diagnostics)
 			}
-			m, err := matrix.Build(prog, opts)
+			m, err := matrix.Build(prog, args.Matrix)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -78,39 +79,4 @@ func TestExamplesMatchGolden(t *testing.T) {
 			}
 		})
 	}
-}
-
-// parseArgs reads matrix.args: the flags `moat matrix` takes.
-func parseArgs(t *testing.T, args []string) (matrix.Options, policy.Options) {
-	t.Helper()
-	var opts matrix.Options
-	var popts policy.Options
-	for i := 0; i+1 < len(args); i += 2 {
-		switch args[i] {
-		case "--port":
-			pp, err := matrix.ParsePortProto(args[i+1])
-			if err != nil {
-				t.Fatal(err)
-			}
-			opts.Ports = append(opts.Ports, pp)
-		case "--peer":
-			a, err := netip.ParseAddr(args[i+1])
-			if err != nil {
-				t.Fatal(err)
-			}
-			opts.Peers = append(opts.Peers, a)
-		case "--feature-gates":
-			gates, err := features.New()
-			if err != nil {
-				t.Fatal(err)
-			}
-			if err := gates.Set(args[i+1]); err != nil {
-				t.Fatalf("matrix.args: %v", err)
-			}
-			popts.IngressNetworksAndNodes = gates.Enabled(features.IngressNetworksAndNodes)
-		default:
-			t.Fatalf("matrix.args: unknown flag %q", args[i])
-		}
-	}
-	return opts, popts
 }

@@ -49,6 +49,31 @@ type Options struct {
 	// Peers are extra endpoints outside the pod network (external
 	// addresses, node IPs).
 	Peers []netip.Addr
+	// Namespaces, when set, keep only the pods of these namespaces (peers
+	// stay).
+	Namespaces []string
+}
+
+// ParseOptions reads the values of the --port and --peer flags, naming the
+// flag in errors. Every reader of those flags (moat matrix, moat lab, an
+// example's matrix.args) goes through it.
+func ParseOptions(ports, peers []string) (Options, error) {
+	var opts Options
+	for _, p := range ports {
+		pp, err := ParsePortProto(p)
+		if err != nil {
+			return opts, fmt.Errorf("--port: %w", err)
+		}
+		opts.Ports = append(opts.Ports, pp)
+	}
+	for _, p := range peers {
+		a, err := netip.ParseAddr(p)
+		if err != nil || a.Zone() != "" {
+			return opts, fmt.Errorf("--peer %q: not an IP address", p)
+		}
+		opts.Peers = append(opts.Peers, a.Unmap())
+	}
+	return opts, nil
 }
 
 // Flow is one cell: the JSON schema of `moat matrix -o json`.
@@ -125,7 +150,10 @@ func Build(p *policy.Program, opts Options) (*Result, error) {
 	if len(ports) == 0 {
 		return nil, fmt.Errorf("no ports: the input declares no container ports, pass --port")
 	}
-	eps := Endpoints(p, opts.Peers)
+	eps, err := filterNamespaces(p, Endpoints(p, opts.Peers), opts.Namespaces)
+	if err != nil {
+		return nil, err
+	}
 	res := &Result{Ports: ports}
 	for _, e := range eps {
 		res.Endpoints = append(res.Endpoints, e.Label)
@@ -138,6 +166,36 @@ func Build(p *policy.Program, opts Options) (*Result, error) {
 		}
 	}
 	return res, nil
+}
+
+// filterNamespaces keeps the peers and the pods of namespaces; every
+// namespace must have a pod, so that a misspelt one is not an empty matrix.
+func filterNamespaces(p *policy.Program, eps []Endpoint, namespaces []string) ([]Endpoint, error) {
+	if len(namespaces) == 0 {
+		return eps, nil
+	}
+	want := map[string]bool{}
+	for _, ns := range namespaces {
+		want[ns] = false
+	}
+	var out []Endpoint
+	for _, e := range eps {
+		if e.Endpoint.Pod < 0 {
+			out = append(out, e)
+			continue
+		}
+		ns := p.Pods[e.Endpoint.Pod].Namespace
+		if _, ok := want[ns]; ok {
+			want[ns] = true
+			out = append(out, e)
+		}
+	}
+	for _, ns := range namespaces {
+		if !want[ns] {
+			return nil, fmt.Errorf("namespace %q: no pod with an address in the input", ns)
+		}
+	}
+	return out, nil
 }
 
 // Judge evaluates one cell.

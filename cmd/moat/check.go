@@ -9,21 +9,25 @@ import (
 )
 
 func newCheckCommand() *cobra.Command {
-	var in inputFlags
+	in := inputFlags{requireInput: true}
 	cmd := &cobra.Command{
-		Use:   "check -f FILE...",
-		Short: "Validate manifests as the API server and the CRDs would, listing every violation",
+		Use:   "check (-f FILE... | --live)",
+		Short: "Validate manifests or a live cluster's policies as the API server and the CRDs would, listing every violation",
 		Long: `check validates NetworkPolicies (networking.k8s.io/v1, with endPort) and
 ClusterNetworkPolicies (policy.networking.k8s.io/v1alpha2, experimental channel)
 and prints every violation as "<Kind> <namespace/name>: <field path>: <message>".
-Unknown fields are errors. Exit status: 0 valid, 1 invalid.`,
+Unknown fields are errors. The input is required: -f files, a live cluster
+(--live, --kubeconfig, --context), or both (the files layered on the cluster,
+to check a change before it lands). Exit status: 0 valid, 1 invalid or no
+input.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			res, err := in.load(cmd.InOrStdin())
+			l, err := in.load(cmd)
 			if err != nil {
-				return &exitError{1, err}
+				return err
 			}
-			prog := policy.Compile(&res.Cluster, in.options())
+			res := l.Result
+			prog := policy.Compile(&res.Cluster, in.policyOptions())
 			out := cmd.OutOrStdout()
 			errs := 0
 			for _, list := range [][]policy.Diagnostic{res.Diagnostics, prog.Diagnostics} {
@@ -42,7 +46,7 @@ Unknown fields are errors. Exit status: 0 valid, 1 invalid.`,
 				}
 			}
 			if errs > 0 {
-				return &exitError{1, fmt.Errorf("%d error(s)", errs)}
+				return fmt.Errorf("%d error(s)", errs)
 			}
 			fmt.Fprintf(out, "ok: %d NetworkPolicies, %d ClusterNetworkPolicies valid\n", len(res.Cluster.NetworkPolicies), len(res.Cluster.ClusterNetworkPolicies))
 			return nil

@@ -29,14 +29,14 @@ that decided. Exit status: 0 when a verdict was computed (allowed or not),
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if from == "" || to == "" {
-				return &exitError{1, fmt.Errorf("--from and --to are required")}
+				return fmt.Errorf("--from and --to are required")
 			}
 			proto, err := policy.ParseProtocol(prot)
 			if err != nil || !proto.HasPorts() {
-				return &exitError{1, fmt.Errorf("--protocol: must be TCP, UDP or SCTP, got %q", prot)}
+				return fmt.Errorf("--protocol: must be TCP, UDP or SCTP, got %q", prot)
 			}
 			if port < 1 || port > 65535 {
-				return &exitError{1, fmt.Errorf("--port: must be between 1 and 65535, got %d", port)}
+				return fmt.Errorf("--port: must be between 1 and 65535, got %d", port)
 			}
 			prog, err := in.compile(cmd)
 			if err != nil {
@@ -44,11 +44,11 @@ that decided. Exit status: 0 when a verdict was computed (allowed or not),
 			}
 			src, err := prog.ParseEndpoint(from)
 			if err != nil {
-				return &exitError{1, fmt.Errorf("--from: %w", err)}
+				return fmt.Errorf("--from: %w", err)
 			}
 			dst, err := prog.ParseEndpoint(to)
 			if err != nil {
-				return &exitError{1, fmt.Errorf("--to: %w", err)}
+				return fmt.Errorf("--to: %w", err)
 			}
 			f := matrix.Judge(prog, matrix.Endpoint{Label: from, Endpoint: src}, matrix.Endpoint{Label: to, Endpoint: dst}, matrix.PortProto{Port: uint16(port), Protocol: proto})
 			switch output {
@@ -64,7 +64,7 @@ that decided. Exit status: 0 when a verdict was computed (allowed or not),
 				}
 				return nil
 			}
-			return &exitError{1, fmt.Errorf("-o: must be text or json, got %q", output)}
+			return fmt.Errorf("-o: must be text or json, got %q", output)
 		},
 	}
 	in.register(cmd)

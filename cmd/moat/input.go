@@ -1,68 +1,194 @@
 package main
 
 import (
+	"context"
+	"errors"
 	"fmt"
-	"io"
+	"maps"
+	"slices"
+	"strings"
 
 	"github.com/spf13/cobra"
+	"k8s.io/client-go/tools/clientcmd"
 	"k8s.io/component-base/featuregate"
 
 	"github.com/moat-net/moat/examples"
 	"github.com/moat-net/moat/features"
+	"github.com/moat-net/moat/internal/kubeconfig"
+	"github.com/moat-net/moat/kubesource"
 	"github.com/moat-net/moat/manifest"
 	"github.com/moat-net/moat/policy"
+	"github.com/moat-net/moat/snapshot"
 )
 
-// inputFlags are the flags every command that reads manifests shares.
+// inputFlags are the flags of every command that reads a cluster snapshot
+// (check, explain, matrix, diff, lab, nft). Commands in other files use
+// them the same way:
+//
+//	var in inputFlags
+//	in.register(cmd)            // -f, --live, --kubeconfig, --context, --feature-gates, -v, --allow-node-local
+//	prog, err := in.compile(cmd) // load (say which input on stderr), report diagnostics, compile
+//
+// or, to work with the decoded objects, in.load(cmd) and then
+// policy.Compile(&res.Cluster, in.policyOptions()).
+//
+// Sources: with --live, --kubeconfig or --context the snapshot is the live
+// cluster (kubectl's rules: --kubeconfig, $KUBECONFIG, ~/.kube/config,
+// --context, else the in-cluster service account), listed page by page and
+// decoded as strictly as files; -f files are then layered on top as
+// proposed changes (an object with the same kind, namespace and name
+// replaces the live one; see package snapshot). Without a live source the
+// -f files are the snapshot. With neither, commands that allow it read the
+// embedded quickstart example, and say so; check refuses.
 type inputFlags struct {
 	files          []string
+	live           bool
+	kubeconfig     string
+	context        string
 	verbose        bool
 	allowNodeLocal bool
-	// gates are the agent's feature gates with the agent's defaults, so
-	// that the CLI predicts what an agent with the same --feature-gates
-	// enforces.
-	gates featuregate.MutableVersionedFeatureGate
+	gates          featuregate.MutableVersionedFeatureGate
+	// requireInput makes running without -f and without a live source an
+	// error instead of reading the embedded example.
+	requireInput bool
 }
 
+// register adds the input flags to cmd. (In the kubectl plugin the root
+// command turns --live on unless it is given.)
 func (f *inputFlags) register(cmd *cobra.Command) {
-	cmd.Flags().StringArrayVarP(&f.files, "filename", "f", nil, "manifest file, directory (recursive) or - for stdin; repeatable (default: the embedded quickstart example)")
-	cmd.Flags().BoolVarP(&f.verbose, "verbose", "v", false, "also report skipped objects")
-	cmd.Flags().BoolVar(&f.allowNodeLocal, "allow-node-local", true, "allow traffic from a node's own addresses to its pods (kubelet probes)")
+	fl := cmd.Flags()
+	fl.StringArrayVarP(&f.files, "filename", "f", nil, "manifest file, directory (recursive) or - for stdin; repeatable. With a live source, layered on top of the cluster (same kind/namespace/name replaces)")
+	fl.BoolVar(&f.live, "live", false, "read the live cluster (kubeconfig as kubectl finds it, or the in-cluster service account)")
+	fl.StringVar(&f.kubeconfig, "kubeconfig", "", "kubeconfig file of the live cluster (implies --live)")
+	fl.StringVar(&f.context, "context", "", "kubeconfig context of the live cluster (implies --live)")
+	fl.BoolVarP(&f.verbose, "verbose", "v", false, "also report skipped objects")
+	fl.BoolVar(&f.allowNodeLocal, "allow-node-local", true, "allow traffic from a node's own addresses to its pods (kubelet probes)")
 	gates, err := features.New()
 	if err != nil {
-		panic(err) // the registry is static: a failure is a programming error
+		// The registry is static: this is a programming error.
+		panic(err)
 	}
 	f.gates = gates
-	gates.AddFlag(cmd.Flags())
+	gates.AddFlag(fl)
+	_ = cmd.RegisterFlagCompletionFunc("context", completeContexts(f))
 }
 
-// options are the compiler options the flags ask for.
-func (f *inputFlags) options() policy.Options {
-	return policy.Options{
-		DenyNodeLocal:           !f.allowNodeLocal,
-		IngressNetworksAndNodes: f.gates.Enabled(features.IngressNetworksAndNodes),
-	}
+// isLive reports whether the snapshot comes from a cluster.
+func (f *inputFlags) isLive() bool { return f.live || f.kubeconfig != "" || f.context != "" }
+
+// policyOptions is what the flags ask of the compiler.
+func (f *inputFlags) policyOptions() policy.Options {
+	return gateOptions(f.gates, policy.Options{DenyNodeLocal: !f.allowNodeLocal})
 }
 
-// load reads the input; with no -f it reads the embedded quickstart.
-func (f *inputFlags) load(stdin io.Reader) (*manifest.Result, error) {
-	if len(f.files) == 0 {
-		l := manifest.Loader{FS: examples.FS}
-		return l.Load(examples.Quickstart)
+// gateOptions sets the compiler options that follow feature gates, so the
+// CLI predicts what an agent with the same --feature-gates enforces.
+func gateOptions(gates featuregate.FeatureGate, opts policy.Options) policy.Options {
+	opts.IngressNetworksAndNodes = gates.Enabled(features.IngressNetworksAndNodes)
+	return opts
+}
+
+// loaded is a snapshot and where it came from.
+type loaded struct {
+	*manifest.Result
+	// Described says which input was used, for stderr.
+	Described string
+	// Example is the embedded example read, "" for other inputs.
+	Example string
+}
+
+// load reads the snapshot the flags name and says on stderr which input
+// was used. It does not judge the result: callers report diagnostics and
+// refuse Dropped objects (compile does both).
+func (f *inputFlags) load(cmd *cobra.Command) (*loaded, error) {
+	l, err := f.read(cmd.Context(), cmd)
+	if err != nil {
+		return nil, err
 	}
-	l := manifest.Loader{Stdin: stdin}
-	return l.Load(f.files...)
+	fmt.Fprintln(cmd.ErrOrStderr(), "input:", l.Described)
+	return l, nil
+}
+
+func (f *inputFlags) read(ctx context.Context, cmd *cobra.Command) (*loaded, error) {
+	if ctx == nil {
+		ctx = context.Background()
+	}
+	var files *manifest.Result
+	if len(f.files) > 0 {
+		var err error
+		files, err = (&manifest.Loader{Stdin: cmd.InOrStdin()}).Load(f.files...)
+		if err != nil {
+			return nil, err
+		}
+	}
+	switch {
+	case f.isLive():
+		cfg, err := kubeconfig.Load(f.kubeconfig, f.context, "moat")
+		if err != nil {
+			return nil, err
+		}
+		snap, err := kubesource.List(ctx, cfg, kubesource.Options{})
+		if err != nil {
+			return nil, err
+		}
+		res, err := snap.Decode()
+		if err != nil {
+			return nil, fmt.Errorf("decode the objects of %s: %w", snap.Host, err)
+		}
+		desc := describeLive(f.context, snap)
+		if files != nil {
+			res = snapshot.Overlay(res, files)
+			desc += "; with " + strings.Join(f.files, ", ") + " layered on top"
+		}
+		return &loaded{Result: res, Described: desc}, nil
+	case files != nil:
+		return &loaded{Result: files, Described: "files " + strings.Join(f.files, ", ")}, nil
+	case f.requireInput:
+		return nil, errors.New("no input: give manifests with -f FILE (or -f - for stdin), or read a cluster with --live, --kubeconfig or --context")
+	}
+	res, err := (&manifest.Loader{FS: examples.FS}).Load(examples.Quickstart)
+	if err != nil {
+		return nil, err
+	}
+	return &loaded{
+		Result:    res,
+		Described: fmt.Sprintf("the embedded example %q (no -f and no live cluster given)", examples.Quickstart),
+		Example:   examples.Quickstart,
+	}, nil
+}
+
+// describeLive says which cluster was read and how much of it.
+func describeLive(context string, s *kubesource.Snapshot) string {
+	where := "cluster " + s.Host
+	if context != "" {
+		where = fmt.Sprintf("cluster %s (context %s)", s.Host, context)
+	}
+	var parts []string
+	for _, k := range kubesource.Kinds {
+		n, ok := s.Count[k.Kind]
+		if !ok {
+			parts = append(parts, k.Resource+" not served")
+			continue
+		}
+		parts = append(parts, fmt.Sprintf("%d %s", n, k.Resource))
+	}
+	return where + ": " + strings.Join(parts, ", ")
 }
 
 // compile loads and compiles, printing diagnostics to stderr. Objects that
 // could not be loaded at all make it fail: a policy left out could widen
 // access. Policies that loaded but are invalid are compiled fail-closed.
 func (f *inputFlags) compile(cmd *cobra.Command) (*policy.Program, error) {
-	res, err := f.load(cmd.InOrStdin())
+	l, err := f.load(cmd)
 	if err != nil {
-		return nil, &exitError{1, err}
+		return nil, err
 	}
-	prog := policy.Compile(&res.Cluster, f.options())
+	return f.compileLoaded(cmd, l.Result)
+}
+
+// compileLoaded compiles a loaded snapshot, reporting as compile does.
+func (f *inputFlags) compileLoaded(cmd *cobra.Command, res *manifest.Result) (*policy.Program, error) {
+	prog := policy.Compile(&res.Cluster, f.policyOptions())
 	stderr := cmd.ErrOrStderr()
 	if f.verbose {
 		for _, s := range res.Skipped {
@@ -83,7 +209,21 @@ func (f *inputFlags) compile(cmd *cobra.Command) (*policy.Program, error) {
 		}
 	}
 	if len(res.Dropped) > 0 {
-		return nil, &exitError{1, fmt.Errorf("%d object(s) could not be loaded (see above): refusing to judge traffic without them", len(res.Dropped))}
+		return nil, fmt.Errorf("%d object(s) could not be loaded (see above): refusing to judge traffic without them", len(res.Dropped))
 	}
 	return prog, nil
+}
+
+// completeContexts offers the contexts of the kubeconfig kubectl would read.
+func completeContexts(f *inputFlags) func(*cobra.Command, []string, string) ([]string, cobra.ShellCompDirective) {
+	return func(*cobra.Command, []string, string) ([]string, cobra.ShellCompDirective) {
+		rules := clientcmd.NewDefaultClientConfigLoadingRules()
+		rules.ExplicitPath = f.kubeconfig
+		cfg, err := rules.Load()
+		if err != nil {
+			return nil, cobra.ShellCompDirectiveError
+		}
+		names := slices.Sorted(maps.Keys(cfg.Contexts))
+		return names, cobra.ShellCompDirectiveNoFileComp
+	}
 }

@@ -1,18 +1,29 @@
 // Command moat reads Kubernetes NetworkPolicies and ClusterNetworkPolicies
-// from manifests and answers questions about them without a cluster:
+// from manifests or a live cluster and answers questions about them:
 // check validates, explain judges one flow, matrix prints who can reach
-// whom, lab enforces with real nftables in network namespaces.
+// whom, diff lists the flows a change would turn, lab enforces with real
+// nftables in network namespaces. Installed (or linked) as kubectl-moat it
+// is also the kubectl plugin `kubectl moat`, reading the current context's
+// cluster by default.
+//
+// This package keeps flags and output; loading, judging and rendering live
+// in the packages it calls (manifest, kubesource, snapshot, policy, matrix,
+// whatif, lab).
 package main
 
 import (
 	"errors"
 	"fmt"
+	"io"
 	"os"
+	"path/filepath"
+	"strings"
 
 	"github.com/spf13/cobra"
 )
 
-// exitError carries an exit status through cobra.
+// exitError carries an exit status other than 1 through cobra; every
+// other error exits 1.
 type exitError struct {
 	code int
 	err  error
@@ -20,28 +31,56 @@ type exitError struct {
 
 func (e *exitError) Error() string { return e.err.Error() }
 
+func (e *exitError) Unwrap() error { return e.err }
+
+// pluginName is the executable name kubectl (and krew) look for.
+const pluginName = "kubectl-moat"
+
 func main() {
-	root := newRootCommand()
+	plugin := strings.TrimSuffix(filepath.Base(os.Args[0]), ".exe") == pluginName
+	root := newRootCommand(plugin)
 	if err := root.Execute(); err != nil {
-		code := 1
-		var ee *exitError
-		if errors.As(err, &ee) {
-			code = ee.code
+		name := "moat"
+		if plugin {
+			name = pluginName
 		}
-		if err.Error() != "" {
-			fmt.Fprintln(os.Stderr, "moat:", err)
-		}
-		os.Exit(code)
+		os.Exit(report(os.Stderr, name, err))
 	}
 }
 
-func newRootCommand() *cobra.Command {
+// report prints err and returns the exit status it stands for.
+func report(w io.Writer, name string, err error) int {
+	code := 1
+	var ee *exitError
+	if errors.As(err, &ee) {
+		code = ee.code
+	}
+	if err.Error() != "" {
+		fmt.Fprintf(w, "%s: %v\n", name, err)
+	}
+	return code
+}
+
+// newRootCommand builds the command tree. As the kubectl plugin it is
+// named "kubectl moat" and reads the live cluster unless told otherwise.
+func newRootCommand(plugin bool) *cobra.Command {
 	root := &cobra.Command{
 		Use:           "moat",
 		Short:         "Validate, explain and enforce Kubernetes network policy",
 		SilenceUsage:  true,
 		SilenceErrors: true,
 	}
-	root.AddCommand(newCheckCommand(), newExplainCommand(), newMatrixCommand(), newLabCommand())
+	if plugin {
+		// kubectl's plugin convention: usage lines say "kubectl moat".
+		root.Annotations = map[string]string{cobra.CommandDisplayNameAnnotation: "kubectl moat"}
+		root.Short += " (kubectl plugin: reads the current context's cluster unless --live=false)"
+		root.PersistentPreRunE = func(cmd *cobra.Command, _ []string) error {
+			if fl := cmd.Flags().Lookup("live"); fl != nil && !fl.Changed {
+				return fl.Value.Set("true")
+			}
+			return nil
+		}
+	}
+	root.AddCommand(newCheckCommand(), newExplainCommand(), newMatrixCommand(), newLabCommand(), newVersionCommand())
 	return root
 }

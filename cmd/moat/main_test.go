@@ -3,7 +3,6 @@ package main
 import (
 	"bytes"
 	"encoding/json"
-	"errors"
 	"strings"
 	"testing"
 )
@@ -12,21 +11,21 @@ import (
 // status main would use.
 func run(t *testing.T, stdin string, args ...string) (string, string, int) {
 	t.Helper()
-	root := newRootCommand()
+	return runAs(t, false, stdin, args...)
+}
+
+// runAs is run, as moat or as the kubectl plugin.
+func runAs(t *testing.T, plugin bool, stdin string, args ...string) (string, string, int) {
+	t.Helper()
+	root := newRootCommand(plugin)
 	var out, errOut bytes.Buffer
 	root.SetOut(&out)
 	root.SetErr(&errOut)
 	root.SetIn(strings.NewReader(stdin))
 	root.SetArgs(args)
-	err := root.Execute()
 	code := 0
-	if err != nil {
-		code = 1
-		var ee *exitError
-		if errors.As(err, &ee) {
-			code = ee.code
-		}
-		errOut.WriteString(err.Error())
+	if err := root.Execute(); err != nil {
+		code = report(&errOut, "moat", err)
 	}
 	return out.String(), errOut.String(), code
 }

@@ -1,0 +1,158 @@
+package main
+
+import (
+	"encoding/json"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+)
+
+// Without -f and without a live cluster, check is an error: validating the
+// embedded example would be a false green in CI.
+func TestCheckNeedsInput(t *testing.T) {
+	out, errOut, code := run(t, "", "check")
+	if code != 1 || out != "" || !strings.Contains(errOut, "no input") || !strings.Contains(errOut, "-f FILE") {
+		t.Errorf("check without input: code %d, out %q, stderr %q", code, out, errOut)
+	}
+}
+
+// Every command that reads input says on stderr which input it used.
+func TestInputIsNamed(t *testing.T) {
+	for _, tc := range []struct {
+		args  []string
+		stdin string
+		want  string
+	}{
+		{[]string{"check", "-f", "../../examples/passive-ftp"}, "", "input: files ../../examples/passive-ftp\n"},
+		{[]string{"matrix"}, "", `input: the embedded example "quickstart" (no -f and no live cluster given)`},
+		{[]string{"explain", "--from", "frontend/web", "--to", "backend/db", "--port", "5432"}, "", `input: the embedded example "quickstart"`},
+		{[]string{"matrix", "-f", "-", "--port", "80"}, readFile(t, "../../examples/quickstart/cluster.yaml"), "input: files -\n"},
+	} {
+		_, errOut, code := run(t, tc.stdin, tc.args...)
+		if code != 0 || !strings.Contains(errOut, tc.want) {
+			t.Errorf("%v: code %d, stderr %q, want it to contain %q", tc.args, code, errOut, tc.want)
+		}
+	}
+}
+
+// The embedded example's matrix uses its matrix.args, so `moat matrix`
+// alone prints the example's golden matrix.
+func TestMatrixDefaultsToExampleArgs(t *testing.T) {
+	out, errOut, code := run(t, "", "matrix")
+	want := readFile(t, "../../examples/quickstart/matrix.golden")
+	if code != 0 || out != want {
+		t.Errorf("code %d, stderr %q, out:\n%s\nwant:\n%s", code, errOut, out, want)
+	}
+	if !strings.Contains(errOut, "ports and peers: the example's matrix.args (--peer 203.0.113.10)") {
+		t.Errorf("stderr does not say where the ports came from: %q", errOut)
+	}
+}
+
+func TestMatrixNamespaces(t *testing.T) {
+	out, _, code := run(t, "", "matrix", "-n", "backend", "--port", "5432", "--peer", "203.0.113.10", "-o", "json")
+	if code != 0 {
+		t.Fatalf("code %d", code)
+	}
+	var doc struct {
+		Flows []struct{ From, To string }
+	}
+	if err := json.Unmarshal([]byte(out), &doc); err != nil {
+		t.Fatal(err)
+	}
+	// backend/api, backend/db and the peer: 3 x 3.
+	if len(doc.Flows) != 9 {
+		t.Errorf("flows %d, want 9", len(doc.Flows))
+	}
+	for _, f := range doc.Flows {
+		for _, e := range []string{f.From, f.To} {
+			if !strings.HasPrefix(e, "backend/") && e != "203.0.113.10" {
+				t.Errorf("endpoint %q outside -n backend", e)
+			}
+		}
+	}
+	if _, errOut, code := run(t, "", "matrix", "-n", "nosuch"); code != 1 || !strings.Contains(errOut, `namespace "nosuch"`) {
+		t.Errorf("unknown namespace: code %d, stderr %q", code, errOut)
+	}
+}
+
+func TestFeatureGatesFlag(t *testing.T) {
+	for _, cmd := range [][]string{
+		{"check", "-f", "../../examples/quickstart"},
+		{"explain", "--from", "frontend/web", "--to", "backend/db", "--port", "5432"},
+		{"matrix"},
+		{"lab", "run"},
+	} {
+		args := append(append([]string(nil), cmd...), "--feature-gates", "NoSuchGate=true")
+		if _, errOut, code := run(t, "", args...); code != 1 || !strings.Contains(errOut, "NoSuchGate") {
+			t.Errorf("%v: unknown gate: code %d, stderr %q", cmd, code, errOut)
+		}
+	}
+	if _, errOut, code := run(t, "", "check", "-f", "../../examples/quickstart", "--feature-gates", "IngressNetworksAndNodes=true"); code != 0 {
+		t.Errorf("known gate: code %d, stderr %q", code, errOut)
+	}
+}
+
+// As the kubectl plugin, the live cluster is the default source; with no
+// cluster configured that is an error naming the kubeconfig, never a
+// silent fallback to the example.
+func TestPluginReadsLiveClusterByDefault(t *testing.T) {
+	t.Setenv("KUBECONFIG", filepath.Join(t.TempDir(), "missing"))
+	t.Setenv("KUBERNETES_SERVICE_HOST", "")
+	_, errOut, code := runAs(t, true, "", "matrix")
+	if code != 1 || !strings.Contains(errOut, "kubeconfig") {
+		t.Errorf("plugin without a cluster: code %d, stderr %q", code, errOut)
+	}
+	out, errOut, code := runAs(t, true, "", "check", "--live=false", "-f", "../../examples/passive-ftp")
+	if code != 0 || !strings.Contains(out, "ok:") {
+		t.Errorf("plugin with --live=false: code %d, out %q, stderr %q", code, out, errOut)
+	}
+	out, _, _ = runAs(t, true, "", "--help")
+	if !strings.Contains(out, "kubectl moat") {
+		t.Errorf("plugin help does not say kubectl moat:\n%s", out)
+	}
+}
+
+func TestVersion(t *testing.T) {
+	out, _, code := run(t, "", "version", "-o", "json")
+	var v buildVersion
+	if code != 0 || json.Unmarshal([]byte(out), &v) != nil {
+		t.Fatalf("code %d, out %q", code, out)
+	}
+	// A test binary's main module is this one.
+	if v.Module != "github.com/moat-net/moat" || v.GoVersion == "" {
+		t.Errorf("version %+v", v)
+	}
+	if out, _, code := run(t, "", "version"); code != 0 || !strings.HasPrefix(out, "github.com/moat-net/moat ") {
+		t.Errorf("text: code %d, out %q", code, out)
+	}
+}
+
+func TestCompletion(t *testing.T) {
+	out, _, code := run(t, "", "completion", "bash")
+	if code != 0 || !strings.Contains(out, "__start_moat") {
+		t.Errorf("bash completion: code %d, %.200s", code, out)
+	}
+	out, _, code = run(t, "", "__complete", "matrix", "-o", "")
+	if code != 0 || !strings.Contains(out, "html\n") || !strings.Contains(out, "json\n") {
+		t.Errorf("-o completion: code %d, %q", code, out)
+	}
+	dir := t.TempDir()
+	cfg := filepath.Join(dir, "config")
+	if err := os.WriteFile(cfg, []byte("apiVersion: v1\nkind: Config\ncontexts:\n- name: prod\n  context: {cluster: c}\n- name: dev\n  context: {cluster: c}\nclusters:\n- name: c\n  cluster: {server: 'https://127.0.0.1:1'}\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	out, _, code = run(t, "", "__complete", "matrix", "--kubeconfig", cfg, "--context", "")
+	if code != 0 || !strings.Contains(out, "dev\nprod\n") {
+		t.Errorf("--context completion: code %d, %q", code, out)
+	}
+}
+
+func readFile(t *testing.T, path string) string {
+	t.Helper()
+	b, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return string(b)
+}

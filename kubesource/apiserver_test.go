@@ -1,0 +1,176 @@
+package kubesource_test
+
+import (
+	"bytes"
+	"context"
+	"strings"
+	"testing"
+
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"sigs.k8s.io/yaml"
+
+	"github.com/moat-net/moat/deploy"
+	"github.com/moat-net/moat/internal/kubetest"
+	"github.com/moat-net/moat/kubesource"
+	"github.com/moat-net/moat/kubesource/kubesourcetest"
+	"github.com/moat-net/moat/manifest"
+	"github.com/moat-net/moat/matrix"
+	"github.com/moat-net/moat/policy"
+)
+
+// TestAgainstAPIServer puts the quickstart example into a real
+// kube-apiserver and checks that what Moat lists from it (page by page)
+// judges every flow exactly as the same manifests read as files, that a
+// policy holding fields Moat does not know fails closed with the same
+// diagnostics as in a file, and that a user who may not list is refused.
+func TestAgainstAPIServer(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts a real kube-apiserver; runs without -short")
+	}
+	ctx := context.Background()
+	env := kubetest.Start(ctx, t, kubetest.WithCRDs(crdWithNewerFields(t)))
+	const dir = "../examples/quickstart"
+	if err := kubesourcetest.ApplyFiles(ctx, env, dir+"/cluster.yaml", dir+"/policy.yaml"); err != nil {
+		t.Fatal(err)
+	}
+
+	snap, err := kubesource.List(ctx, env.Config(), kubesource.Options{PageSize: 2})
+	if err != nil {
+		t.Fatal(err)
+	}
+	live, err := snap.Decode()
+	if err != nil {
+		t.Fatal(err)
+	}
+	files, err := (&manifest.Loader{}).Load(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(live.Dropped) > 0 || len(live.Diagnostics) != len(files.Diagnostics) {
+		t.Errorf("live: dropped %v, diagnostics %v; files: %v", live.Dropped, live.Diagnostics, files.Diagnostics)
+	}
+	// The server adds the default namespace and kube-system, kube-public,
+	// kube-node-lease; Moat's pods and policies are the example's.
+	if len(live.Cluster.Pods) != len(files.Cluster.Pods) || len(live.Cluster.Nodes) != len(files.Cluster.Nodes) ||
+		len(live.Cluster.NetworkPolicies) != len(files.Cluster.NetworkPolicies) ||
+		len(live.Cluster.ClusterNetworkPolicies) != len(files.Cluster.ClusterNetworkPolicies) {
+		t.Fatalf("live %d pods %d nodes %d NPs %d CNPs; files %d %d %d %d",
+			len(live.Cluster.Pods), len(live.Cluster.Nodes), len(live.Cluster.NetworkPolicies), len(live.Cluster.ClusterNetworkPolicies),
+			len(files.Cluster.Pods), len(files.Cluster.Nodes), len(files.Cluster.NetworkPolicies), len(files.Cluster.ClusterNetworkPolicies))
+	}
+	if got, want := table(t, live), table(t, files); got != want {
+		t.Errorf("live matrix differs from the files' matrix\nlive:\n%s\nfiles:\n%s", got, want)
+	}
+
+	// A policy written for a newer API: the server stores it (its CRD has
+	// the fields), Moat fails closed on it exactly as on the file.
+	const newer = "../examples/unknown-field-fail-closed/policy.yaml"
+	if err := kubesourcetest.ApplyFiles(ctx, env, newer); err != nil {
+		t.Fatal(err)
+	}
+	snap, err = kubesource.List(ctx, env.Config(), kubesource.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	live, err = snap.Decode()
+	if err != nil {
+		t.Fatal(err)
+	}
+	fromFile, err := (&manifest.Loader{}).Load(newer)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got, want := cnpErrors(live, "allow-icmp", "deny-by-service-account"), cnpErrors(fromFile, "allow-icmp", "deny-by-service-account"); got != want || !strings.Contains(got, "spec.ingress[0].from[0].serviceAccounts: unknown field") {
+		t.Errorf("newer fields, live:\n%s\nfile:\n%s", got, want)
+	}
+
+	// Someone who may not list pods and policies cluster-wide is refused,
+	// not given a partial snapshot.
+	user, err := env.UserConfig(kubetest.UnprivilegedUser)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := kubesource.List(ctx, user, kubesource.Options{}); err == nil || !strings.Contains(err.Error(), "forbidden") {
+		t.Errorf("unprivileged list: %v", err)
+	}
+}
+
+func table(t *testing.T, res *manifest.Result) string {
+	t.Helper()
+	prog := policy.Compile(&res.Cluster, policy.Options{})
+	m, err := matrix.Build(prog, matrix.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var b bytes.Buffer
+	if err := matrix.WriteTable(&b, m); err != nil {
+		t.Fatal(err)
+	}
+	// Explanations too, not only verdicts.
+	for _, f := range m.Flows {
+		b.WriteString(f.Egress.Reason + " | " + f.Ingress.Reason + "\n")
+	}
+	return b.String()
+}
+
+// cnpErrors lists the compile and decode errors about the named
+// ClusterNetworkPolicies, without their sources.
+func cnpErrors(res *manifest.Result, names ...string) string {
+	prog := policy.Compile(&res.Cluster, policy.Options{})
+	var lines []string
+	for _, d := range append(res.Diagnostics, prog.Diagnostics...) {
+		for _, n := range names {
+			if strings.HasPrefix(d.Object, "ClusterNetworkPolicy "+n) {
+				d.Source = ""
+				lines = append(lines, d.String())
+			}
+		}
+	}
+	return strings.Join(lines, "\n")
+}
+
+// crdWithNewerFields is the experimental CRD with two fields a newer API
+// might add, which Moat's types lack: ingress peers' serviceAccounts and
+// protocols' icmp.
+func crdWithNewerFields(t *testing.T) []byte {
+	t.Helper()
+	data, err := deploy.CRDs(deploy.Experimental)
+	if err != nil {
+		t.Fatal(err)
+	}
+	objs, err := kubetest.DecodeYAML(data)
+	if err != nil || len(objs) != 1 {
+		t.Fatalf("experimental CRDs: %d objects, %v", len(objs), err)
+	}
+	crd := objs[0]
+	versions, _, _ := unstructured.NestedSlice(crd.Object, "spec", "versions")
+	for i, v := range versions {
+		vm := v.(map[string]any)
+		ingress := []string{"schema", "openAPIV3Schema", "properties", "spec", "properties", "ingress", "items", "properties"}
+		for _, add := range []struct {
+			path  []string
+			field string
+		}{
+			{append(append([]string(nil), ingress...), "from", "items", "properties"), "serviceAccounts"},
+			{append(append([]string(nil), ingress...), "protocols", "items", "properties"), "icmp"},
+		} {
+			props, found, err := unstructured.NestedMap(vm, add.path...)
+			if err != nil || !found {
+				t.Fatalf("CRD has no properties at %v: %v", add.path, err)
+			}
+			props[add.field] = map[string]any{"type": "object", "x-kubernetes-preserve-unknown-fields": true}
+			if err := unstructured.SetNestedMap(vm, props, add.path...); err != nil {
+				t.Fatal(err)
+			}
+		}
+		versions[i] = vm
+	}
+	if err := unstructured.SetNestedSlice(crd.Object, versions, "spec", "versions"); err != nil {
+		t.Fatal(err)
+	}
+	out, err := yaml.Marshal(crd.Object)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return out
+}
