@@ -3,6 +3,7 @@
 
 build:
 	go build -o bin/ ./cmd/...
+	ln -sf moat bin/kubectl-moat
 
 test:
 	./hack/test.sh
