@@ -156,3 +156,33 @@ func readFile(t *testing.T, path string) string {
 	}
 	return string(b)
 }
+
+// Each example's matrix.args given to the CLI reproduce its golden matrix,
+// --feature-gates included; without the gate, some examples' matrices
+// differ (the gate reaches the compiler).
+func TestExamplesThroughCLI(t *testing.T) {
+	dirs, err := filepath.Glob("../../examples/*/matrix.args")
+	if err != nil || len(dirs) == 0 {
+		t.Fatalf("%d examples, %v", len(dirs), err)
+	}
+	differ := 0
+	for _, argsFile := range dirs {
+		dir := filepath.Dir(argsFile)
+		args := append([]string{"matrix", "-f", dir}, strings.Fields(readFile(t, argsFile))...)
+		out, errOut, code := run(t, "", args...)
+		if want := readFile(t, filepath.Join(dir, "matrix.golden")); code != 0 || out != want {
+			t.Errorf("%v: code %d, stderr %q, out:\n%s\nwant:\n%s", args, code, errOut, out, want)
+		}
+		for i, a := range args {
+			if a == "--feature-gates" {
+				off := append(append([]string(nil), args[:i]...), args[i+2:]...)
+				if out2, _, _ := run(t, "", off...); out2 != out {
+					differ++
+				}
+			}
+		}
+	}
+	if differ == 0 {
+		t.Error("no example's matrix depends on its --feature-gates")
+	}
+}
