@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"net"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -15,6 +14,7 @@ import (
 	"k8s.io/client-go/util/workqueue"
 	"k8s.io/klog/v2"
 
+	"github.com/moat-net/moat/features"
 	"github.com/moat-net/moat/nft"
 	"github.com/moat-net/moat/policy"
 )
@@ -66,12 +66,10 @@ type Agent struct {
 	status *statusWriter
 	drops  *drops
 
-	metricsLn, healthLn net.Listener
-	runOnce             sync.Once
+	runOnce sync.Once
 }
 
-// New prepares an agent: it validates cfg, opens the metrics and health
-// listeners (so a taken port fails at once) and sets up the informers.
+// New prepares an agent: it validates cfg and sets up the informers.
 // Nothing is watched or programmed before Run.
 func New(cfg Config, clients Clients, dp Dataplane) (*Agent, error) {
 	if err := cfg.complete(); err != nil {
@@ -106,9 +104,6 @@ func New(cfg Config, clients Clients, dp Dataplane) (*Agent, error) {
 	}
 	a.status = newStatusWriter(a)
 	a.drops = newDrops(dp, a.metrics.reg, a.log)
-	if err := a.listen(); err != nil {
-		return nil, err
-	}
 	return a, nil
 }
 
@@ -132,8 +127,6 @@ func (a *Agent) Run(ctx context.Context) error {
 
 	a.status.startEvents(ctx)
 	defer a.status.stopEvents()
-	serveErr := make(chan error, 2)
-	a.serve(ctx, &wg, serveErr)
 	for _, inf := range a.inf.all() {
 		wg.Add(1)
 		go func() {
@@ -143,11 +136,6 @@ func (a *Agent) Run(ctx context.Context) error {
 	}
 	a.log.Info("Waiting for caches to sync")
 	if !cache.WaitForCacheSync(ctx.Done(), a.inf.pods.HasSynced, a.inf.namespaces.HasSynced, a.inf.nodes.HasSynced, a.inf.nps.HasSynced, a.inf.cnps.HasSynced) {
-		select {
-		case err := <-serveErr:
-			return err
-		default:
-		}
 		// Stopped before the caches synced: nothing was programmed, the
 		// node keeps whatever table it had.
 		return nil
@@ -192,13 +180,9 @@ func (a *Agent) Run(ctx context.Context) error {
 			a.status.runElection(ctx)
 		}()
 	}
-	select {
-	case <-ctx.Done():
-		a.log.Info("Stopping; the node's rules stay in force")
-		return nil
-	case err := <-serveErr:
-		return err
-	}
+	<-ctx.Done()
+	a.log.Info("Stopping; the node's rules stay in force")
+	return nil
 }
 
 // pending collects what changed since the last sync: pods whose labels
@@ -358,7 +342,7 @@ func (a *Agent) compile() (*policy.Program, *snapshot, bool) {
 	}
 	if full {
 		a.snap = a.takeSnapshot()
-		a.compiler = policy.NewCompiler(&a.snap.cluster, policy.Options{DenyNodeLocal: !a.cfg.AllowNodeLocal, IngressNetworksAndNodes: a.cfg.Features.Enabled(IngressNetworksAndNodes)})
+		a.compiler = policy.NewCompiler(&a.snap.cluster, policy.Options{DenyNodeLocal: !a.cfg.AllowNodeLocal, IngressNetworksAndNodes: a.cfg.Features.Enabled(features.IngressNetworksAndNodes)})
 		a.metrics.compiles.WithLabelValues("full").Inc()
 	} else if len(relabeled) > 0 {
 		a.metrics.compiles.WithLabelValues("relabel").Inc()
@@ -397,11 +381,3 @@ func (a *Agent) countPolicies(prog *policy.Program) {
 		a.metrics.policies.WithLabelValues(k[0], k[1]).Set(float64(n))
 	}
 }
-
-// Ready reports whether the node holds a program from complete caches and
-// the last sync succeeded.
-func (a *Agent) Ready() bool { return a.programmed.Load() && !a.lastFailed.Load() }
-
-// Syncs returns how many syncs have reached the dataplane, for tests and
-// benchmarks that wait for the agent to catch up.
-func (a *Agent) Syncs() int64 { return a.syncs.Load() }

@@ -3,7 +3,6 @@ package agent
 import (
 	"context"
 	"errors"
-	"io"
 	"net/http"
 	"net/http/httptest"
 	"net/netip"
@@ -13,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus/promhttp"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
@@ -164,7 +164,7 @@ func TestAgentFollowsTheCluster(t *testing.T) {
 			return ok && got == want, fixture.Explain("programmed=%v allowed=%v, want %v", ok, got, want)
 		})
 	}
-	fixture.Eventually(t, 10*time.Second, "ready", func() (bool, string) { return a.Ready(), "not ready" })
+	fixture.Eventually(t, 10*time.Second, "ready", func() (bool, string) { return a.Ready() == nil, "not ready" })
 	expect("NetworkPolicy allows y -> x:80", "10.0.0.2", "10.0.0.1", 80, true)
 	expect("NetworkPolicy isolates x on other ports", "10.0.0.2", "10.0.0.1", 81, false)
 
@@ -180,10 +180,10 @@ func TestAgentFollowsTheCluster(t *testing.T) {
 	}
 	// The incremental result equals a full compilation of the same caches.
 	incremental := dp.fake.Dump()
-	syncs := a.Syncs()
+	syncs := a.syncs.Load()
 	a.fullResync.Store(true)
 	a.enqueue("")
-	fixture.Eventually(t, 10*time.Second, "full resync", func() (bool, string) { return a.Syncs() > syncs, "no sync" })
+	fixture.Eventually(t, 10*time.Second, "full resync", func() (bool, string) { return a.syncs.Load() > syncs, "no sync" })
 	if full := dp.fake.Dump(); full != incremental {
 		t.Errorf("incremental and full compilation differ:\nincremental:\n%s\nfull:\n%s", incremental, full)
 	}
@@ -246,14 +246,14 @@ func TestAgentNeverProgramsFromIncompleteCaches(t *testing.T) {
 		return v != "" && v != "0", "no watch error yet"
 	})
 	time.Sleep(300 * time.Millisecond)
-	if dp.calls.Load() != 0 || a.Ready() {
-		t.Fatalf("agent synced %d times (ready=%v) with an unsynced cache", dp.calls.Load(), a.Ready())
+	if dp.calls.Load() != 0 || a.Ready() == nil {
+		t.Fatalf("agent synced %d times (ready=%v) with an unsynced cache", dp.calls.Load(), a.Ready() == nil)
 	}
 	if dp.fake.Dump() != before {
 		t.Fatal("table changed before the caches synced")
 	}
 	broken.Store(false)
-	fixture.Eventually(t, 30*time.Second, "ready after the list succeeds", func() (bool, string) { return a.Ready(), "not ready" })
+	fixture.Eventually(t, 30*time.Second, "ready after the list succeeds", func() (bool, string) { return a.Ready() == nil, "not ready" })
 	if got, _ := dp.allows("10.0.0.9", "10.0.0.1", 81); got {
 		t.Error("the new program is not in force: x:81 open")
 	}
@@ -270,19 +270,16 @@ func TestAgentKeepsRulesWhenNftFails(t *testing.T) {
 		fixture.YAML(t, npAllowYtoX),
 	)
 	dp := newTestDP("n1")
-	a, _ := startAgent(t, c, Config{HealthAddr: "127.0.0.1:0", MetricsAddr: "127.0.0.1:0"}, dp)
-	fixture.Eventually(t, 10*time.Second, "ready", func() (bool, string) { return a.Ready(), "not ready" })
-	if code, body := get(t, "http://"+a.HealthAddr()+"/readyz"); code != http.StatusOK {
-		t.Fatalf("/readyz = %d %s", code, body)
-	}
+	a, _ := startAgent(t, c, Config{}, dp)
+	fixture.Eventually(t, 10*time.Second, "ready", func() (bool, string) { return a.Ready() == nil, "not ready" })
 	before := dp.fake.Dump()
 	dp.fail.Store(true)
 	if err := c.dyn.Resource(networkPolicyGVR).Namespace("a").Delete(context.Background(), "allow-y", metav1.DeleteOptions{}); err != nil {
 		t.Fatal(err)
 	}
 	fixture.Eventually(t, 10*time.Second, "not ready after a failed sync", func() (bool, string) {
-		code, body := get(t, "http://"+a.HealthAddr()+"/readyz")
-		return code == http.StatusServiceUnavailable, fixture.Explain("/readyz = %d %s", code, body)
+		err := a.Ready()
+		return err != nil && strings.Contains(err.Error(), "last sync failed"), fixture.Explain("Ready() = %v", err)
 	})
 	fixture.Eventually(t, 10*time.Second, "retried", func() (bool, string) {
 		return dp.calls.Load() >= 3, fixture.Explain("%d calls", dp.calls.Load())
@@ -306,13 +303,13 @@ func TestAgentKeepsRulesWhenNftFails(t *testing.T) {
 		}
 		return n == 1, fixture.Explain("%d matching Events (want exactly one per failure streak) of %d", n, len(evs.Items))
 	})
-	if code, _ := get(t, "http://"+a.HealthAddr()+"/healthz"); code != http.StatusOK {
-		t.Errorf("/healthz = %d while syncs fail quickly (not hung)", code)
+	if err := a.Healthy(); err != nil {
+		t.Errorf("Healthy() = %v while syncs fail quickly (not hung)", err)
 	}
 	dp.fail.Store(false)
 	fixture.Eventually(t, 40*time.Second, "recovered", func() (bool, string) {
 		got, _ := dp.allows("10.0.0.2", "10.0.0.1", 81)
-		return a.Ready() && got, "not recovered"
+		return a.Ready() == nil && got, "not recovered"
 	})
 }
 
@@ -334,7 +331,7 @@ spec: {podSelector: {}, ingress: "everything"}
 	)
 	dp := newTestDP("n1")
 	a, _ := startAgent(t, c, Config{}, dp)
-	fixture.Eventually(t, 10*time.Second, "ready", func() (bool, string) { return a.Ready(), "not ready" })
+	fixture.Eventually(t, 10*time.Second, "ready", func() (bool, string) { return a.Ready() == nil, "not ready" })
 	for problem, want := range map[string]string{
 		problemPodWithoutIP:      "1",
 		problemDuplicatePodIP:    "1",
@@ -356,23 +353,12 @@ spec: {podSelector: {}, ingress: "everything"}
 	}
 }
 
-func get(t *testing.T, url string) (int, string) {
-	t.Helper()
-	resp, err := http.Get(url)
-	if err != nil {
-		t.Fatalf("GET %s: %v", url, err)
-	}
-	defer resp.Body.Close()
-	b, _ := io.ReadAll(resp.Body)
-	return resp.StatusCode, string(b)
-}
-
 // testutilValue returns the value of one series from /metrics ("" if
 // absent), found by name and a label substring.
 func testutilValue(t *testing.T, a *Agent, name, labels string) string {
 	t.Helper()
 	rec := httptest.NewRecorder()
-	a.Handler().ServeHTTP(rec, httptest.NewRequest(http.MethodGet, "/metrics", nil))
+	promhttp.HandlerFor(a.Metrics(), promhttp.HandlerOpts{}).ServeHTTP(rec, httptest.NewRequest(http.MethodGet, "/metrics", nil))
 	for _, line := range strings.Split(rec.Body.String(), "\n") {
 		if strings.HasPrefix(line, name+"{") && strings.Contains(line, labels) {
 			f := strings.Fields(line)

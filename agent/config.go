@@ -9,10 +9,12 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 	"k8s.io/component-base/featuregate"
+
+	"github.com/moat-net/moat/features"
 )
 
 // Config is everything about an agent that is not a client or the
-// dataplane. cmd/moat-agent fills it from flags.
+// dataplane. cmd/moat-agent/app fills it from its options.
 type Config struct {
 	// NodeName is the node whose pods this agent enforces for.
 	NodeName string
@@ -23,12 +25,9 @@ type Config struct {
 	// one transaction, repairing edits made behind the agent's back. Zero
 	// turns the timer off.
 	Resync time.Duration
-	// Features holds the feature gates; nil means every gate at its
-	// default.
+	// Features holds the feature gates (features.New); nil means every
+	// gate at its default.
 	Features featuregate.FeatureGate
-	// MetricsAddr serves /metrics, HealthAddr /healthz and /readyz
-	// ("host:port"; empty: not served; the same address serves all).
-	MetricsAddr, HealthAddr string
 	// LeaderElection decides which agent writes ClusterNetworkPolicy
 	// status and policy Events.
 	LeaderElection LeaderElection
@@ -60,7 +59,7 @@ func (c *Config) complete() error {
 		return fmt.Errorf("resync period %s is negative", c.Resync)
 	}
 	if c.Features == nil {
-		fg, err := NewFeatureGate()
+		fg, err := features.New()
 		if err != nil {
 			return err
 		}

@@ -141,7 +141,7 @@ spec:
 	dp := newTestDP("n1")
 	a, _ := startAgent(t, c, Config{AllowNodeLocal: true}, dp)
 	ctx := context.Background()
-	fixture.Eventually(t, 10*time.Second, "ready", func() (bool, string) { return a.Ready(), "not ready" })
+	fixture.Eventually(t, 10*time.Second, "ready", func() (bool, string) { return a.Ready() == nil, "not ready" })
 
 	cs, err := dp.Counters(ctx)
 	if err != nil {

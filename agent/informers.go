@@ -15,6 +15,7 @@ import (
 	"k8s.io/client-go/tools/cache"
 
 	"github.com/moat-net/moat/api/v1alpha2"
+	"github.com/moat-net/moat/features"
 )
 
 // Resources the agent reads through dynamic informers: policies are
@@ -79,7 +80,7 @@ func (a *Agent) newInformers() (*informers, error) {
 		nps:  a.dynamicInformer(networkPolicyGVR),
 		cnps: a.dynamicInformer(clusterNetworkPolicyGVR),
 	}
-	ingressPeers := a.cfg.Features.Enabled(IngressNetworksAndNodes)
+	ingressPeers := a.cfg.Features.Enabled(features.IngressNetworksAndNodes)
 	transforms := []cache.TransformFunc{
 		slimPod, slimNamespace, slimNode,
 		func(o any) (any, error) {

@@ -137,7 +137,7 @@ func TestAgentAgainstAPIServer(t *testing.T) {
 		})
 	}
 	fixture.Eventually(t, 30*time.Second, "both agents ready", func() (bool, string) {
-		return n1.Ready() && n2.Ready(), fixture.Explain("n1 %v, n2 %v", n1.Ready(), n2.Ready())
+		return n1.Ready() == nil && n2.Ready() == nil, fixture.Explain("n1 %v, n2 %v", n1.Ready() == nil, n2.Ready() == nil)
 	})
 
 	t.Run("NetworkPolicy with endPort", func(t *testing.T) {
@@ -181,8 +181,8 @@ spec:
 		expect("Admin Deny overrides the NetworkPolicy", y, x, 8080, false, n2.dp, n1.dp)
 		expect("the NetworkPolicy still allows the rest of its range", y, x, 8081, true, n2.dp, n1.dp)
 		waitCondition(ctx, t, env, "deny-8080", metav1.ConditionTrue, ReasonAccepted, "")
-		if n1.Leading() == n2.Leading() {
-			t.Errorf("leading: n1 %v, n2 %v; want exactly one", n1.Leading(), n2.Leading())
+		if n1.status.leading.Load() == n2.status.leading.Load() {
+			t.Errorf("leading: n1 %v, n2 %v; want exactly one", n1.status.leading.Load(), n2.status.leading.Load())
 		}
 	})
 
@@ -254,8 +254,8 @@ spec:
 		// A full resync from the caches meanwhile must write the same rules.
 		n1.fullResync.Store(true)
 		n1.enqueue("")
-		syncs := n1.Syncs()
-		fixture.Eventually(t, 10*time.Second, "resync during the outage", func() (bool, string) { return n1.Syncs() > syncs, "no sync" })
+		syncs := n1.syncs.Load()
+		fixture.Eventually(t, 10*time.Second, "resync during the outage", func() (bool, string) { return n1.syncs.Load() > syncs, "no sync" })
 		time.Sleep(2 * time.Second)
 		if after := n1.dp.fake.Dump(); after != before1 {
 			t.Fatalf("rules of n1 changed while the API server was down:\nbefore:\n%s\nafter:\n%s", before1, after)
@@ -263,7 +263,7 @@ spec:
 		if n2.dp.fake.Dump() != before2 {
 			t.Fatal("rules of n2 changed while the API server was down")
 		}
-		if !n1.Ready() || !n2.Ready() {
+		if n1.Ready() != nil || n2.Ready() != nil {
 			t.Error("agents turned unready although their rules are in force")
 		}
 		restarted = true
@@ -290,7 +290,7 @@ spec:
 		old := n1.dp.fake.Dump()
 		restarted := newTestDPOn(n1.dp.fake, "n1")
 		n1b := runAPIAgent(t, clients, Config{NodeName: "n1", AllowNodeLocal: true, LeaderElection: testLeaderElection()}, restarted)
-		fixture.Eventually(t, 30*time.Second, "restarted agent ready", func() (bool, string) { return n1b.Ready(), "not ready" })
+		fixture.Eventually(t, 30*time.Second, "restarted agent ready", func() (bool, string) { return n1b.Ready() == nil, "not ready" })
 		txs := restarted.nft.transactions()
 		if len(txs) == 0 || txs[0] == old {
 			t.Fatalf("restarted agent made %d transactions; the first must change the table", len(txs))
@@ -392,7 +392,7 @@ spec:
 	fixture.Eventually(t, 30*time.Second, "a leader", func() (bool, string) {
 		leader, other = "", ""
 		for n, a := range agents {
-			if a.Leading() {
+			if a.status.leading.Load() {
 				leader = n
 			} else {
 				other = n
@@ -401,7 +401,7 @@ spec:
 		return leader != "" && other != "", "no single leader"
 	})
 	agents[leader].stop()
-	fixture.Eventually(t, 30*time.Second, other+" takes over", func() (bool, string) { return agents[other].Leading(), "not leading" })
+	fixture.Eventually(t, 30*time.Second, other+" takes over", func() (bool, string) { return agents[other].status.leading.Load(), "not leading" })
 	fixture.MustPolicy(ctx, t, env, `
 apiVersion: policy.networking.k8s.io/v1alpha2
 kind: ClusterNetworkPolicy

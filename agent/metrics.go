@@ -2,11 +2,11 @@ package agent
 
 import (
 	"github.com/prometheus/client_golang/prometheus"
-	"github.com/prometheus/client_golang/prometheus/collectors"
 )
 
 // metrics are the agent's Prometheus series, in a registry of its own so
-// that several agents (tests, the lab) can live in one process.
+// that several agents (tests, the lab) can live in one process. The
+// process and Go runtime series are the binary's (cmd/moat-agent/app).
 type metrics struct {
 	reg *prometheus.Registry
 
@@ -93,8 +93,7 @@ func newMetrics() *metrics {
 		Help: "1 while this agent holds the status-writer Lease.",
 	})
 	m.reg.MustRegister(m.syncDuration, m.syncs, m.compiles, m.operations, m.programmed, m.policies, m.watchErrors,
-		m.problems, m.statusWrites, m.conntrack, m.lastSuccess, m.ready, m.leader,
-		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+		m.problems, m.statusWrites, m.conntrack, m.lastSuccess, m.ready, m.leader)
 	for _, r := range []string{resultSuccess, resultError, resultConntrackError} {
 		for _, k := range []string{"full", "diff"} {
 			m.syncs.WithLabelValues(k, r)

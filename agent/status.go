@@ -22,6 +22,7 @@ import (
 	"k8s.io/client-go/tools/record"
 
 	"github.com/moat-net/moat/api/v1alpha2"
+	"github.com/moat-net/moat/features"
 	"github.com/moat-net/moat/policy"
 )
 
@@ -160,9 +161,6 @@ func (w *statusWriter) runElection(ctx context.Context) {
 	}
 }
 
-// Leading reports whether this agent currently writes status.
-func (a *Agent) Leading() bool { return a.status.leading.Load() }
-
 // lead writes status after every compilation until leadership ends.
 func (w *statusWriter) lead(ctx context.Context) {
 	w.mu.Lock()
@@ -228,7 +226,7 @@ func desiredCondition(cnp *decodedCNP, st policy.PolicyStatus) metav1.Condition 
 			c.Reason = ReasonInvalidSpec
 		}
 		if len(cnp.Gated) > 0 {
-			c.Message += fmt.Sprintf(" (%s: these fields need moat-agent --feature-gates=%s=true)", strings.Join(cnp.Gated, ", "), IngressNetworksAndNodes)
+			c.Message += fmt.Sprintf(" (%s: these fields need moat-agent --feature-gates=%s=true)", strings.Join(cnp.Gated, ", "), features.IngressNetworksAndNodes)
 		}
 	}
 	c.Message = truncate(c.Message)

@@ -28,6 +28,7 @@ import (
 	"github.com/moat-net/moat/deploy"
 	"github.com/moat-net/moat/internal/clustergen"
 	"github.com/moat-net/moat/internal/kubetest"
+	"github.com/moat-net/moat/internal/testenv"
 	"github.com/moat-net/moat/lab"
 )
 
@@ -54,9 +55,7 @@ import (
 //
 //     go test -run '^$' -bench BenchmarkAgentScale -benchtime 1x -timeout 30m ./agent/e2e
 func BenchmarkAgentScale(b *testing.B) {
-	if err := lab.CheckHost(); err != nil {
-		b.Skipf("SKIPPING: %v", err)
-	}
+	testenv.RequirePrivileged(b)
 	bins := kubetest.RequireBinaries(b)
 	ctx, cancel := context.WithTimeout(context.Background(), 25*time.Minute)
 	defer cancel()

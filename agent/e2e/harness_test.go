@@ -12,7 +12,6 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"strconv"
 	"sync"
 	"syscall"
 	"testing"
@@ -20,23 +19,19 @@ import (
 
 	"github.com/moat-net/moat/agent/internal/fixture"
 	"github.com/moat-net/moat/internal/kubetest"
+	"github.com/moat-net/moat/internal/testenv"
 	"github.com/moat-net/moat/lab"
 	"github.com/moat-net/moat/policy"
 )
 
-// requireHost skips loudly without root or nft, except in CI where that
-// is a failure: CI must never pass by skipping.
+// requireHost ends the test without root, nft or ip, by the one CI rule
+// (internal/testenv): a loud skip on a developer machine, a failure in CI.
 func requireHost(t *testing.T) {
 	t.Helper()
 	if testing.Short() {
 		t.Skip("end-to-end test with network namespaces and a real kube-apiserver; runs without -short")
 	}
-	if err := lab.CheckHost(); err != nil {
-		if ci, _ := strconv.ParseBool(os.Getenv("CI")); ci {
-			t.Fatalf("CI=%s but this host cannot run the lab: %v", os.Getenv("CI"), err)
-		}
-		t.Skipf("SKIPPING end-to-end test: %v", err)
-	}
+	testenv.RequirePrivileged(t)
 }
 
 // buildAgent compiles cmd/moat-agent once per test binary.

@@ -20,6 +20,8 @@ import (
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
+
+	"github.com/moat-net/moat/internal/testenv"
 )
 
 // Env is a running etcd + kube-apiserver pair.
@@ -72,17 +74,18 @@ func Start(ctx context.Context, t testing.TB, opts ...Option) *Env {
 	return env
 }
 
-// RequireBinaries finds the binaries or ends the test: a skip with the build
-// command outside CI, a failure when the CI environment variable is true
-// ("true" or "1"), so CI never passes by skipping.
+// RequireBinaries finds the binaries or ends the test by the one CI rule
+// (internal/testenv): a loud skip naming the build command on a developer
+// machine, a failure under CI, so CI never passes by skipping. Other
+// errors fail the test.
 func RequireBinaries(t testing.TB) Binaries {
 	t.Helper()
 	bins, err := FindBinaries()
 	if err == nil {
 		return bins
 	}
-	if inCI, _ := strconv.ParseBool(os.Getenv("CI")); errors.Is(err, ErrBinariesMissing) && !inCI {
-		t.Skipf("SKIPPING: needs a real kube-apiserver and etcd: %v", err)
+	if errors.Is(err, ErrBinariesMissing) {
+		testenv.Require(t, "a real kube-apiserver and etcd: "+err.Error())
 	}
 	t.Fatalf("kubetest: %v", err)
 	return bins
@@ -254,7 +257,7 @@ func (e *Env) Config() *rest.Config {
 }
 
 // UserConfig returns a client config authenticating as a user of the token
-// file (AdminUser, UnprivilegedUser or one added WithUsers).
+// file (AdminUser or UnprivilegedUser).
 func (e *Env) UserConfig(name string) (*rest.Config, error) {
 	tok, ok := e.tokens[name]
 	if !ok {

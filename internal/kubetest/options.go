@@ -62,19 +62,8 @@ func WithCRDs(yamls ...[]byte) Option {
 	return func(o *options) { o.crds = append(o.crds, yamls...) }
 }
 
-// WithUsers adds users to the token file, for tests that need several
-// distinct identities (for example one per node agent).
-func WithUsers(users ...User) Option {
-	return func(o *options) { o.users = append(o.users, users...) }
-}
-
 // WithAPIServerArgs appends kube-apiserver flags (later flags win), for
 // example --feature-gates or request limits for benchmarks.
 func WithAPIServerArgs(args ...string) Option {
 	return func(o *options) { o.apiServerArgs = append(o.apiServerArgs, args...) }
-}
-
-// WithReadyTimeout bounds the wait for /readyz.
-func WithReadyTimeout(d time.Duration) Option {
-	return func(o *options) { o.readyTimeout = d }
 }

@@ -36,7 +36,7 @@ const pollInterval = 100 * time.Millisecond
 // waitHTTP polls url until check accepts the response, the process exits,
 // or ctx ends. It returns the last failure so a timeout says why.
 func waitHTTP(ctx context.Context, client *http.Client, url string, p *process, check func(*http.Response) error) error {
-	var last error = fmt.Errorf("no response yet")
+	var last error
 	tick := time.NewTicker(pollInterval)
 	defer tick.Stop()
 	for {

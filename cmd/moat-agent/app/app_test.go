@@ -1,4 +1,4 @@
-package main
+package app
 
 import (
 	"bytes"
@@ -15,7 +15,7 @@ func execute(t *testing.T, args ...string) (string, error) {
 	if err := logsapi.ResetForTest(nil); err != nil {
 		t.Fatal(err)
 	}
-	cmd, err := newCommand()
+	cmd, err := NewCommand()
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -37,7 +37,7 @@ func TestHelpDocumentsEveryFlag(t *testing.T) {
 	for _, flag := range []string{
 		"--node-name", "--kubeconfig", "--metrics-bind-address", "--health-bind-address",
 		"--allow-node-local", "--cut-denied-established", "--feature-gates", "--resync",
-		"--leader-elect", "--leader-election-namespace", "--netns", "--v", "--logging-format",
+		"--leader-elect", "--leader-election-namespace", "--netns", "--v", "--logging-format", "--context",
 	} {
 		i := strings.Index(out, flag+" ")
 		if i < 0 {
@@ -52,7 +52,8 @@ func TestHelpDocumentsEveryFlag(t *testing.T) {
 			t.Errorf("%s has no description: %q", flag, line)
 		}
 	}
-	for _, want := range []string{"IngressNetworksAndNodes=true|false (ALPHA - default=false)", "fail-closed", "Accepted=False", `default ":9470"`, `default ":9471"`, "default 5m0s"} {
+	for _, want := range []string{"IngressNetworksAndNodes=true|false (ALPHA - default=false)", "fail-closed", "Accepted=False", `default ":9470"`, `default ":9471"`, "default 5m0s",
+		"Agent flags:", "Dataplane flags:", "Leader election flags:", "Logging flags:"} {
 		if !strings.Contains(out, want) {
 			t.Errorf("--help lacks %q", want)
 		}
@@ -68,7 +69,8 @@ func TestBadFlags(t *testing.T) {
 		{[]string{"--kubeconfig=/nonexistent"}, "--node-name is empty"},
 		{[]string{"--node-name=n1", "--resync=-1s"}, "--resync=-1s"},
 		{[]string{"--node-name=n1", "--feature-gates=NoSuchGate=true"}, "NoSuchGate"},
-		{[]string{"--node-name=n1", "--kubeconfig=/nonexistent/kubeconfig"}, "/nonexistent/kubeconfig"},
+		{[]string{"--node-name=n1", "--kubeconfig=/nonexistent/kubeconfig", "--metrics-bind-address=", "--health-bind-address="}, "/nonexistent/kubeconfig"},
+		{[]string{"--node-name=n1", "--metrics-bind-address=9470"}, "--metrics-bind-address=9470: want host:port"},
 		{[]string{"--node-name=n1", "--logging-format=xml"}, "xml"},
 		{[]string{"extra"}, "unknown command"},
 	} {

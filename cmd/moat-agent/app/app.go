@@ -1,0 +1,153 @@
+// Package app is moat-agent's run loop: it turns options into a running
+// agent, its nftables dataplane and its HTTP endpoints, and stops them on
+// SIGTERM. cmd/moat-agent's main only executes NewCommand.
+package app
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"os/signal"
+	"syscall"
+
+	"github.com/spf13/cobra"
+	"golang.org/x/term"
+	cliflag "k8s.io/component-base/cli/flag"
+	"k8s.io/component-base/logs"
+	logsapi "k8s.io/component-base/logs/api/v1"
+	"k8s.io/klog/v2"
+
+	"github.com/moat-net/moat/agent"
+	"github.com/moat-net/moat/cmd/moat-agent/app/options"
+	"github.com/moat-net/moat/internal/kubeconfig"
+	"github.com/moat-net/moat/nft"
+)
+
+const long = `moat-agent watches the API server (pods, namespaces, nodes, NetworkPolicies,
+ClusterNetworkPolicies) and keeps this node's nftables table "inet moat" in
+step with them: every change is compiled and applied as one nftables
+transaction, a diff where possible, the whole table on start and every
+--resync. When the API server is unreachable the last programmed rules stay;
+when the agent restarts, the table it left keeps enforcing until the new
+agent's first full sync replaces it in one transaction. /readyz turns ready
+after that first sync.
+
+One agent at a time (a Lease in --leader-election-namespace) writes the
+Accepted condition of each ClusterNetworkPolicy and Events about policies.
+
+Feature gates (--feature-gates):
+  IngressNetworksAndNodes (alpha, default off): enforce the NPEP-127
+    ingress peers spec.ingress[].from[].networks and .nodes of
+    ClusterNetworkPolicy (experimental CRD). Off, the agent treats them as
+    fields it does not understand: the peer is enforced fail-closed (an
+    Accept rule with it matches nothing, a Deny or Pass rule denies all it
+    could match) and the policy gets Accepted=False, reason UnknownField.`
+
+// NewCommand returns the moat-agent command.
+func NewCommand() (*cobra.Command, error) {
+	o, err := options.New()
+	if err != nil {
+		return nil, err
+	}
+	cmd := &cobra.Command{
+		Use:           "moat-agent",
+		Short:         "Enforce NetworkPolicies and ClusterNetworkPolicies on this node with nftables",
+		Long:          long,
+		Args:          cobra.NoArgs,
+		SilenceUsage:  true,
+		SilenceErrors: true,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			if err := o.Validate(); err != nil {
+				return err
+			}
+			if err := logsapi.ValidateAndApply(o.Logging, o.Features); err != nil {
+				return fmt.Errorf("logging flags: %w", err)
+			}
+			defer logs.FlushLogs()
+			ctx, stop := signal.NotifyContext(cmd.Context(), syscall.SIGTERM, syscall.SIGINT)
+			defer stop()
+			return Run(ctx, o)
+		},
+	}
+	fss := o.Flags()
+	for _, fs := range fss.FlagSets {
+		cmd.Flags().AddFlagSet(fs)
+	}
+	cliflag.SetUsageAndHelpFunc(cmd, fss, terminalWidth())
+	return cmd, nil
+}
+
+// terminalWidth is the width --help wraps to: the terminal's, or no
+// wrapping when the output is not a terminal.
+func terminalWidth() int {
+	if w, _, err := term.GetSize(int(os.Stdout.Fd())); err == nil {
+		return w
+	}
+	return 0
+}
+
+// Run runs the agent for validated options until ctx ends: it opens the
+// HTTP listeners first (a taken port fails at once), connects to the API
+// server and to nftables, and serves /metrics, /healthz and /readyz while
+// the agent runs.
+func Run(ctx context.Context, o *options.Options) error {
+	srv, err := listen(o.MetricsBindAddress, o.HealthBindAddress)
+	if err != nil {
+		return err
+	}
+	defer srv.close()
+	restCfg, err := kubeconfig.Load(o.Kubeconfig, o.Context, "moat-agent/"+o.NodeName)
+	if err != nil {
+		return err
+	}
+	clients, err := agent.NewClients(restCfg)
+	if err != nil {
+		return err
+	}
+	dp, closeDP, err := dataplane(o)
+	if err != nil {
+		return err
+	}
+	defer closeDP()
+	a, err := agent.New(o.Config(), clients, dp)
+	if err != nil {
+		return err
+	}
+	log := klog.FromContext(ctx)
+	log.Info("Starting moat-agent", "node", o.NodeName, "apiServer", restCfg.Host, "metrics", srv.metricsAddr(), "health", srv.healthAddr())
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	serveErr := srv.serve(ctx, a)
+	runErr := make(chan error, 1)
+	go func() { runErr <- a.Run(ctx) }()
+	select {
+	case err := <-runErr:
+		return err
+	case err := <-serveErr:
+		cancel()
+		<-runErr
+		return err
+	}
+}
+
+// dataplane opens nftables in the agent's namespace or in --netns.
+func dataplane(o *options.Options) (*nft.Syncer, func(), error) {
+	opts := nft.Options{Node: o.NodeName, CutDenied: o.CutDeniedEstablished}
+	if o.NetNS != "" {
+		ns, err := agent.OpenNetNS(o.NetNS)
+		if err != nil {
+			return nil, nil, fmt.Errorf("--netns: %w", err)
+		}
+		dp, err := ns.Dataplane(opts)
+		if err != nil {
+			ns.Close()
+			return nil, nil, fmt.Errorf("--netns: open nftables (is the nft binary installed?): %w", err)
+		}
+		return dp, ns.Close, nil
+	}
+	iface, err := nft.NewInterface()
+	if err != nil {
+		return nil, nil, fmt.Errorf("open nftables (is the nft binary installed, and do we have CAP_NET_ADMIN?): %w", err)
+	}
+	return nft.New(iface, opts), func() {}, nil
+}

@@ -1,0 +1,133 @@
+// Package options is moat-agent's command line: every flag with its
+// default (Flags), the checks that need no cluster (Validate), and the
+// agent.Config they make (Config). The run loop is in cmd/moat-agent/app.
+package options
+
+import (
+	"errors"
+	"fmt"
+	"net"
+	"os"
+	"time"
+
+	cliflag "k8s.io/component-base/cli/flag"
+	"k8s.io/component-base/featuregate"
+	logsapi "k8s.io/component-base/logs/api/v1"
+	_ "k8s.io/component-base/logs/json/register" // --logging-format=json
+
+	"github.com/moat-net/moat/agent"
+	"github.com/moat-net/moat/features"
+)
+
+// Options are moat-agent's flags.
+type Options struct {
+	// NodeName is the Node this agent enforces for (default $NODE_NAME).
+	NodeName string
+	// Kubeconfig and Context choose the API server as kubectl does
+	// (internal/kubeconfig); both empty in a pod means the ServiceAccount.
+	Kubeconfig, Context string
+	// MetricsBindAddress serves /metrics, HealthBindAddress /healthz and
+	// /readyz (empty: not served; one address may serve all three).
+	MetricsBindAddress, HealthBindAddress string
+	AllowNodeLocal                        bool
+	CutDeniedEstablished                  bool
+	Resync                                time.Duration
+	LeaderElect                           bool
+	LeaderElectionNamespace               string
+	// NetNS programs nftables in this network namespace instead of the
+	// agent's own (labs and tests: one agent per simulated node).
+	NetNS string
+
+	Features featuregate.MutableVersionedFeatureGate
+	Logging  *logsapi.LoggingConfiguration
+}
+
+// New returns the options at their defaults (NODE_NAME and POD_NAMESPACE
+// from the environment).
+func New() (*Options, error) {
+	fg, err := features.New()
+	if err != nil {
+		return nil, err
+	}
+	return &Options{
+		NodeName:                os.Getenv("NODE_NAME"),
+		MetricsBindAddress:      ":9470",
+		HealthBindAddress:       ":9471",
+		AllowNodeLocal:          true,
+		Resync:                  5 * time.Minute,
+		LeaderElect:             true,
+		LeaderElectionNamespace: envOr("POD_NAMESPACE", agent.DefaultLeaseNamespace),
+		Features:                fg,
+		Logging:                 logsapi.NewLoggingConfiguration(),
+	}, nil
+}
+
+func envOr(name, def string) string {
+	if v := os.Getenv(name); v != "" {
+		return v
+	}
+	return def
+}
+
+// Flags returns the flags, in sections for --help, bound to o.
+func (o *Options) Flags() cliflag.NamedFlagSets {
+	var fss cliflag.NamedFlagSets
+	fs := fss.FlagSet("agent")
+	fs.StringVar(&o.NodeName, "node-name", o.NodeName, "Name of the Node this agent enforces for (the NODE_NAME environment variable, when set, is the default)")
+	fs.StringVar(&o.Kubeconfig, "kubeconfig", o.Kubeconfig, "Path to a kubeconfig file; empty uses $KUBECONFIG, ~/.kube/config, then the in-cluster ServiceAccount, as kubectl does")
+	fs.StringVar(&o.Context, "context", o.Context, "The kubeconfig context to use; empty uses the current context")
+	fs.StringVar(&o.MetricsBindAddress, "metrics-bind-address", o.MetricsBindAddress, "Address (host:port) serving Prometheus metrics on /metrics; empty disables")
+	fs.StringVar(&o.HealthBindAddress, "health-bind-address", o.HealthBindAddress, "Address (host:port) serving /healthz (liveness) and /readyz (ready after the first full sync; lists how current each watch is); empty disables")
+	fs.DurationVar(&o.Resync, "resync", o.Resync, "Period of the full resync, which rewrites the whole table in one transaction (repairs edits made behind the agent's back); 0 disables")
+	o.Features.AddFlag(fs)
+
+	fs = fss.FlagSet("dataplane")
+	fs.BoolVar(&o.AllowNodeLocal, "allow-node-local", o.AllowNodeLocal, "Allow traffic from this node's own addresses to its pods whatever the policies say (kubelet probes); false polices it like any other source")
+	fs.BoolVar(&o.CutDeniedEstablished, "cut-denied-established", o.CutDeniedEstablished, "After each change, remove conntrack entries of established connections the new rules deny (otherwise only new connections are judged)")
+	fs.StringVar(&o.NetNS, "netns", o.NetNS, "Program nftables in this network namespace (a name under /var/run/netns or a path) instead of the agent's own; the API server is still reached from the agent's namespace. For labs and tests that run one agent per simulated node on one host")
+
+	fs = fss.FlagSet("leader election")
+	fs.BoolVar(&o.LeaderElect, "leader-elect", o.LeaderElect, "Take part in the election of the one agent that writes ClusterNetworkPolicy status and policy Events")
+	fs.StringVar(&o.LeaderElectionNamespace, "leader-election-namespace", o.LeaderElectionNamespace, "Namespace of the status writer's Lease (the POD_NAMESPACE environment variable, when set, is the default)")
+
+	logsapi.AddFlags(o.Logging, fss.FlagSet("logging"))
+	return fss
+}
+
+// Validate checks the options without touching the cluster or the
+// system; it reports every problem at once, each naming its flag.
+func (o *Options) Validate() error {
+	var errs []error
+	if o.NodeName == "" {
+		errs = append(errs, errors.New("--node-name is empty and NODE_NAME is not set"))
+	}
+	if o.Resync < 0 {
+		errs = append(errs, fmt.Errorf("--resync=%s: must not be negative", o.Resync))
+	}
+	for _, a := range []struct{ flag, addr string }{{"--metrics-bind-address", o.MetricsBindAddress}, {"--health-bind-address", o.HealthBindAddress}} {
+		if a.addr == "" {
+			continue
+		}
+		if _, port, err := net.SplitHostPort(a.addr); err != nil || port == "" {
+			errs = append(errs, fmt.Errorf("%s=%s: want host:port", a.flag, a.addr))
+		}
+	}
+	if o.LeaderElect && o.LeaderElectionNamespace == "" {
+		errs = append(errs, errors.New("--leader-election-namespace is empty"))
+	}
+	if fe := logsapi.Validate(o.Logging, o.Features, nil); len(fe) > 0 {
+		errs = append(errs, fmt.Errorf("logging flags: %w", fe.ToAggregate()))
+	}
+	return errors.Join(errs...)
+}
+
+// Config is the agent's configuration from the options.
+func (o *Options) Config() agent.Config {
+	return agent.Config{
+		NodeName:       o.NodeName,
+		AllowNodeLocal: o.AllowNodeLocal,
+		Resync:         o.Resync,
+		Features:       o.Features,
+		LeaderElection: agent.LeaderElection{Enabled: o.LeaderElect, Namespace: o.LeaderElectionNamespace},
+	}
+}

@@ -1,0 +1,84 @@
+package options
+
+import (
+	"strings"
+	"testing"
+	"time"
+)
+
+func TestValidate(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		mod  func(*Options)
+		want []string // substrings of the error; none: valid
+	}{
+		{"defaults with a node", func(o *Options) {}, nil},
+		{"no node", func(o *Options) { o.NodeName = "" }, []string{"--node-name is empty"}},
+		{"negative resync", func(o *Options) { o.Resync = -time.Second }, []string{"--resync=-1s"}},
+		{"resync off", func(o *Options) { o.Resync = 0 }, nil},
+		{"port only", func(o *Options) { o.MetricsBindAddress = "9470" }, []string{"--metrics-bind-address=9470: want host:port"}},
+		{"health off", func(o *Options) { o.HealthBindAddress = "" }, nil},
+		{"no lease namespace", func(o *Options) { o.LeaderElectionNamespace = "" }, []string{"--leader-election-namespace"}},
+		{"no lease namespace without election", func(o *Options) { o.LeaderElectionNamespace, o.LeaderElect = "", false }, nil},
+		{"bad log format", func(o *Options) { o.Logging.Format = "xml" }, []string{"xml"}},
+		{"every problem at once", func(o *Options) { o.NodeName, o.HealthBindAddress = "", "x" }, []string{"--node-name", "--health-bind-address=x"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			o, err := New()
+			if err != nil {
+				t.Fatal(err)
+			}
+			o.NodeName = "n1"
+			tc.mod(o)
+			err = o.Validate()
+			if len(tc.want) == 0 {
+				if err != nil {
+					t.Fatalf("Validate() = %v, want nil", err)
+				}
+				return
+			}
+			if err == nil {
+				t.Fatalf("Validate() = nil, want an error mentioning %q", tc.want)
+			}
+			for _, w := range tc.want {
+				if !strings.Contains(err.Error(), w) {
+					t.Errorf("Validate() = %v, want it to mention %q", err, w)
+				}
+			}
+		})
+	}
+}
+
+func TestFlagsFillConfig(t *testing.T) {
+	t.Setenv("NODE_NAME", "from-env")
+	t.Setenv("POD_NAMESPACE", "ns-from-env")
+	o, err := New()
+	if err != nil {
+		t.Fatal(err)
+	}
+	fss := o.Flags()
+	args := map[string]string{
+		"allow-node-local": "false", "resync": "30s", "leader-elect": "false", "feature-gates": "IngressNetworksAndNodes=true",
+	}
+	for name, v := range args {
+		found := false
+		for _, fs := range fss.FlagSets {
+			if f := fs.Lookup(name); f != nil {
+				found = true
+				if err := fs.Set(name, v); err != nil {
+					t.Fatalf("--%s=%s: %v", name, v, err)
+				}
+			}
+		}
+		if !found {
+			t.Fatalf("no flag --%s", name)
+		}
+	}
+	c := o.Config()
+	if c.NodeName != "from-env" || c.AllowNodeLocal || c.Resync != 30*time.Second || c.LeaderElection.Enabled || c.LeaderElection.Namespace != "ns-from-env" {
+		t.Errorf("Config() = %+v", c)
+	}
+	if !c.Features.Enabled("IngressNetworksAndNodes") {
+		t.Error("--feature-gates did not reach Config().Features")
+	}
+}

@@ -1,0 +1,112 @@
+package app
+
+import (
+	"context"
+	"errors"
+	"io"
+	"net"
+	"net/http"
+	"strings"
+	"testing"
+
+	"github.com/prometheus/client_golang/prometheus"
+)
+
+// stubAgent answers the checks as told.
+type stubAgent struct {
+	healthy, ready error
+	reg            *prometheus.Registry
+}
+
+func (s *stubAgent) Healthy() error               { return s.healthy }
+func (s *stubAgent) Ready() error                 { return s.ready }
+func (s *stubAgent) Metrics() prometheus.Gatherer { return s.reg }
+
+func get(t *testing.T, url string) (int, string) {
+	t.Helper()
+	resp, err := http.Get(url)
+	if err != nil {
+		t.Fatalf("GET %s: %v", url, err)
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	return resp.StatusCode, string(b)
+}
+
+func TestEndpoints(t *testing.T) {
+	for _, tc := range []struct {
+		name                string
+		metrics, health     string
+		wantMetricsOnHealth bool
+	}{
+		{"two listeners", "127.0.0.1:0", "127.0.0.1:0", false},
+		{"one listener", "127.0.0.1:0", "", true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			metrics, health := tc.metrics, tc.health
+			if tc.wantMetricsOnHealth {
+				metrics = "127.0.0.1:" + freePort(t)
+				health = metrics
+			}
+			srv, err := listen(metrics, health)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer srv.close()
+			reg := prometheus.NewRegistry()
+			c := prometheus.NewCounter(prometheus.CounterOpts{Name: "moat_agent_test_total", Help: "test"})
+			reg.MustRegister(c)
+			a := &stubAgent{reg: reg, ready: errors.New("the first full sync has not been programmed yet")}
+			ctx, cancel := context.WithCancel(context.Background())
+			defer cancel()
+			srv.serve(ctx, a)
+			m, h := "http://"+srv.metricsAddr(), "http://"+srv.healthAddr()
+			if code, body := get(t, h+"/readyz"); code != http.StatusServiceUnavailable || !strings.Contains(body, "first full sync") {
+				t.Errorf("/readyz before ready = %d %q", code, body)
+			}
+			a.ready = nil
+			if code, body := get(t, h+"/readyz"); code != http.StatusOK {
+				t.Errorf("/readyz = %d %q", code, body)
+			}
+			if code, _ := get(t, h+"/healthz"); code != http.StatusOK {
+				t.Errorf("/healthz = %d", code)
+			}
+			a.healthy = errors.New("a sync has been running for 3m1s")
+			if code, body := get(t, h+"/healthz"); code != http.StatusServiceUnavailable || !strings.Contains(body, "3m1s") {
+				t.Errorf("/healthz of a hung agent = %d %q", code, body)
+			}
+			code, body := get(t, m+"/metrics")
+			for _, want := range []string{"moat_agent_test_total 0", "process_resident_memory_bytes", "go_goroutines"} {
+				if code != http.StatusOK || !strings.Contains(body, want) {
+					t.Errorf("/metrics = %d, lacks %q", code, want)
+				}
+			}
+			code, _ = get(t, h+"/metrics")
+			if served := code == http.StatusOK; served != tc.wantMetricsOnHealth {
+				t.Errorf("/metrics on the health address: HTTP %d, want served=%v", code, tc.wantMetricsOnHealth)
+			}
+		})
+	}
+}
+
+func freePort(t *testing.T) string {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	_, port, _ := net.SplitHostPort(l.Addr().String())
+	return port
+}
+
+func TestListenTakenPort(t *testing.T) {
+	srv, err := listen("127.0.0.1:0", "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer srv.close()
+	if _, err := listen("127.0.0.1:0", srv.metricsAddr()); err == nil || !strings.Contains(err.Error(), "--health-bind-address") {
+		t.Errorf("listen on a taken port: %v, want an error naming --health-bind-address", err)
+	}
+}
