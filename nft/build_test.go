@@ -112,31 +112,31 @@ status: {podIP: 10.0.0.1}
 	}
 }
 
-func TestPeerChurnTouchesElementsOnly(t *testing.T) {
-	base := mustRead(t, "testdata/tiers.yaml")
-	for name, edit := range map[string]func(string) string{
-		"peer address": func(s string) string { return strings.ReplaceAll(s, "10.0.2.10", "10.0.2.99") },
-		"peer relabel": func(s string) string {
-			return strings.Replace(s, "labels: {app: client}}", "labels: {app: other}}", 1)
-		},
-		"new peer pod": func(s string) string {
-			return s + `---
+// client2 is a second pod web-in's client selector picks.
+const client2 = `---
 apiVersion: v1
 kind: Pod
 metadata: {name: client2, namespace: shop, labels: {app: client}}
 spec: {nodeName: node-2}
 status: {podIPs: [{ip: 10.0.2.11}]}
 `
-		},
+
+func TestPeerChurnTouchesElementsOnly(t *testing.T) {
+	base := mustRead(t, "testdata/tiers.yaml")
+	for name, tc := range map[string]struct{ before, after string }{
+		"peer address":  {base, strings.ReplaceAll(base, "10.0.2.10", "10.0.2.99")},
+		"peer relabel":  {base + client2, strings.Replace(base, "labels: {app: client}}", "labels: {app: other}}", 1) + client2},
+		"new peer pod":  {base, base + client2},
+		"peer pod goes": {base + client2, base},
 	} {
 		t.Run(name, func(t *testing.T) {
 			ctx := context.Background()
 			fake := knftables.NewFake(knftables.InetFamily, Table)
 			s := New(fake, Options{Node: "node-1"})
-			if _, err := s.Sync(ctx, compileYAML(t, base)); err != nil {
+			if _, err := s.Sync(ctx, compileYAML(t, tc.before)); err != nil {
 				t.Fatal(err)
 			}
-			res, err := s.Sync(ctx, compileYAML(t, edit(base)))
+			res, err := s.Sync(ctx, compileYAML(t, tc.after))
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -150,6 +150,34 @@ status: {podIPs: [{ip: 10.0.2.11}]}
 				}
 			}
 		})
+	}
+}
+
+// TestEmptiedPeerPatches: a selector that stops matching any pod drops
+// out of the compiled Match, so the rules that used its set change; the
+// patch replaces the chains involved (no full replace) and the rules
+// deny what they must.
+func TestEmptiedPeerPatches(t *testing.T) {
+	ctx := context.Background()
+	base := mustRead(t, "testdata/tiers.yaml")
+	fake := knftables.NewFake(knftables.InetFamily, Table)
+	s := New(fake, Options{Node: "node-1"})
+	if _, err := s.Sync(ctx, compileYAML(t, base)); err != nil {
+		t.Fatal(err)
+	}
+	web := Packet{Src: netip.MustParseAddr("10.0.2.10"), Dst: netip.MustParseAddr("10.0.1.10"), Proto: policy.ProtoTCP, Port: 8080}
+	if !s.Applied().Allows(web) {
+		t.Fatal("client -> web:8080 denied before the relabel")
+	}
+	res, err := s.Sync(ctx, compileYAML(t, strings.Replace(base, "labels: {app: client}}", "labels: {app: other}}", 1)))
+	if err != nil || res.Full || res.Operations == 0 {
+		t.Fatalf("got %+v, %v; want a patch", res, err)
+	}
+	if s.Applied().Allows(web) {
+		t.Error("client -> web:8080 allowed after client lost its label")
+	}
+	if tx := fake.LastTransaction.String(); strings.Contains(tx, " counter inet ") {
+		t.Errorf("patch added or deleted counters:\n%s", tx)
 	}
 }
 

@@ -109,6 +109,9 @@ func elementsHash(s *Set) string {
 			buf = buf[:0]
 		}
 	}
+	for _, sv := range s.Services {
+		buf = append(buf, byte(sv.Proto), byte(sv.Ports.From>>8), byte(sv.Ports.From), byte(sv.Ports.To>>8), byte(sv.Ports.To))
+	}
 	h.Write(buf)
 	return hex.EncodeToString(h.Sum(nil))[:hashLen]
 }
@@ -266,6 +269,13 @@ func protoName(p policy.Protocol) string {
 
 // elementKeys renders the set's elements as knftables keys.
 func (s *Set) elementKeys() [][]string {
+	if s.Kind == Services {
+		out := make([][]string, len(s.Services))
+		for i, sv := range s.Services {
+			out[i] = []string{protoName(sv.Proto), sv.Ports.String()}
+		}
+		return out
+	}
 	if s.Kind == Addr4 || s.Kind == Addr6 {
 		out := make([][]string, len(s.Addrs))
 		for i, r := range s.Addrs {
@@ -283,6 +293,13 @@ func (s *Set) elementKeys() [][]string {
 // contains reports whether the set holds the remote address (and, for
 // ports sets, protocol and port): the Go twin of an nftables lookup.
 func (s *Set) contains(remote netip.Addr, proto policy.Protocol, port uint16) bool {
+	if s.Kind == Services {
+		i := sort.Search(len(s.Services), func(i int) bool {
+			sv := s.Services[i]
+			return sv.Proto > proto || sv.Proto == proto && sv.Ports.To >= port
+		})
+		return i < len(s.Services) && s.Services[i].Proto == proto && s.Services[i].Ports.From <= port
+	}
 	if remote.Is4() != s.Kind.ipv4() {
 		return false
 	}

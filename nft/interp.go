@@ -64,7 +64,7 @@ func (rs *Ruleset) runChain(name string, remote netip.Addr, p Packet) bool {
 		next := ""
 	rules:
 		for _, r := range c.Rules {
-			if r.Set != "" && !rs.lookup(r.Set, remote, p) {
+			if !rs.matches(r, remote, p) {
 				continue
 			}
 			switch r.Verdict.Kind {
@@ -83,6 +83,17 @@ func (rs *Ruleset) runChain(name string, remote netip.Addr, p Packet) bool {
 		name = next
 	}
 	return false
+}
+
+// matches reports whether a rule of a policy chain matches the packet.
+func (rs *Ruleset) matches(r Rule, remote netip.Addr, p Packet) bool {
+	switch {
+	case r.Peers != "":
+		return rs.matchPeers(r, remote, p)
+	case r.Set != "":
+		return rs.lookup(r.Set, remote, p)
+	}
+	return true
 }
 
 func (rs *Ruleset) lookup(base string, remote netip.Addr, p Packet) bool {

@@ -102,9 +102,12 @@ func TestKernelSyncFullDiffAndFailure(t *testing.T) {
 		}
 		listed := nftList(t)
 		for _, want := range []string{
-			"10.0.2.10 . tcp . 30000-32767",
-			"203.0.113.0/25 . udp . 53",
-			"0.0.0.0/0 . tcp . 465-587",
+			"elements = { 10.0.2.10 }",
+			"tcp . 30000-32767",
+			"elements = { 203.0.113.0/25 }",
+			"saddr @a-",
+			"udp dport 53",
+			"tcp . 465-587",
 			"ip saddr vmap @egress4",
 			"10.0.1.10 : jump in-",
 			"type filter hook forward priority filter; policy accept;",
@@ -132,7 +135,7 @@ func TestKernelSyncFullDiffAndFailure(t *testing.T) {
 			t.Fatalf("patch sync: %+v, %v", res, err)
 		}
 		listed = nftList(t)
-		if !strings.Contains(listed, "10.0.2.99 . tcp . 30000-32767") || strings.Contains(listed, "10.0.2.10 ") {
+		if !strings.Contains(listed, "elements = { 10.0.2.99 }") || strings.Contains(listed, "10.0.2.10 ") {
 			t.Errorf("element update not applied:\n%s", listed)
 		}
 

@@ -86,7 +86,7 @@ var staticMaps = []knftables.Map{
 }
 
 func (k SetKind) nftType() string {
-	return [...]string{"ipv4_addr", "ipv6_addr", "ipv4_addr . inet_proto . inet_service", "ipv6_addr . inet_proto . inet_service"}[k]
+	return [...]string{"ipv4_addr", "ipv6_addr", "ipv4_addr . inet_proto . inet_service", "ipv6_addr . inet_proto . inet_service", "inet_proto . inet_service"}[k]
 }
 
 func (v Verdict) String() string {
@@ -99,9 +99,10 @@ func (v Verdict) String() string {
 	return "return"
 }
 
-// renderChainRules expands a policy chain into nft rules: a rule with a
-// set looks the remote end up in the run's four sets (the family decides
-// which two can match).
+// renderChainRules expands a policy chain into nft rules: a rule with
+// shared peers looks the remote end up in the peer's set of each family,
+// with its ports beside it; a union rule looks it up in the run's four
+// sets (the family decides which two can match).
 func renderChainRules(c *Chain) []*knftables.Rule {
 	field := "daddr"
 	if c.Dir == policy.Ingress {
@@ -117,18 +118,42 @@ func renderChainRules(c *Chain) []*knftables.Rule {
 		if r.Counter != "" {
 			v = "counter name " + r.Counter + " " + v
 		}
-		if r.Set == "" {
+		switch {
+		case r.Peers != "":
+			ports := portsExpr(r)
+			out = append(out,
+				&knftables.Rule{Chain: c.Name, Rule: fmt.Sprintf("ip %s @%s-4 %s%s", field, r.Peers, ports, v), Comment: cm},
+				&knftables.Rule{Chain: c.Name, Rule: fmt.Sprintf("ip6 %s @%s-6 %s%s", field, r.Peers, ports, v), Comment: cm},
+			)
+		case r.Set != "":
+			out = append(out,
+				&knftables.Rule{Chain: c.Name, Rule: fmt.Sprintf("ip %s @%s-a4 %s", field, r.Set, v), Comment: cm},
+				&knftables.Rule{Chain: c.Name, Rule: fmt.Sprintf("ip6 %s @%s-a6 %s", field, r.Set, v), Comment: cm},
+				&knftables.Rule{Chain: c.Name, Rule: fmt.Sprintf("ip %s . meta l4proto . th dport @%s-p4 %s", field, r.Set, v), Comment: cm},
+				&knftables.Rule{Chain: c.Name, Rule: fmt.Sprintf("ip6 %s . meta l4proto . th dport @%s-p6 %s", field, r.Set, v), Comment: cm},
+			)
+		default:
 			out = append(out, &knftables.Rule{Chain: c.Name, Rule: v, Comment: cm})
-			continue
 		}
-		out = append(out,
-			&knftables.Rule{Chain: c.Name, Rule: fmt.Sprintf("ip %s @%s-a4 %s", field, r.Set, v), Comment: cm},
-			&knftables.Rule{Chain: c.Name, Rule: fmt.Sprintf("ip6 %s @%s-a6 %s", field, r.Set, v), Comment: cm},
-			&knftables.Rule{Chain: c.Name, Rule: fmt.Sprintf("ip %s . meta l4proto . th dport @%s-p4 %s", field, r.Set, v), Comment: cm},
-			&knftables.Rule{Chain: c.Name, Rule: fmt.Sprintf("ip6 %s . meta l4proto . th dport @%s-p6 %s", field, r.Set, v), Comment: cm},
-		)
 	}
 	return out
+}
+
+// portsExpr is the port match of a shared rule, with a trailing space:
+// empty for all traffic, "tcp dport 80" for one protocol and range, a
+// lookup of protocol and port in a Services set otherwise.
+func portsExpr(r Rule) string {
+	if r.PortSet != "" {
+		return "meta l4proto . th dport @" + r.PortSet + " "
+	}
+	if r.Ports == nil {
+		return ""
+	}
+	sv, _ := singleService(r.Ports)
+	if sv.Proto.HasPorts() {
+		return fmt.Sprintf("%s dport %s ", protoName(sv.Proto), sv.Ports)
+	}
+	return fmt.Sprintf("meta l4proto %d th dport %s ", sv.Proto, sv.Ports)
 }
 
 func setObject(s *Set) *knftables.Set {

@@ -21,27 +21,37 @@ import (
 // SetKind says what a set holds and so which nftables type it has.
 type SetKind int
 
-// Set kinds. Each rule run gets one set of every kind, so that pod churn
-// only changes elements, never which sets a chain looks up.
+// Set kinds. Peer address sets (Addr4, Addr6) are shared: one pair per
+// distinct peer, looked up by every rule that uses it, with the rule's
+// ports matched beside it (inline, or in a Services set). A run of rules
+// too long to walk one lookup at a time gets union sets instead: one set
+// of each of the first four kinds, named after the rules, so that pod
+// churn only changes elements, never which sets a chain looks up.
 const (
-	// Addr4 is "ipv4_addr" with flags interval: remote addresses that
-	// match on all traffic (a rule without ports).
+	// Addr4 is "ipv4_addr" with flags interval: remote addresses (a
+	// shared peer, or a union run's terms without ports).
 	Addr4 SetKind = iota
 	// Addr6 is Addr4 for IPv6.
 	Addr6
 	// Ports4 is "ipv4_addr . inet_proto . inet_service" with flags
-	// interval: remote address, protocol and destination port.
+	// interval: remote address, protocol and destination port of a union
+	// run's terms with ports.
 	Ports4
 	// Ports6 is Ports4 for IPv6.
 	Ports6
+	// Services is "inet_proto . inet_service" with flags interval: the
+	// ports of shared lookups that need more than one range.
+	Services
 )
 
-// setKinds lists the kinds in the order rules look them up.
+// setKinds lists the kinds of a union run's sets in the order rules look
+// them up.
 var setKinds = [...]SetKind{Addr4, Addr6, Ports4, Ports6}
 
-// suffix is appended to a run's base name to name the set of this kind.
+// suffix is appended to a union run's base name to name its set of this
+// kind.
 func (k SetKind) suffix() string {
-	return [...]string{"-a4", "-a6", "-p4", "-p6"}[k]
+	return [...]string{"-a4", "-a6", "-p4", "-p6", ""}[k]
 }
 
 func (k SetKind) ipv4() bool { return k == Addr4 || k == Ports4 }
@@ -50,6 +60,13 @@ func (k SetKind) ipv4() bool { return k == Addr4 || k == Ports4 }
 // protocol and a range of destination ports.
 type Box struct {
 	Addrs policy.AddrRange
+	Proto policy.Protocol
+	Ports policy.PortRange
+}
+
+// Service is one element of a Services set: a protocol and a range of
+// destination ports.
+type Service struct {
 	Proto policy.Protocol
 	Ports policy.PortRange
 }
@@ -63,6 +80,9 @@ type Set struct {
 	// Boxes holds the elements of Ports4/Ports6 sets: sorted by address
 	// range, then protocol, then port; pairwise disjoint.
 	Boxes []Box
+	// Services holds the elements of a Services set: sorted by protocol,
+	// then port; disjoint.
+	Services []Service
 	// hash identifies the elements (empty when unknown).
 	hash string
 }
@@ -86,10 +106,22 @@ type Verdict struct {
 	Target string
 }
 
-// Rule is one rule of a policy chain. A rule with a set base name looks
-// the remote address (and protocol and port) up in the run's four sets; a
-// rule without one always matches.
+// Rule is one rule of a policy chain. It matches in one of three ways:
+// with Peers, when the remote address is in that shared peer set and the
+// packet's protocol and port are in Ports; with Set, when the remote
+// address (and protocol and port) is in one of a union run's four sets;
+// with neither, always.
 type Rule struct {
+	// Peers is the base name of a shared peer set pair: Peers+"-4" and
+	// Peers+"-6".
+	Peers string
+	// Ports restricts a Peers rule to some protocols and ports; nil or
+	// All matches all traffic.
+	Ports *policy.PortSet
+	// PortSet names the Services set holding Ports when they are more
+	// than one protocol and range ("" when they render inline).
+	PortSet string
+	// Set is the base name of a union run's four sets.
 	Set     string
 	Verdict Verdict
 	Comment string
@@ -149,7 +181,7 @@ func (rs *Ruleset) Stats() Stats {
 		st.Rules += len(renderChainRules(c))
 	}
 	for _, s := range rs.Sets {
-		st.Elements += len(s.Addrs) + len(s.Boxes)
+		st.Elements += s.len()
 	}
 	st.Elements += len(rs.Egress) + len(rs.Ingress) + 2*len(rs.Self) + len(rs.NodeLocal)
 	return st
@@ -172,3 +204,6 @@ func sortedKeys[V any](m map[string]V) []string {
 	sort.Strings(out)
 	return out
 }
+
+// len is the number of elements.
+func (s *Set) len() int { return len(s.Addrs) + len(s.Boxes) + len(s.Services) }

@@ -1,0 +1,182 @@
+package nft
+
+import (
+	"fmt"
+	"strings"
+
+	"github.com/moat-net/moat/policy"
+)
+
+// run is a maximal sequence of consecutive rules of one tier with the same
+// outcome. First match wins within a tier, so the order of such rules does
+// not matter: the packet gets the same verdict whichever of them matches,
+// and their lookups may be merged and reordered.
+type run struct {
+	// identity names the rules the run serves (not their current
+	// matches): a union run's set names derive from it.
+	identity string
+	verdict  VerdictKind // Return (Accept), Drop (Deny) or Goto (Pass)
+	matches  []policy.Match
+	// uses names the policy rule of each match (direction included), so
+	// that a shared peer set can be named after the rules that use it.
+	uses    []string
+	comment string
+	// counter is what a Drop run counts into: a run of Drop rules is
+	// always a single rule, so that drops are counted per policy rule.
+	counter *DropCounter
+	// memo identifies the matches cheaply: the compiler shares Match
+	// slices between pods whose rules resolve alike.
+	memo string
+	// shape is how the run is matched, decided by the builder.
+	shape *runShape
+}
+
+// dirPlan is one DirPolicy as runs, before set names are known.
+type dirPlan struct {
+	dir   policy.Direction
+	admin []*run
+	hasNP bool
+	np    *run // nil when the NetworkPolicy tier has no rule
+	// isolation counts the NetworkPolicy tier's final drop.
+	isolation *DropCounter
+	baseline  []*run
+	users     []string // signatures of the pods judged by it
+}
+
+func (p *dirPlan) runs() []*run {
+	out := append([]*run{}, p.admin...)
+	if p.np != nil {
+		out = append(out, p.np)
+	}
+	return append(out, p.baseline...)
+}
+
+// plan returns the runs of a DirPolicy, computing them on first use.
+func (b *builder) plan(dp *policy.DirPolicy, dir policy.Direction) *dirPlan {
+	if p, ok := b.plans[dp]; ok {
+		return p
+	}
+	p := &dirPlan{dir: dir}
+	p.admin = cnpRuns(policy.TierAdmin, dir, dp.Admin)
+	// A Pass at the end of the Admin tier goes where the tier ends anyway.
+	for n := len(p.admin); n > 0 && p.admin[n-1].verdict == Goto; n-- {
+		p.admin = p.admin[:n-1]
+	}
+	if dp.NP != nil {
+		p.hasNP = true
+		p.isolation = isolationCounter(dp.NP.Policies, dir)
+		p.np = npRun(dir, dp.NP)
+	} else {
+		p.baseline = cnpRuns(policy.TierBaseline, dir, dp.Baseline)
+		// Accept and Pass both end in allow in the Baseline tier; a
+		// trailing allow is what the end of the chain does anyway.
+		for n := len(p.baseline); n > 0 && p.baseline[n-1].verdict != Drop; n-- {
+			p.baseline = p.baseline[:n-1]
+		}
+	}
+	b.plans[dp] = p
+	b.order = append(b.order, dp)
+	return p
+}
+
+// npRun is the NetworkPolicy tier of a pod as one run: every rule allows,
+// so all of them form one run; nil when the tier has no rule.
+func npRun(dir policy.Direction, np *policy.NPTier) *run {
+	if len(np.Rules) == 0 {
+		return nil
+	}
+	r := &run{identity: "np|" + dir.String(), verdict: Return}
+	names := make([]string, len(np.Policies))
+	for i, ref := range np.Policies {
+		r.identity += "|" + ref.Namespace + "/" + ref.Name
+		names[i] = ref.Namespace + "/" + ref.Name
+	}
+	for _, nr := range np.Rules {
+		r.matches = append(r.matches, nr.Match)
+		r.uses = append(r.uses, fmt.Sprintf("np|%s|%s/%s#%d", dir, nr.Policy.Namespace, nr.Policy.Name, nr.Index))
+	}
+	r.comment = "NetworkPolicy " + strings.Join(names, " ")
+	r.memo = r.identity + memoOf(r.matches)
+	return r
+}
+
+// cnpRuns groups a ClusterNetworkPolicy tier's rules into runs.
+func cnpRuns(tier policy.Tier, dir policy.Direction, rules []policy.RuleMatch) []*run {
+	var out []*run
+	var ids, descs []string
+	for _, rm := range rules {
+		v := Return
+		switch rm.Rule.Action {
+		case policy.ActionDeny:
+			v = Drop
+		case policy.ActionPass:
+			v = Goto
+			if tier == policy.TierBaseline {
+				v = Return
+			}
+		case policy.ActionAccept:
+		default:
+			// An action the backend does not know must not open access.
+			v = Drop
+		}
+		desc := fmt.Sprintf("%s.%s[%d]", rm.Rule.Policy.Name, dir, rm.Rule.Index)
+		id := rm.Rule.Policy.String() + "#" + fmt.Sprint(rm.Rule.Index)
+		use := "cnp|" + dir.String() + "|" + id
+		// Consecutive rules with one verdict form one run, except drops:
+		// each keeps its own rules and counter (first match wins, so
+		// which Deny rule dropped a packet is well defined).
+		if n := len(out); n > 0 && out[n-1].verdict == v && v != Drop {
+			last := out[n-1]
+			last.matches = append(last.matches, rm.Match)
+			last.uses = append(last.uses, use)
+			ids = append(ids, id)
+			descs = append(descs, desc)
+			last.identity = string(tier) + "|" + dir.String() + "|" + strings.Join(ids, "|")
+			last.comment = string(tier) + " " + verdictWord(v, tier) + " " + strings.Join(descs, " ")
+			continue
+		}
+		ids, descs = []string{id}, []string{desc}
+		r := &run{
+			identity: string(tier) + "|" + dir.String() + "|" + id,
+			verdict:  v,
+			matches:  []policy.Match{rm.Match},
+			uses:     []string{use},
+			comment:  string(tier) + " " + verdictWord(v, tier) + " " + desc,
+		}
+		if v == Drop {
+			r.counter = cnpCounter(rm.Rule, dir)
+		}
+		out = append(out, r)
+	}
+	for _, r := range out {
+		r.memo = r.identity + memoOf(r.matches)
+	}
+	return out
+}
+
+func verdictWord(v VerdictKind, tier policy.Tier) string {
+	switch v {
+	case Drop:
+		return "Deny"
+	case Goto:
+		return "Pass"
+	}
+	if tier == policy.TierBaseline {
+		return "Accept/Pass"
+	}
+	return "Accept"
+}
+
+// memoOf identifies a list of matches by the slices' identity: the
+// compiler reuses one Match for every pod a rule resolves alike for.
+func memoOf(ms []policy.Match) string {
+	var b strings.Builder
+	for _, m := range ms {
+		if len(m) == 0 {
+			b.WriteString("|-")
+			continue
+		}
+		fmt.Fprintf(&b, "|%p/%d", &m[0], len(m))
+	}
+	return b.String()
+}

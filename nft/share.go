@@ -1,0 +1,268 @@
+package nft
+
+import (
+	"crypto/sha256"
+	"net/netip"
+	"sort"
+
+	"github.com/moat-net/moat/policy"
+)
+
+// maxLookups is the most shared lookups one run may take; a longer run
+// (hundreds of NetworkPolicies selecting one pod, each with its own
+// ipBlock) gets union sets instead, so that the rules a packet walks stay
+// bounded whatever the number of policies.
+const maxLookups = 32
+
+// runShape is how a run is matched: by lookups into shared peer sets,
+// or (union) by one lookup per kind into sets of its own.
+type runShape struct {
+	union   bool
+	lookups []lookup
+}
+
+// lookup is one peer of a run with the ports the run matches towards it:
+// one rule per address family.
+type lookup struct {
+	peer  *peerGroup
+	ports *policy.PortSet // nil: all traffic
+	key   string          // ports key, "" for all traffic
+}
+
+// peerGroup is one distinct peer: the addresses some terms match,
+// whichever rules they come from. It becomes one shared set per family.
+type peerGroup struct {
+	key   string // content key: hash of the ranges
+	addrs *policy.AddrSet
+	// minUse is the smallest name of a rule (and ports) using the peer:
+	// the set is named after it, so that the name stays while the peer's
+	// pods come and go.
+	minUse string
+	used   bool
+	name   string
+}
+
+func (g *peerGroup) use(u string) {
+	if !g.used || u < g.minUse {
+		g.minUse = u
+	}
+	g.used = true
+}
+
+// addrKey identifies a set of addresses by content.
+func addrKey(s *policy.AddrSet) string {
+	h := sha256.New()
+	var buf []byte
+	for _, r := range s.Ranges() {
+		buf = r.From.AppendTo(buf)
+		buf = append(buf, '-')
+		buf = r.To.AppendTo(buf)
+		buf = append(buf, ',')
+		if len(buf) > 4096 {
+			h.Write(buf)
+			buf = buf[:0]
+		}
+	}
+	h.Write(buf)
+	return string(h.Sum(nil)[:16])
+}
+
+// peer returns the group of an address set: by pointer when the builder
+// has seen it (the compiler shares one AddrSet between the rules of one
+// resolved peer), by content otherwise.
+func (b *builder) peer(s *policy.AddrSet) *peerGroup {
+	if g, ok := b.peerOf[s]; ok {
+		return g
+	}
+	key := b.cache.addrKey(s)
+	g := b.peers[key]
+	if g == nil {
+		g = &peerGroup{key: key, addrs: s}
+		b.peers[key] = g
+	}
+	b.peerOf[s] = g
+	return g
+}
+
+// shape decides how a run is matched. Terms with the same peer merge into
+// one lookup with the union of their ports: the run's rules share a
+// verdict, so which of them matched does not matter.
+func (b *builder) shape(r *run) *runShape {
+	if sh, ok := b.shapes[r.memo]; ok {
+		return sh
+	}
+	type acc struct {
+		ports policy.PortSetBuilder
+		uses  []string
+	}
+	byPeer := map[*peerGroup]*acc{}
+	var order []*peerGroup
+	for i, m := range r.matches {
+		for _, t := range m {
+			if t.Addrs.Empty() || t.Ports.Empty() {
+				continue
+			}
+			g := b.peer(t.Addrs)
+			a := byPeer[g]
+			if a == nil {
+				a = &acc{}
+				byPeer[g] = a
+				order = append(order, g)
+			}
+			key := "all"
+			if t.Ports.All {
+				a.ports.AddAll()
+			} else {
+				for p, rs := range t.Ports.ByProto {
+					for _, pr := range rs {
+						a.ports.Add(p, pr)
+					}
+				}
+				key = portsKey(t.Ports.ByProto)
+			}
+			a.uses = append(a.uses, r.uses[i]+"|"+key)
+		}
+	}
+	sh := &runShape{}
+	if len(order) > maxLookups {
+		sh.union = true
+	} else {
+		for _, g := range order {
+			a := byPeer[g]
+			for _, u := range a.uses {
+				g.use(u)
+			}
+			l := lookup{peer: g, ports: a.ports.Build()}
+			if l.ports.All {
+				l.ports = nil
+			} else {
+				l.key = portsKey(l.ports.ByProto)
+			}
+			sh.lookups = append(sh.lookups, l)
+		}
+	}
+	b.shapes[r.memo] = sh
+	return sh
+}
+
+// namePeers names the peers that shared lookups use and adds their sets.
+// A peer is named after its smallest use; two peers with the same
+// smallest use (a rule whose named ports resolve differently per pod)
+// are told apart by content.
+func (b *builder) namePeers() {
+	var groups []*peerGroup
+	for _, g := range b.peers {
+		if g.used {
+			groups = append(groups, g)
+		}
+	}
+	sort.Slice(groups, func(i, j int) bool {
+		if groups[i].minUse != groups[j].minUse {
+			return groups[i].minUse < groups[j].minUse
+		}
+		return groups[i].key < groups[j].key
+	})
+	taken := map[string]bool{}
+	for _, g := range groups {
+		name := hashName("a-", g.minUse)
+		if taken[name] {
+			name = hashName("a-", g.minUse, g.key)
+		}
+		taken[name] = true
+		g.name = name
+		rs := g.addrs.Ranges()
+		split := sort.Search(len(rs), func(i int) bool { return !rs[i].From.Is4() })
+		for _, s := range []*Set{
+			{Name: name + "-4", Kind: Addr4, Addrs: rs[:split:split]},
+			{Name: name + "-6", Kind: Addr6, Addrs: rs[split:]},
+		} {
+			s.hash = b.cache.elementsHash(g.key, s)
+			b.rs.Sets[s.Name] = s
+		}
+	}
+}
+
+// portRule completes a shared lookup's rule with its ports: inline when
+// they are one protocol and one range, else a Services set shared by
+// every rule with the same ports.
+func (b *builder) portRule(r *Rule, l lookup) {
+	if l.ports == nil {
+		return
+	}
+	r.Ports = l.ports
+	if _, single := singleService(l.ports); single {
+		return
+	}
+	name := hashName("p-", l.key)
+	r.PortSet = name
+	if _, ok := b.rs.Sets[name]; ok {
+		return
+	}
+	s := &Set{Name: name, Kind: Services}
+	protos := make([]int, 0, len(l.ports.ByProto))
+	for p := range l.ports.ByProto {
+		protos = append(protos, int(p))
+	}
+	sort.Ints(protos)
+	for _, p := range protos {
+		for _, pr := range l.ports.ByProto[policy.Protocol(p)] {
+			s.Services = append(s.Services, Service{Proto: policy.Protocol(p), Ports: pr})
+		}
+	}
+	s.hash = elementsHash(s)
+	b.rs.Sets[name] = s
+}
+
+// singleService returns the one protocol and port range of ps, if it
+// has exactly one.
+func singleService(ps *policy.PortSet) (Service, bool) {
+	var out Service
+	n := 0
+	for p, rs := range ps.ByProto {
+		for _, r := range rs {
+			out = Service{Proto: p, Ports: r}
+			n++
+		}
+	}
+	return out, n == 1
+}
+
+// lookupRules renders a shared run as rules, ordered by peer name and
+// ports so that equal runs give equal chains.
+func (b *builder) lookupRules(r *run, sh *runShape, v Verdict, counter string) []Rule {
+	ls := append([]lookup(nil), sh.lookups...)
+	sort.Slice(ls, func(i, j int) bool {
+		if ls[i].peer.name != ls[j].peer.name {
+			return ls[i].peer.name < ls[j].peer.name
+		}
+		return ls[i].key < ls[j].key
+	})
+	out := make([]Rule, 0, len(ls))
+	for _, l := range ls {
+		rule := Rule{Peers: l.peer.name, Verdict: v, Comment: r.comment, Counter: counter}
+		b.portRule(&rule, l)
+		out = append(out, rule)
+	}
+	return out
+}
+
+// contains reports whether a shared rule matches: the Go twin of its
+// rendered lookups.
+func (rs *Ruleset) matchPeers(r Rule, remote netip.Addr, p Packet) bool {
+	fam := "-6"
+	if remote.Is4() {
+		fam = "-4"
+	}
+	s, ok := rs.Sets[r.Peers+fam]
+	if !ok || !s.contains(remote, 0, 0) {
+		return false
+	}
+	switch {
+	case r.PortSet != "":
+		ps, ok := rs.Sets[r.PortSet]
+		return ok && ps.contains(remote, p.Proto, p.Port)
+	case r.Ports != nil:
+		return r.Ports.Matches(p.Proto, p.Port)
+	}
+	return true
+}

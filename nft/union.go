@@ -1,0 +1,245 @@
+package nft
+
+import (
+	"crypto/sha256"
+	"encoding/hex"
+	"hash/maphash"
+
+	"github.com/moat-net/moat/policy"
+)
+
+// Cache keeps what Builds compute from the Program's address sets and
+// matches between Builds. The compiler reuses an AddrSet and a rule's
+// Match for as long as the rule and its peers are unchanged
+// (policy.Compiler), so after a relabel only what changed is recomputed.
+// A Cache holds references to the sets and matches it was computed from,
+// which keeps their identity unique while cached. It is not safe for
+// concurrent use; a nil Cache computes everything.
+type Cache struct {
+	// addrs: content key of an address set.
+	addrs map[*policy.AddrSet]*cachedKey
+	// hashes: elements hash of a peer set, by content key and kind.
+	hashes map[string]*cachedKey
+	// runs: a union run's elements, by run memo.
+	runs map[string]*cachedRun
+	// byInput finds union runs whose matches were rebuilt (new slices)
+	// with the same content, which is common: a changed peer makes the
+	// compiler rebuild every rule that mentions it.
+	byInput map[uint64]*cachedRun
+	seed    maphash.Seed
+}
+
+type cachedKey struct {
+	key  string
+	used bool
+}
+
+type cachedRun struct {
+	matches []policy.Match // keeps the memo's pointers alive
+	input   uint64
+	sc      *setContents
+	hash    string
+	used    bool
+}
+
+// NewCache returns an empty cache.
+func NewCache() *Cache {
+	return &Cache{
+		addrs:   map[*policy.AddrSet]*cachedKey{},
+		hashes:  map[string]*cachedKey{},
+		runs:    map[string]*cachedRun{},
+		byInput: map[uint64]*cachedRun{},
+		seed:    maphash.MakeSeed(),
+	}
+}
+
+// sweep drops what the Build that just ended did not use.
+func (c *Cache) sweep() {
+	if c == nil {
+		return
+	}
+	for k, e := range c.addrs {
+		if !e.used {
+			delete(c.addrs, k)
+		}
+		e.used = false
+	}
+	for k, e := range c.hashes {
+		if !e.used {
+			delete(c.hashes, k)
+		}
+		e.used = false
+	}
+	for k, cr := range c.runs {
+		if !cr.used {
+			delete(c.runs, k)
+		}
+	}
+	for k, cr := range c.byInput {
+		if !cr.used {
+			delete(c.byInput, k)
+		}
+	}
+	for _, cr := range c.runs {
+		cr.used = false
+	}
+}
+
+func (c *Cache) addrKey(s *policy.AddrSet) string {
+	if c == nil {
+		return addrKey(s)
+	}
+	e := c.addrs[s]
+	if e == nil {
+		e = &cachedKey{key: addrKey(s)}
+		c.addrs[s] = e
+	}
+	e.used = true
+	return e.key
+}
+
+// elementsHash of a peer's set of one family, computed once per content.
+func (c *Cache) elementsHash(key string, s *Set) string {
+	if c == nil {
+		return elementsHash(s)
+	}
+	k := key + s.Kind.suffix()
+	e := c.hashes[k]
+	if e == nil {
+		e = &cachedKey{key: elementsHash(s)}
+		c.hashes[k] = e
+	}
+	e.used = true
+	return e.key
+}
+
+// unionRun returns the elements of a union run and their hash.
+func (c *Cache) unionRun(r *run) *cachedRun {
+	if c == nil {
+		sc := contentsOf(r.matches)
+		return &cachedRun{sc: sc, hash: contentHash(sc)}
+	}
+	cr := c.runs[r.memo]
+	if cr == nil {
+		in := c.inputHash(r.identity, r.matches)
+		if hit := c.byInput[in]; hit != nil {
+			cr = &cachedRun{matches: r.matches, input: in, sc: hit.sc, hash: hit.hash}
+		} else {
+			sc := contentsOf(r.matches)
+			cr = &cachedRun{matches: r.matches, input: in, sc: sc, hash: contentHash(sc)}
+		}
+		c.runs[r.memo] = cr
+		c.byInput[in] = cr
+	}
+	cr.used = true
+	return cr
+}
+
+// inputHash hashes what a run's elements are computed from.
+func (c *Cache) inputHash(identity string, ms []policy.Match) uint64 {
+	var h maphash.Hash
+	h.SetSeed(c.seed)
+	h.WriteString(identity)
+	var buf []byte
+	for _, m := range ms {
+		buf = append(buf, 0xff)
+		for _, t := range m {
+			buf = append(buf, 0xfe)
+			for _, r := range t.Addrs.Ranges() {
+				buf = r.From.AppendTo(buf)
+				buf = r.To.AppendTo(buf)
+			}
+			buf = append(buf, 0xfd)
+			if t.Ports == nil {
+				buf = append(buf, 0)
+			} else if t.Ports.All {
+				buf = append(buf, 1)
+			} else {
+				buf = append(buf, portsKey(t.Ports.ByProto)...)
+			}
+			if len(buf) > 8192 {
+				h.Write(buf)
+				buf = buf[:0]
+			}
+		}
+	}
+	h.Write(buf)
+	return h.Sum64()
+}
+
+func contentHash(sc *setContents) string {
+	h := sha256.New()
+	for i := range sc {
+		h.Write([]byte(sc[i].hash))
+	}
+	return hex.EncodeToString(h.Sum(nil))[:hashLen]
+}
+
+// nameUnionSets computes the elements of every union run and gives its
+// sets a name that stays stable while only the elements change.
+func (b *builder) nameUnionSets() {
+	var unions []*run
+	for _, dp := range b.order {
+		for _, r := range b.plans[dp].runs() {
+			if r.shape.union {
+				unions = append(unions, r)
+			}
+		}
+	}
+	for _, r := range unions {
+		if _, ok := b.hashOf[r.memo]; ok {
+			continue
+		}
+		cr := b.cache.unionRun(r)
+		b.content[r.memo] = cr.sc
+		b.hashOf[r.memo] = cr.hash
+	}
+	// Variants of one identity (rules whose named ports resolve
+	// differently per pod) are told apart by the smallest signature of the
+	// pods that use them.
+	variants := map[string]map[string]string{} // identity -> content hash -> signature
+	for _, dp := range b.order {
+		p := b.plans[dp]
+		for _, r := range p.runs() {
+			if !r.shape.union {
+				continue
+			}
+			v := variants[r.identity]
+			if v == nil {
+				v = map[string]string{}
+				variants[r.identity] = v
+			}
+			h := b.hashOf[r.memo]
+			for _, sig := range p.users {
+				if cur, ok := v[h]; !ok || sig < cur {
+					v[h] = sig
+				}
+			}
+			if _, ok := v[h]; !ok {
+				v[h] = ""
+			}
+		}
+	}
+	taken := map[string]string{} // set name -> content hash
+	for _, r := range unions {
+		if _, ok := b.setName[r.memo]; ok {
+			continue
+		}
+		h := b.hashOf[r.memo]
+		name := hashName("s-", r.identity)
+		if v := variants[r.identity]; len(v) > 1 {
+			name = hashName("s-", r.identity, v[h])
+		}
+		if other, ok := taken[name]; ok && other != h {
+			name = hashName("s-", r.identity, h)
+		}
+		taken[name] = h
+		b.setName[r.memo] = name
+		sc := b.content[r.memo]
+		for i := range sc {
+			s := sc[i]
+			s.Name = name + s.Kind.suffix()
+			b.rs.Sets[s.Name] = &s
+		}
+	}
+}
