@@ -88,27 +88,46 @@ func BenchmarkBuild(b *testing.B) {
 	b.ReportMetric(float64(st.Elements), "elements")
 }
 
-// BenchmarkProgramNode replaces benchNode's whole table in the kernel:
-// Build plus one nft transaction, as on an agent's first sync.
+// BenchmarkProgramNode replaces benchNode's whole table in the kernel, as
+// on an agent's first sync, and reports the three parts separately: Build
+// (Program to Ruleset), render (the full-replace transaction, as the text
+// nft reads) and the nft transaction itself.
 func BenchmarkProgramNode(b *testing.B) {
 	prog := policy.Compile(scaleCluster().ToCluster(), policy.Options{IngressNetworksAndNodes: true})
 	defer enterPrivateNetns(b)()
-	nft, err := NewInterface()
+	iface, err := NewInterface()
 	if err != nil {
 		b.Fatal(err)
 	}
-	s := New(nft, Options{Node: benchNode})
 	ctx := context.Background()
-	var res Result
+	var build, render, run time.Duration
+	var rs *Ruleset
+	var ops int
 	for b.Loop() {
-		s.Invalidate()
-		if res, err = s.Sync(ctx, prog); err != nil {
+		t0 := time.Now()
+		rs = Build(prog, benchNode)
+		t1 := time.Now()
+		tx := iface.NewTransaction()
+		fullTransaction(tx, rs, nil)
+		_ = tx.String()
+		t2 := time.Now()
+		if err := iface.Run(ctx, tx); err != nil {
 			b.Fatal(err)
 		}
+		build += t1.Sub(t0)
+		render += t2.Sub(t1)
+		run += time.Since(t2)
+		ops = tx.NumOperations()
 	}
-	b.ReportMetric(float64(res.Operations), "ops")
-	b.ReportMetric(float64(res.Stats.Rules), "rules")
-	b.ReportMetric(float64(res.Stats.Elements), "elements")
+	n := float64(b.N)
+	st := rs.Stats()
+	b.ReportMetric(float64(build.Microseconds())/1000/n, "build-ms")
+	b.ReportMetric(float64(render.Microseconds())/1000/n, "render-ms")
+	b.ReportMetric(float64(run.Microseconds())/1000/n, "nft-ms")
+	b.ReportMetric(float64(ops), "ops")
+	b.ReportMetric(float64(st.Rules), "rules")
+	b.ReportMetric(float64(st.Sets), "sets")
+	b.ReportMetric(float64(st.Elements), "elements")
 }
 
 // BenchmarkRelabel changes one pod's labels back and forth and brings

@@ -2,7 +2,8 @@
 // from manifests or a live cluster and answers questions about them:
 // check validates, explain judges one flow, matrix prints who can reach
 // whom, diff lists the flows a change would turn, lab enforces with real
-// nftables in network namespaces. Installed (or linked) as kubectl-moat it
+// nftables in network namespaces, nft prints the ruleset the agent would
+// program on a node. Installed (or linked) as kubectl-moat it
 // is also the kubectl plugin `kubectl moat`, reading the current context's
 // cluster by default.
 //
@@ -81,6 +82,6 @@ func newRootCommand(plugin bool) *cobra.Command {
 			return nil
 		}
 	}
-	root.AddCommand(newCheckCommand(), newExplainCommand(), newMatrixCommand(), newLabCommand(), newVersionCommand())
+	root.AddCommand(newCheckCommand(), newExplainCommand(), newMatrixCommand(), newLabCommand(), newNftCommand(), newVersionCommand())
 	return root
 }

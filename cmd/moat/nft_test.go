@@ -1,0 +1,172 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"sort"
+	"strings"
+	"testing"
+
+	"sigs.k8s.io/knftables"
+
+	"github.com/moat-net/moat/features"
+	"github.com/moat-net/moat/internal/testenv"
+	"github.com/moat-net/moat/manifest"
+	"github.com/moat-net/moat/nft"
+	"github.com/moat-net/moat/policy"
+)
+
+const tiersYAML = "../../nft/testdata/tiers.yaml"
+
+// agentTable is what an agent's Syncer programs for node: the agent
+// compiles with policy.NewCompiler, with its default feature gates, and
+// syncs a fresh table.
+func agentTable(t *testing.T, file, node string, opts policy.Options) string {
+	t.Helper()
+	gates, err := features.New()
+	if err != nil {
+		t.Fatal(err)
+	}
+	opts = gateOptions(gates, opts)
+	res, err := (&manifest.Loader{}).Load(file)
+	if err != nil {
+		t.Fatal(err)
+	}
+	table := knftables.NewFake(knftables.InetFamily, nft.Table)
+	prog := policy.NewCompiler(&res.Cluster, opts).Program()
+	if _, err := nft.New(table, nft.Options{Node: node}).Sync(context.Background(), prog); err != nil {
+		t.Fatal(err)
+	}
+	return table.Dump()
+}
+
+func TestNftPrintsTheAgentsTable(t *testing.T) {
+	for _, node := range []string{"node-1", "node-2"} {
+		out, errOut, code := run(t, "", "nft", "--node", node, "-f", tiersYAML)
+		if code != 0 {
+			t.Fatalf("%s: exit %d: %s", node, code, errOut)
+		}
+		body, ok := strings.CutPrefix(out, "# table inet moat as moat-agent programs it on node "+node+"\nadd table inet moat\ndelete table inet moat\n")
+		if !ok {
+			t.Fatalf("%s: output does not start with the header and the replace preamble:\n%s", node, out)
+		}
+		if want := agentTable(t, tiersYAML, node, policy.Options{}); body != want {
+			t.Errorf("%s: moat nft differs from the agent's table:\n%s\nagent:\n%s", node, body, want)
+		}
+		if !strings.Contains(errOut, "node "+node+": ") || !strings.Contains(errOut, " rules, ") {
+			t.Errorf("%s: stderr lacks the counts: %s", node, errOut)
+		}
+	}
+	// node-1's web pod reaches 10.0.2.10 (client) on its ingress rules;
+	// node-2 polices client, whose egress nothing restricts but the
+	// Admin tier.
+	out, _, _ := run(t, "", "nft", "--node", "node-1", "-f", tiersYAML)
+	for _, want := range []string{"add element inet moat ingress4 { 10.0.1.10 : jump in-", "{ 10.0.2.10 }", "udp dport 53 return"} {
+		if !strings.Contains(out, want) {
+			t.Errorf("node-1 ruleset lacks %q", want)
+		}
+	}
+}
+
+func TestNftFlags(t *testing.T) {
+	// The compiler options of the shared input flags reach the ruleset.
+	out, _, _ := run(t, "", "nft", "--node", "node-1", "-f", tiersYAML)
+	if !strings.Contains(out, "nodelocal4 { 192.168.0.1 }") {
+		t.Errorf("default ruleset does not allow node-local traffic:\n%s", out)
+	}
+	out, _, code := run(t, "", "nft", "--node", "node-1", "--allow-node-local=false", "-f", tiersYAML)
+	if code != 0 || strings.Contains(out, "nodelocal4 { 192.168.0.1 }") {
+		t.Errorf("--allow-node-local=false: exit %d, node address still allowed", code)
+	}
+	if body := out[strings.Index(out, "add table inet moat {"):]; body != agentTable(t, tiersYAML, "node-1", policy.Options{DenyNodeLocal: true}) {
+		t.Error("--allow-node-local=false differs from the agent's table with node-local traffic policed")
+	}
+	for _, tc := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"nft", "-f", tiersYAML}, "--node is required"},
+		{[]string{"nft", "--node", "node-9", "-f", tiersYAML}, `node "node-9": no Node object and no pod scheduled on it (known: node-1, node-2)`},
+	} {
+		out, errOut, code := run(t, "", tc.args...)
+		if code != 1 || out != "" || !strings.Contains(errOut, tc.want) {
+			t.Errorf("%v: exit %d, stdout %q, stderr %q; want exit 1 and %q", tc.args, code, out, errOut, tc.want)
+		}
+	}
+}
+
+// TestNftOutputLoads: nft accepts what moat nft prints, for every node of
+// every example and of the dataplane's test cluster: "nft -c -f" checks it
+// and "nft -f" loads it (twice: the output replaces the table it made),
+// inside a network namespace of the test's own.
+func TestNftOutputLoads(t *testing.T) {
+	testenv.RequirePrivileged(t)
+	ns := fmt.Sprintf("moat-nftcli-%d", os.Getpid())
+	if out, err := exec.Command("ip", "netns", "add", ns).CombinedOutput(); err != nil {
+		t.Fatalf("ip netns add %s: %v: %s", ns, err, out)
+	}
+	t.Cleanup(func() { _ = exec.Command("ip", "netns", "del", ns).Run() })
+	inputs := []string{tiersYAML}
+	dirs, err := filepath.Glob("../../examples/*/cluster.yaml")
+	if err != nil || len(dirs) == 0 {
+		t.Fatalf("no examples: %v", err)
+	}
+	for _, c := range dirs {
+		inputs = append(inputs, filepath.Dir(c))
+	}
+	checked := 0
+	for _, in := range inputs {
+		res, err := (&manifest.Loader{}).Load(in)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, node := range nodesOf(policy.Compile(&res.Cluster, policy.Options{})) {
+			out, errOut, code := run(t, "", "nft", "--node", node, "-f", in)
+			if code != 0 {
+				t.Errorf("%s %s: exit %d: %s", in, node, code, errOut)
+				continue
+			}
+			file := filepath.Join(t.TempDir(), "ruleset.nft")
+			if err := os.WriteFile(file, []byte(out), 0o644); err != nil {
+				t.Fatal(err)
+			}
+			for _, args := range [][]string{{"-c", "-f", file}, {"-f", file}, {"-f", file}} {
+				cmd := exec.Command("ip", append([]string{"netns", "exec", ns, "nft"}, args...)...)
+				if msg, err := cmd.CombinedOutput(); err != nil {
+					t.Errorf("%s %s: nft %s: %v\n%s", in, node, strings.Join(args, " "), err, msg)
+				}
+			}
+			listed, err := exec.Command("ip", "netns", "exec", ns, "nft", "list", "chain", "inet", nft.Table, "dispatch").CombinedOutput()
+			if err != nil || strings.Count(string(listed), "vmap @egress4") != 1 {
+				t.Errorf("%s %s: after loading twice, dispatch is not the one chain it should be (%v):\n%s", in, node, err, listed)
+			}
+			checked++
+		}
+	}
+	if checked < 10 {
+		t.Errorf("only %d rulesets checked", checked)
+	}
+}
+
+// nodesOf lists the nodes a Program mentions: Node objects and pods'
+// nodeName.
+func nodesOf(prog *policy.Program) []string {
+	seen := map[string]bool{}
+	for _, n := range prog.Nodes {
+		seen[n.Name] = true
+	}
+	for _, p := range prog.Pods {
+		if p.NodeName != "" {
+			seen[p.NodeName] = true
+		}
+	}
+	out := make([]string, 0, len(seen))
+	for n := range seen {
+		out = append(out, n)
+	}
+	sort.Strings(out)
+	return out
+}
