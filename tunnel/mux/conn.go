@@ -6,6 +6,7 @@ import (
 	"math"
 	"net"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/moat-net/moat/tunnel/proto"
@@ -37,6 +38,10 @@ type Conn struct {
 	closed   bool  // Close was called
 	consumed int   // bytes read since the last credit update
 	credit   int64 // bytes we may still send
+
+	// closeQueued is set, with c.mu held, when CLOSE_REQ or CLOSE_RSP is
+	// queued; DATA is never sent after it (Session.sendData).
+	closeQueued atomic.Bool
 
 	// Event-driven delivery (StartDrain): a goroutine exists only while
 	// there is something to deliver.
@@ -249,14 +254,12 @@ func (c *Conn) consume(n int) {
 		return
 	}
 	c.mu.Lock()
+	defer c.mu.Unlock()
 	c.consumed += n
-	var grant int
 	if c.consumed >= c.s.cfg.Window/4 && !c.closed && !c.eof {
-		grant, c.consumed = c.consumed, 0
-	}
-	c.mu.Unlock()
-	if grant > 0 {
-		c.s.queue(proto.Credit(c.key.origin, c.key.id, uint64(grant)))
+		// Queued with c.mu held, so that it cannot follow the close.
+		c.s.queue(proto.Credit(c.key.origin, c.key.id, uint64(c.consumed)))
+		c.consumed = 0
 	}
 }
 
@@ -351,7 +354,7 @@ func (c *Conn) Write(p []byte) (int, error) {
 		if err != nil {
 			return sent, err
 		}
-		if err := c.s.send(proto.Data(c.key.origin, c.key.id, p[sent:sent+n])); err != nil {
+		if err := c.s.sendData(c, proto.Data(c.key.origin, c.key.id, p[sent:sent+n])); err != nil {
 			return sent, err
 		}
 		c.s.cfg.Metrics.bytes(c.key.origin, "sent", n)
@@ -380,24 +383,28 @@ func (c *Conn) Close() error {
 	peerClosed := c.eof
 	c.queue, c.queued = nil, 0
 	start := c.kickLocked()
+	// The close is queued with c.mu held: a credit update (queued under
+	// c.mu too) cannot follow it, and sendData drops DATA after it.
+	switch {
+	case c.requester && !peerClosed:
+		c.closeQueued.Store(true)
+		c.s.queue(proto.CloseReq(c.key.origin, c.key.id))
+	case !c.requester:
+		c.closeQueued.Store(true)
+		c.s.queue(proto.CloseRsp(c.key.origin, c.key.id, ""))
+	}
 	c.mu.Unlock()
 	c.cond.Broadcast()
 	if start {
 		go c.drainLoop()
 	}
 	c.released()
-	if c.requester {
-		if peerClosed {
-			c.s.remove(c)
-			return nil
-		}
-		c.s.queue(proto.CloseReq(c.key.origin, c.key.id))
+	if c.requester && !peerClosed {
 		// Keep the ID reserved until CLOSE_RSP (handleCloseRsp removes it).
 		time.AfterFunc(closeLinger, func() { c.s.remove(c) })
 		return nil
 	}
 	c.s.remove(c)
-	c.s.queue(proto.CloseRsp(c.key.origin, c.key.id, ""))
 	return nil
 }
 

@@ -85,9 +85,13 @@ type key struct {
 	id     int64
 }
 
+// dialResult answers one of our dials: the connection, registered by the
+// read loop when DIAL_RSP arrived, or the error. Handing over the
+// connection itself (not its ID to look up) means a connection the peer
+// closes right after DIAL_RSP is still released by its requester.
 type dialResult struct {
-	connID int64
-	err    error
+	conn *Conn
+	err  error
 }
 
 // Session multiplexes connections over one Stream. Create it with New, run
@@ -186,10 +190,34 @@ func (s *Session) shutdown(err error) {
 	}
 }
 
-// send writes p on the stream; callers other than the read loop may block here.
+// send writes p on the stream after every packet queued before it, so that
+// the packets of one connection leave in the order they were produced
+// (DIAL_RSP before the connection's first DATA, DATA before CLOSE).
+// Callers other than the read loop may block here.
 func (s *Session) send(p *client.Packet) error {
 	s.sendMu.Lock()
 	defer s.sendMu.Unlock()
+	if err := s.flushLocked(); err != nil {
+		return err
+	}
+	return s.sendLocked(p)
+}
+
+// sendData sends a DATA packet of c unless c's close has been queued
+// already: nothing of a connection may follow its CLOSE_REQ or CLOSE_RSP.
+func (s *Session) sendData(c *Conn, p *client.Packet) error {
+	s.sendMu.Lock()
+	defer s.sendMu.Unlock()
+	if err := s.flushLocked(); err != nil {
+		return err
+	}
+	if c.closeQueued.Load() {
+		return ErrClosed
+	}
+	return s.sendLocked(p)
+}
+
+func (s *Session) sendLocked(p *client.Packet) error {
 	select {
 	case <-s.done:
 		return ErrSessionClosed
@@ -197,6 +225,23 @@ func (s *Session) send(p *client.Packet) error {
 	}
 	if err := s.st.Send(p); err != nil {
 		return fmt.Errorf("send %s: %w", p.Type, err)
+	}
+	return nil
+}
+
+// flushLocked sends everything queued; s.sendMu must be held. Taking the
+// batch and sending it under one hold of sendMu is what keeps queued
+// packets ahead of any packet sent directly after them.
+func (s *Session) flushLocked() error {
+	s.ctrlMu.Lock()
+	batch := s.ctrl
+	s.ctrl = nil
+	s.ctrlMu.Unlock()
+	for i, p := range batch {
+		if err := s.sendLocked(p); err != nil {
+			clear(batch[i:])
+			return err
+		}
 	}
 	return nil
 }
@@ -228,15 +273,12 @@ func (s *Session) writeLoop() {
 			return
 		case <-s.ctrlSig:
 		}
-		s.ctrlMu.Lock()
-		batch := s.ctrl
-		s.ctrl = nil
-		s.ctrlMu.Unlock()
-		for _, p := range batch {
-			if err := s.send(p); err != nil {
-				s.shutdown(err)
-				return
-			}
+		s.sendMu.Lock()
+		err := s.flushLocked()
+		s.sendMu.Unlock()
+		if err != nil {
+			s.shutdown(err)
+			return
 		}
 	}
 }
@@ -299,6 +341,18 @@ func (s *Session) lookup(k key) *Conn {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return s.conns[k]
+}
+
+// lookupOrClosed is lookup that also reports whether k is a connection
+// this side dialed and has closed since: this side numbers those from 1
+// without reuse, so an ID it has handed out and no longer holds is closed.
+func (s *Session) lookupOrClosed(k key) (*Conn, bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if c := s.conns[k]; c != nil {
+		return c, false
+	}
+	return nil, k.origin != s.cfg.LocalOrigin && k.id > 0 && k.id <= s.nextID
 }
 
 func (s *Session) handleDialReq(r *client.DialRequest, ext proto.Ext, peer proto.Origin) {
@@ -405,11 +459,7 @@ func (s *Session) Dial(ctx context.Context, address string) (*Conn, error) {
 			return nil, r.err
 		}
 		s.cfg.Metrics.requested(o, "ok", time.Since(start))
-		c := s.lookup(key{o, r.connID})
-		if c == nil {
-			return nil, ErrSessionClosed
-		}
-		return c, nil
+		return r.conn, nil
 	case <-ctx.Done():
 		s.mu.Lock()
 		_, still := s.pending[random]
@@ -419,10 +469,8 @@ func (s *Session) Dial(ctx context.Context, address string) (*Conn, error) {
 			s.queue(proto.DialCls(o, random))
 		} else {
 			// The response raced with ctx; it registered a connection we drop.
-			if r := <-ch; r.err == nil {
-				if c := s.lookup(key{o, r.connID}); c != nil {
-					c.Close()
-				}
+			if r := <-ch; r.conn != nil {
+				r.conn.Close()
 			}
 		}
 		s.cfg.Metrics.requested(o, "timeout", time.Since(start))
@@ -467,7 +515,7 @@ func (s *Session) handleDialRsp(r *client.DialResponse, ext proto.Ext) {
 	c := s.newConn(k, true)
 	s.conns[k] = c
 	s.mu.Unlock()
-	ch <- dialResult{connID: r.ConnectID}
+	ch <- dialResult{conn: c}
 }
 
 func (s *Session) handleDialCls(r *client.CloseDial, ext proto.Ext) {
@@ -492,8 +540,13 @@ func (s *Session) handleDialCls(r *client.CloseDial, ext proto.Ext) {
 
 func (s *Session) handleData(d *client.Data, ext proto.Ext) {
 	k := key{ext.Origin, d.ConnectID}
-	c := s.lookup(k)
+	c, closed := s.lookupOrClosed(k)
 	if c == nil {
+		if closed {
+			// In flight when this side closed it: the peer has our
+			// CLOSE_RSP on its way and releases its end on it.
+			return
+		}
 		s.cfg.Metrics.badPacket("unknown_connection")
 		if ext.Credit == 0 {
 			s.replyUnknown(k)
@@ -527,9 +580,11 @@ func (s *Session) handleCloseReq(r *client.CloseRequest, ext proto.Ext) {
 		s.bad("close_req_wrong_origin", &client.Packet{Type: client.PacketType_CLOSE_REQ}, nil)
 		return
 	}
-	c := s.lookup(k)
+	c, closed := s.lookupOrClosed(k)
 	if c == nil {
-		s.queue(proto.CloseRsp(k.origin, k.id, "unknown connectID"))
+		if !closed { // a closed one has had its CLOSE_RSP already
+			s.queue(proto.CloseRsp(k.origin, k.id, "unknown connectID"))
+		}
 		return
 	}
 	c.remoteClose()

@@ -19,7 +19,35 @@ type frontendWriter struct {
 	mu     *sync.Mutex
 	st     client.ProxyService_ProxyServer
 	connID int64
+	ready  *clientReady
 }
+
+// clientHold bounds how long the first packet for kube-apiserver after
+// DIAL_RSP waits for the client to have registered the connection (see
+// clientReady).
+const clientHold = 25 * time.Millisecond
+
+// clientReady holds back what the server sends after DIAL_RSP until
+// konnectivity-client has certainly registered the connection. Its receive
+// loop hands DIAL_RSP to the dialing goroutine and reads the next packet
+// without waiting for that goroutine to register the connection ID; a DATA
+// or CLOSE_RSP that is already there is dropped as "connection not
+// recognized" (a DATA is answered with CLOSE_REQ, a CLOSE_RSP leaves the
+// caller's Read waiting forever). Protocols where the destination speaks
+// first (SSH, SMTP, MySQL banners) hit this on most connections. Any packet
+// from the client proves the registration (it sends only once DialContext
+// returned); otherwise the first packet waits clientHold after DIAL_RSP,
+// time enough for the client to have parked in its next receive.
+type clientReady struct {
+	once sync.Once
+	ch   chan struct{}
+}
+
+func newClientReady() *clientReady { return &clientReady{ch: make(chan struct{})} }
+
+func (r *clientReady) open() { r.once.Do(func() { close(r.ch) }) }
+
+func (r *clientReady) wait() { <-r.ch }
 
 // frontendChunk keeps each message to kube-apiserver within grpc-go's 32 KiB
 // buffer tier: its default pool rounds anything larger up to 1 MiB and
@@ -27,6 +55,7 @@ type frontendWriter struct {
 const frontendChunk = 32<<10 - 64
 
 func (w frontendWriter) Write(b []byte) (int, error) {
+	w.ready.wait()
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	sent := 0
@@ -87,6 +116,8 @@ func (s *Server) Proxy(st client.ProxyService_ProxyServer) error {
 	}
 	ready := make(chan *mux.Conn, 1) // nil when the dial failed
 	finished := make(chan struct{})  // closed once CLOSE_RSP went to the client
+	registered := newClientReady()
+	defer registered.open()
 	go func() {
 		conn, err := s.dial(ctx, req.Address)
 		if err != nil {
@@ -102,12 +133,14 @@ func (s *Server) Proxy(st client.ProxyService_ProxyServer) error {
 			ready <- nil
 			return
 		}
-		conn.StartDrain(frontendWriter{mu: &sendMu, st: st, connID: conn.ID()}, func(werr error) {
+		time.AfterFunc(clientHold, registered.open)
+		conn.StartDrain(frontendWriter{mu: &sendMu, st: st, connID: conn.ID(), ready: registered}, func(werr error) {
 			msg := ""
 			if werr != nil && !errors.Is(werr, mux.ErrClosed) {
 				msg = werr.Error()
 			}
 			conn.Close()
+			registered.wait()
 			_ = send(proto.CloseRsp(proto.OriginControlPlane, conn.ID(), msg))
 			close(finished)
 		})
@@ -147,6 +180,7 @@ func (s *Server) Proxy(st client.ProxyService_ProxyServer) error {
 				return nil
 			}
 		case client.PacketType_DATA:
+			registered.open() // the client sends data only on a connection it holds
 			c := wait()
 			if c == nil {
 				return nil
@@ -160,6 +194,7 @@ func (s *Server) Proxy(st client.ProxyService_ProxyServer) error {
 				return nil
 			}
 		case client.PacketType_CLOSE_REQ:
+			registered.open()
 			if c := wait(); c != nil {
 				c.Close()
 				<-finished
