@@ -194,7 +194,7 @@ func (o *Options) Run(ctx context.Context, log *slog.Logger, signals <-chan os.S
 		if err != nil {
 			return err
 		}
-		log.Info("bind address ready", "address", ip.String(), "interface", o.BindInterface, "added", lease.Added)
+		log.Info("bind address ready", "address", ip.String(), "interface", o.BindInterface, "owned", lease.Added, "adopted", lease.Adopted)
 		defer func() {
 			if err := lease.Release(); err != nil {
 				log.Error("release bind address", "err", err)

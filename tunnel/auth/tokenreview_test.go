@@ -6,32 +6,41 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"testing"
+	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
 	authv1 "k8s.io/api/authentication/v1"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 )
 
 // fakeAPIServer answers TokenReviews over real HTTP the way kube-apiserver
-// does: token "good" is the agent's service account for audience "konn",
-// "other" is another account.
-func fakeAPIServer(t *testing.T) *httptest.Server {
+// does: token "good" (and any token starting with "good") is the agent's
+// service account for audience "konn", "other" is another account, "slow"
+// is never answered. It counts the reviews it receives.
+func fakeAPIServer(t *testing.T, reviews *atomic.Int64) *httptest.Server {
 	hs := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if r.Method != http.MethodPost || r.URL.Path != "/apis/authentication.k8s.io/v1/tokenreviews" {
 			http.NotFound(w, r)
 			return
 		}
+		reviews.Add(1)
 		var tr authv1.TokenReview
 		if err := json.NewDecoder(r.Body).Decode(&tr); err != nil {
 			http.Error(w, err.Error(), 400)
 			return
 		}
-		switch tr.Spec.Token {
-		case "good":
+		switch tok := tr.Spec.Token; {
+		case tok == "slow":
+			<-r.Context().Done() // a reviewer that never answers
+			return
+		case strings.HasPrefix(tok, "good"):
 			tr.Status = authv1.TokenReviewStatus{Authenticated: true, Audiences: tr.Spec.Audiences,
 				User: authv1.UserInfo{Username: "system:serviceaccount:kube-system:konnectivity-agent"}}
-		case "other":
+		case tok == "other":
 			tr.Status = authv1.TokenReviewStatus{Authenticated: true, Audiences: tr.Spec.Audiences,
 				User: authv1.UserInfo{Username: "system:serviceaccount:default:default"}}
 		default:
@@ -45,13 +54,20 @@ func fakeAPIServer(t *testing.T) *httptest.Server {
 	return hs
 }
 
-func TestTokenReview(t *testing.T) {
-	hs := fakeAPIServer(t)
+func newReview(t *testing.T, reviews *atomic.Int64, cfg Config) (*TokenReview, *prometheus.Registry) {
+	hs := fakeAPIServer(t, reviews)
 	cs, err := kubernetes.NewForConfig(&rest.Config{Host: hs.URL, ContentConfig: rest.ContentConfig{ContentType: "application/json"}})
 	if err != nil {
 		t.Fatal(err)
 	}
-	a := &TokenReview{Client: cs, Namespace: "kube-system", ServiceAccount: "konnectivity-agent", Audience: "konn"}
+	reg := prometheus.NewRegistry()
+	cfg.Client, cfg.Namespace, cfg.ServiceAccount, cfg.Audience, cfg.Registry = cs, "kube-system", "konnectivity-agent", "konn", reg
+	return New(cfg), reg
+}
+
+func TestTokenReview(t *testing.T) {
+	var reviews atomic.Int64
+	a, reg := newReview(t, &reviews, Config{})
 	cases := []struct {
 		token, wantErr string
 	}{
@@ -68,4 +84,99 @@ func TestTokenReview(t *testing.T) {
 			t.Errorf("%s: err %v, want %q", c.token, err, c.wantErr)
 		}
 	}
+	for result, want := range map[string]float64{"accepted": 1, "rejected": 2} {
+		if got := reviewed(t, reg, result); got != want {
+			t.Errorf("moat_tunnel_token_reviews_total{result=%q} = %v, want %v", result, got, want)
+		}
+	}
+}
+
+// reviewed reads moat_tunnel_token_reviews_total{result}.
+func reviewed(t *testing.T, reg *prometheus.Registry, result string) float64 {
+	t.Helper()
+	mfs, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, mf := range mfs {
+		for _, m := range mf.GetMetric() {
+			if mf.GetName() == "moat_tunnel_token_reviews_total" && m.GetLabel()[0].GetValue() == result {
+				return m.GetCounter().GetValue()
+			}
+		}
+	}
+	return 0
+}
+
+// A reviewer that never answers holds a connecting agent no longer than the
+// review timeout, and the failure is counted.
+func TestTokenReviewTimeout(t *testing.T) {
+	var reviews atomic.Int64
+	a, reg := newReview(t, &reviews, Config{Timeout: 300 * time.Millisecond})
+	done := make(chan error, 1)
+	go func() { done <- a.Authenticate(context.Background(), "slow") }()
+	select {
+	case err := <-done:
+		if err == nil || !strings.Contains(err.Error(), "token review") {
+			t.Fatalf("slow reviewer: err %v, want a token review error", err)
+		}
+	case <-time.After(30 * time.Second):
+		t.Fatal("Authenticate still waiting for a reviewer that never answers")
+	}
+	eventually(t, func() bool { return reviewed(t, reg, "timeout") == 1 })
+}
+
+// Accepted tokens are reviewed once per cache TTL, concurrent checks of one
+// token share a review, and rejected tokens are reviewed every time.
+func TestTokenReviewCache(t *testing.T) {
+	var reviews atomic.Int64
+	a, _ := newReview(t, &reviews, Config{CacheTTL: 300 * time.Millisecond})
+	for range 5 {
+		if err := a.Authenticate(context.Background(), "good"); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if n := reviews.Load(); n != 1 {
+		t.Fatalf("5 checks of one good token within the TTL made %d reviews, want 1", n)
+	}
+	var wg sync.WaitGroup
+	for range 20 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			if err := a.Authenticate(context.Background(), "good-2"); err != nil {
+				t.Error(err)
+			}
+		}()
+	}
+	wg.Wait()
+	if n := reviews.Load(); n != 2 {
+		t.Fatalf("20 concurrent checks of a new token made %d reviews in all, want 2", n)
+	}
+	for range 3 {
+		if err := a.Authenticate(context.Background(), "bad"); err == nil {
+			t.Fatal("bad token accepted")
+		}
+	}
+	if n := reviews.Load(); n != 5 {
+		t.Fatalf("3 checks of a bad token: %d reviews in all, want 5 (failures are not cached)", n)
+	}
+	eventually(t, func() bool {
+		before := reviews.Load()
+		if err := a.Authenticate(context.Background(), "good"); err != nil {
+			t.Fatal(err)
+		}
+		return reviews.Load() == before+1 // reviewed again once the TTL passed
+	})
+}
+
+func eventually(t *testing.T, cond func() bool) {
+	t.Helper()
+	for range 200 {
+		if cond() {
+			return
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	t.Fatal("condition never held")
 }

@@ -4,7 +4,6 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"net"
-	"os"
 	"os/exec"
 	"runtime"
 	"testing"
@@ -12,16 +11,17 @@ import (
 	"github.com/vishvananda/netlink"
 	"github.com/vishvananda/netns"
 	"golang.org/x/sys/unix"
+
+	"github.com/moat-net/moat/internal/testenv"
 )
 
-// inNewNS runs f on a thread inside a fresh network namespace (lo up).
+// inNewNS runs f on a thread inside a fresh network namespace (lo up) that
+// the test creates and deletes: the host's own lo is never touched.
 func inNewNS(t *testing.T, f func()) {
-	if os.Geteuid() != 0 {
-		t.Skip("bind address test: needs root to create a network namespace (CI runs as root)")
-	}
+	testenv.RequirePrivileged(t)
 	name := fmt.Sprintf("mtb%06x", rand.Uint32()&0xffffff)
 	if out, err := exec.Command("ip", "netns", "add", name).CombinedOutput(); err != nil {
-		t.Skipf("bind address test: ip netns add failed (needs iproute2): %v %s", err, out)
+		t.Fatalf("ip netns add %s: %v %s", name, err, out)
 	}
 	defer exec.Command("ip", "netns", "del", name).Run()
 	done := make(chan struct{})
@@ -100,14 +100,6 @@ func TestEnsureRelease(t *testing.T) {
 			} else {
 				ln.Close()
 			}
-			// A second Ensure sees the address as present and leaves it alone.
-			l2, err := Ensure(ip, "lo")
-			if err != nil || l2.Added {
-				t.Errorf("%s: second Ensure added=%v err=%v", s, l2 != nil && l2.Added, err)
-			}
-			if err := l2.Release(); err != nil || !present(t, ip) {
-				t.Errorf("%s: releasing a lease that added nothing removed the address (%v)", s, err)
-			}
 			if err := l.Release(); err != nil || present(t, ip) {
 				t.Errorf("%s: Release left the address (%v)", s, err)
 			}
@@ -119,6 +111,47 @@ func TestEnsureRelease(t *testing.T) {
 		}
 		if _, err := Ensure(net.ParseIP("10.0.0.3"), "nope0"); err == nil {
 			t.Error("missing interface: want an error naming --bind-interface")
+		}
+	})
+}
+
+// An agent killed with SIGKILL leaves its address behind; the next agent
+// must take it back as its own (its mark says Moat added it) so that its
+// clean exit removes it. An operator's address stays whatever happens.
+func TestAdoptAfterCrash(t *testing.T) {
+	inNewNS(t, func() {
+		for _, s := range []string{"10.0.0.1", "fd00::1"} {
+			ip := net.ParseIP(s)
+			first, err := Ensure(ip, "lo")
+			if err != nil || !first.Added || first.Adopted {
+				t.Fatalf("%s: first Ensure added=%v adopted=%v err=%v", s, first != nil && first.Added, first != nil && first.Adopted, err)
+			}
+			lo, _ := netlink.LinkByName("lo")
+			if _, proto, err := find(lo, ip); err != nil || proto != Proto {
+				t.Fatalf("%s: address protocol %#x (%v), want Moat's %#x", s, proto, err, Proto)
+			}
+			// The agent dies here without Release; a new one starts.
+			second, err := Ensure(ip, "lo")
+			if err != nil || !second.Added || !second.Adopted {
+				t.Fatalf("%s: after a crash: added=%v adopted=%v err=%v, want the address taken back", s, second != nil && second.Added, second != nil && second.Adopted, err)
+			}
+			if err := second.Release(); err != nil || present(t, ip) {
+				t.Fatalf("%s: the restarted agent's clean exit left the address (%v)", s, err)
+			}
+		}
+		// An operator's address (no mark) is used and never removed.
+		for _, s := range []string{"10.0.0.7/32", "fd00::7/128"} {
+			if out, err := exec.Command("ip", "addr", "add", s, "dev", "lo").CombinedOutput(); err != nil {
+				t.Fatalf("ip addr add %s: %v %s", s, err, out)
+			}
+			ip, _, _ := net.ParseCIDR(s)
+			l, err := Ensure(ip, "lo")
+			if err != nil || l.Added || l.Adopted {
+				t.Fatalf("%s: operator's address: added=%v adopted=%v err=%v", s, l != nil && l.Added, l != nil && l.Adopted, err)
+			}
+			if err := l.Release(); err != nil || !present(t, ip) {
+				t.Fatalf("%s: operator's address removed (%v)", s, err)
+			}
 		}
 	})
 }

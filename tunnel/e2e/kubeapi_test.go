@@ -66,7 +66,7 @@ func TestTokenReviewRealAPIServer(t *testing.T) {
 		return f
 	}
 	p := newPKI(t)
-	ps := startServer(t, p, serverOpts{cfg: server.Config{Auth: &auth.TokenReview{Client: cs, Namespace: ns, ServiceAccount: "konnectivity-agent", Audience: audience}}})
+	ps := startServer(t, p, serverOpts{cfg: server.Config{Auth: auth.New(auth.Config{Client: cs, Namespace: ns, ServiceAccount: "konnectivity-agent", Audience: audience})}})
 	good := startAgent(t, p, ps.agentAddr, func(c *agent.Config) { c.TokenPath = token("konnectivity-agent", audience) })
 	otherSA := startAgent(t, p, ps.agentAddr, func(c *agent.Config) { c.TokenPath = token("someone-else", audience) })
 	otherAud := startAgent(t, p, ps.agentAddr, func(c *agent.Config) { c.TokenPath = token("konnectivity-agent", "https://kubernetes.default.svc") })

@@ -22,6 +22,8 @@ import (
 
 	"github.com/vishvananda/netlink"
 	"github.com/vishvananda/netns"
+
+	"github.com/moat-net/moat/internal/testenv"
 )
 
 // netLab is a control-plane namespace and a node namespace joined by a veth
@@ -72,15 +74,7 @@ func buildBinariesB(t testing.TB) string {
 }
 
 func newNetLab(t *testing.T) *netLab {
-	if testing.Short() {
-		t.Skip("network-namespace test skipped in -short mode")
-	}
-	if os.Geteuid() != 0 {
-		t.Skip("KEP-2025 network-namespace test: needs root (CI runs as root)")
-	}
-	if _, err := exec.LookPath("ip"); err != nil {
-		t.Skip("KEP-2025 network-namespace test: needs the ip command (apt-get install iproute2)")
-	}
+	testenv.RequirePrivileged(t)
 	prefix := fmt.Sprintf("mt%06x", rand.Uint32()&0xffffff)
 	l := &netLab{t: t, cp: prefix + "-cp", node: prefix + "-nd", bin: buildBinaries(t)}
 	t.Cleanup(func() {
@@ -217,6 +211,12 @@ func (l *netLab) start(ns, bin string, args ...string) *proc {
 		}
 	})
 	return p
+}
+
+// kill ends the process with SIGKILL: it gets no chance to clean up.
+func (p *proc) kill() {
+	p.cmd.Process.Kill()
+	p.cmd.Wait()
 }
 
 // stop sends SIGTERM and waits (bounded); it returns the exit error.
@@ -453,5 +453,38 @@ func TestKEP2025IPv6(t *testing.T) {
 		if strings.HasPrefix(a, "fd00::10/") {
 			t.Fatalf("IPv6 bind address left behind: %v", a)
 		}
+	}
+}
+
+// TestKEP2025AgentKilled: an agent killed with SIGKILL cannot remove its bind
+// address; the agent that replaces it takes the address back as its own, so
+// that its clean exit removes it.
+func TestKEP2025AgentKilled(t *testing.T) {
+	l := newNetLab(t)
+	p := newPKI(t)
+	l.kas(p, "127.0.0.1:6443", "kube-apiserver")
+	l.startServer(p, "--feature-gates", "EnableClusterToMasterTraffic=true", "--allowed-destination", "localhost:6443")
+	args := []string{"--feature-gates", "EnableClusterToMasterTraffic=true", "--bind-address", "10.0.0.1", "--target", "6443:localhost:6443"}
+	first := l.startAgent(p, args...)
+	l.waitReady(l.node, "127.0.0.1:8093")
+	if a := l.addrs(l.node); !contains(a, "10.0.0.1/32 scope 254") {
+		t.Fatalf("bind address not on lo: %v", a)
+	}
+	first.kill()
+	if a := l.addrs(l.node); !contains(a, "10.0.0.1/32 scope 254") {
+		t.Fatalf("bind address gone after SIGKILL (nothing could have removed it): %v", a)
+	}
+	second := l.startAgent(p, args...)
+	l.waitReady(l.node, "127.0.0.1:8093")
+	roots := &tls.Config{RootCAs: p.ca.Pool, ServerName: "10.0.0.1"}
+	eventually(t, "the restarted agent serves the bind address", func() bool {
+		code, body, err := l.get(l.node, "10.0.0.1:6443", "https://10.0.0.1:6443/livez", roots)
+		return err == nil && code == 200 && body == "kube-apiserver /livez"
+	})
+	if err := second.stop(); err != nil {
+		t.Fatalf("agent exit after SIGTERM: %v\n%s", err, second.output())
+	}
+	if a := l.addrs(l.node); contains(a, "10.0.0.1/32 scope 254") {
+		t.Fatalf("the restarted agent left the bind address a killed agent had added: %v\n%s", a, second.output())
 	}
 }

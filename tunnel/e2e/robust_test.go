@@ -331,7 +331,7 @@ func TestAgentRejected(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	ps := startServer(t, p, serverOpts{cfg: server.Config{Auth: &auth.TokenReview{Client: cs, Namespace: "kube-system", ServiceAccount: "konnectivity-agent", Audience: "system:konnectivity-server"}}})
+	ps := startServer(t, p, serverOpts{cfg: server.Config{Auth: auth.New(auth.Config{Client: cs, Namespace: "kube-system", ServiceAccount: "konnectivity-agent", Audience: "system:konnectivity-server"})}})
 	dir := t.TempDir()
 	good, bad := filepath.Join(dir, "good"), filepath.Join(dir, "bad")
 	os.WriteFile(good, []byte("good-token\n"), 0o600)

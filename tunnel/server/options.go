@@ -184,7 +184,7 @@ func (o *Options) Run(ctx context.Context, log *slog.Logger) error {
 		if err != nil {
 			return fmt.Errorf("--kubeconfig: %w", err)
 		}
-		cfg.Auth = &auth.TokenReview{Client: cs, Namespace: o.AgentNamespace, ServiceAccount: o.AgentServiceAccount, Audience: o.AuthenticationAud}
+		cfg.Auth = auth.New(auth.Config{Client: cs, Namespace: o.AgentNamespace, ServiceAccount: o.AgentServiceAccount, Audience: o.AuthenticationAud, Registry: reg})
 	}
 	l := Listeners{Mode: o.Mode, Gatherer: reg}
 	var err error
