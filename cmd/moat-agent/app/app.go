@@ -20,6 +20,7 @@ import (
 	"github.com/moat-net/moat/agent"
 	"github.com/moat-net/moat/cmd/moat-agent/app/options"
 	"github.com/moat-net/moat/internal/kubeconfig"
+	"github.com/moat-net/moat/internal/netns"
 	"github.com/moat-net/moat/nft"
 )
 
@@ -134,7 +135,7 @@ func Run(ctx context.Context, o *options.Options) error {
 func dataplane(o *options.Options) (*nft.Syncer, func(), error) {
 	opts := nft.Options{Node: o.NodeName, CutDenied: o.CutDeniedEstablished}
 	if o.NetNS != "" {
-		ns, err := agent.OpenNetNS(o.NetNS)
+		ns, err := netns.Open(o.NetNS)
 		if err != nil {
 			return nil, nil, fmt.Errorf("--netns: %w", err)
 		}
