@@ -12,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/moat-net/moat/internal/testenv"
 	"github.com/moat-net/moat/policy"
 )
 
@@ -48,13 +49,13 @@ func mustRead(t testing.TB, path string) string {
 // upLab starts a lab that is torn down when the test ends.
 func upLab(t *testing.T, prog *policy.Program, opts Options) *Lab {
 	t.Helper()
-	requireKernel(t)
+	testenv.RequirePrivileged(t)
 	if testing.Short() {
 		t.Skip("lab test: slow")
 	}
-	if opts.Prefix == "" {
+	if opts.Name == "" {
 		var err error
-		if opts.Prefix, err = NewPrefix(); err != nil {
+		if opts.Name, err = NewPrefix(); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -66,7 +67,7 @@ func upLab(t *testing.T, prog *policy.Program, opts Options) *Lab {
 		if err := l.Close(); err != nil {
 			t.Error(err)
 		}
-		leftovers(t, opts.Prefix)
+		leftovers(t, opts.Name)
 	})
 	return l
 }
@@ -83,11 +84,11 @@ func (l *Lab) probe(t *testing.T, src, dst string, proto policy.Protocol, port u
 // probeErr is probe for goroutines other than the test's.
 func (l *Lab) probeErr(src, dst string, proto policy.Protocol, port uint16, timeout time.Duration) (Outcome, error) {
 	s, d := netip.MustParseAddr(src), netip.MustParseAddr(dst)
-	place, ok := l.Topology.Locate(s)
+	place, ok := l.Topology().Locate(s)
 	if !ok {
 		return Failed, fmt.Errorf("%s is not in the lab", src)
 	}
-	r := ProbeOne(context.Background(), l.NS, Probe{SrcNS: place.NS, Src: s, Dst: d, Proto: proto, Port: port}, timeout)
+	r := ProbeOne(context.Background(), l.ns, Probe{SrcNS: place.NS, Src: s, Dst: d, Proto: proto, Port: port}, timeout)
 	if r.Outcome == Failed {
 		return Failed, fmt.Errorf("probe %s: %w", r.Probe, r.Err)
 	}
@@ -99,13 +100,13 @@ func (l *Lab) probeErr(src, dst string, proto policy.Protocol, port uint16, time
 func echoServer(t *testing.T, l *Lab, addr string) {
 	t.Helper()
 	ap := netip.MustParseAddrPort(addr)
-	place, _ := l.Topology.Locate(ap.Addr())
-	h, err := l.NS.Get(place.NS)
+	place, _ := l.Topology().Locate(ap.Addr())
+	h, err := l.ns.Get(place.NS)
 	if err != nil {
 		t.Fatal(err)
 	}
 	var ln net.Listener
-	if err := inNS(h, func() error {
+	if err := h.Do(func() error {
 		var err error
 		ln, err = net.Listen("tcp", ap.String())
 		return err
@@ -154,13 +155,13 @@ func echoServer(t *testing.T, l *Lab, addr string) {
 func dial(t *testing.T, l *Lab, src, dst string) net.Conn {
 	t.Helper()
 	s := netip.MustParseAddr(src)
-	place, _ := l.Topology.Locate(s)
-	h, err := l.NS.Get(place.NS)
+	place, _ := l.Topology().Locate(s)
+	h, err := l.ns.Get(place.NS)
 	if err != nil {
 		t.Fatal(err)
 	}
 	var c net.Conn
-	if err := inNS(h, func() error {
+	if err := h.Do(func() error {
 		d := net.Dialer{LocalAddr: net.TCPAddrFromAddrPort(netip.AddrPortFrom(s, 0)), Timeout: 2 * time.Second}
 		var err error
 		c, err = d.Dial("tcp", dst)
@@ -215,13 +216,13 @@ func TestEstablishedSurvivesUnrelatedUpdateAndIsCutByDeny(t *testing.T) {
 			if err := roundTrip(c, "before", 2*time.Second); err != nil {
 				t.Fatalf("no echo before any update: %v", err)
 			}
-			if _, err := l.Apply(ctx, behaviour(t, isolateOther, policy.Options{})); err != nil {
+			if _, err := l.Apply(ctx, behaviour(t, isolateOther, policy.Options{}), nil); err != nil {
 				t.Fatal(err)
 			}
 			if err := roundTrip(c, "unrelated", 2*time.Second); err != nil {
 				t.Fatalf("unrelated update broke an allowed connection: %v", err)
 			}
-			res, err := l.Apply(ctx, behaviour(t, isolateOther+"---\n"+isolateServer, policy.Options{}))
+			res, err := l.Apply(ctx, behaviour(t, isolateOther+"---\n"+isolateServer, policy.Options{}), nil)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -421,7 +422,7 @@ spec:
   ingress:
   - ports: [{port: %d}]
 `, i%7, 1000+i)
-		if _, err := l.Apply(context.Background(), behaviour(t, extra, policy.Options{})); err != nil {
+		if _, err := l.Apply(context.Background(), behaviour(t, extra, policy.Options{}), nil); err != nil {
 			t.Fatalf("update %d: %v", i, err)
 		}
 	}

@@ -85,7 +85,7 @@ func BenchmarkConnections(b *testing.B) {
 			if err != nil {
 				b.Fatal(err)
 			}
-			l, err := Up(context.Background(), prog, Options{Prefix: prefix})
+			l, err := Up(context.Background(), prog, Options{Name: prefix})
 			if err != nil {
 				b.Fatal(err)
 			}
@@ -114,14 +114,14 @@ func benchConnections(b *testing.B, l *Lab, proto policy.Protocol) {
 		dst = netip.AddrPortFrom(dst.Addr(), 53)
 	}
 	want := banner(dst.Addr(), dst.Port())
-	place, _ := l.Topology.Locate(src)
-	h, err := l.NS.Get(place.NS)
+	place, _ := l.Topology().Locate(src)
+	h, err := l.ns.Get(place.NS)
 	if err != nil {
 		b.Fatal(err)
 	}
 	buf := make([]byte, len(want))
 	b.ResetTimer()
-	err = inNS(h, func() error {
+	err = h.Do(func() error {
 		for i := 0; i < b.N; i++ {
 			var c net.Conn
 			var err error

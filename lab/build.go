@@ -7,20 +7,21 @@ import (
 	"net/netip"
 
 	"github.com/vishvananda/netlink"
-	"github.com/vishvananda/netns"
 	"golang.org/x/sys/unix"
+
+	"github.com/moat-net/moat/internal/netns"
 )
 
 // Namespaces holds open handles to a lab's namespaces.
 type Namespaces struct {
-	handles map[string]netns.NsHandle
+	handles map[string]*netns.NS
 }
 
-// Get returns the handle of a namespace of the lab.
-func (n *Namespaces) Get(name string) (netns.NsHandle, error) {
+// Get returns a namespace of the lab.
+func (n *Namespaces) Get(name string) (*netns.NS, error) {
 	h, ok := n.handles[name]
 	if !ok {
-		return netns.None(), fmt.Errorf("lab has no network namespace %s", name)
+		return nil, fmt.Errorf("lab has no network namespace %s", name)
 	}
 	return h, nil
 }
@@ -35,9 +36,9 @@ func (n *Namespaces) Close() {
 
 // Open opens the namespaces of a built lab.
 func (t *Topology) Open() (*Namespaces, error) {
-	ns := &Namespaces{handles: map[string]netns.NsHandle{}}
+	ns := &Namespaces{handles: map[string]*netns.NS{}}
 	for _, name := range t.Namespaces() {
-		h, err := openNamed(name)
+		h, err := netns.Open(name)
 		if err != nil {
 			ns.Close()
 			return nil, err
@@ -50,7 +51,7 @@ func (t *Topology) Open() (*Namespaces, error) {
 // Build creates the lab's namespaces, links, addresses and routes. On
 // error everything it made is removed again.
 func (t *Topology) Build() (_ *Namespaces, err error) {
-	ns := &Namespaces{handles: map[string]netns.NsHandle{}}
+	ns := &Namespaces{handles: map[string]*netns.NS{}}
 	var created []string
 	defer func() {
 		if err != nil {
@@ -58,55 +59,48 @@ func (t *Topology) Build() (_ *Namespaces, err error) {
 			// Only what this call created: a name clash must not
 			// remove another lab's namespace.
 			for _, name := range created {
-				if derr := deleteNamed(name); derr != nil {
+				if derr := netns.Delete(name); derr != nil {
 					err = errors.Join(err, derr)
 				}
 			}
 		}
 	}()
 	for _, name := range t.Namespaces() {
-		h, err := createNamed(name)
+		h, err := netns.Create(name)
 		if err != nil {
 			return nil, err
 		}
 		created = append(created, name)
 		ns.handles[name] = h
-		if err := inNS(h, func() error {
-			// Addresses are added with NODAD; links created later in
-			// this namespace inherit "default".
-			for _, kv := range [][2]string{
-				{"net.ipv6.conf.all.accept_dad", "0"},
-				{"net.ipv6.conf.default.accept_dad", "0"},
-			} {
-				if err := sysctl(kv[0], kv[1]); err != nil {
-					return err
-				}
+		// Addresses are added with NODAD; links created later in this
+		// namespace inherit "default".
+		for _, kv := range [][2]string{
+			{"net.ipv6.conf.all.accept_dad", "0"},
+			{"net.ipv6.conf.default.accept_dad", "0"},
+		} {
+			if err := h.Sysctl(kv[0], kv[1]); err != nil {
+				return nil, err
 			}
-			return nil
-		}); err != nil {
-			return nil, fmt.Errorf("%s: %w", name, err)
 		}
-		nl, err := netlink.NewHandleAt(h)
+		nl, err := h.Netlink()
 		if err != nil {
-			return nil, fmt.Errorf("netlink in %s: %w", name, err)
+			return nil, err
 		}
 		lo, err := nl.LinkByName("lo")
 		if err == nil {
 			err = nl.LinkSetUp(lo)
 		}
-		nl.Close()
 		if err != nil {
 			return nil, fmt.Errorf("%s: loopback up: %w", name, err)
 		}
 	}
 	for _, n := range t.Nodes {
-		if err := inNS(ns.handles[n.NS], func() error {
-			if err := sysctl("net.ipv4.ip_forward", "1"); err != nil {
-				return err
-			}
-			return sysctl("net.ipv6.conf.all.forwarding", "1")
-		}); err != nil {
-			return nil, fmt.Errorf("%s: %w", n.NS, err)
+		h := ns.handles[n.NS]
+		if err := h.Sysctl("net.ipv4.ip_forward", "1"); err != nil {
+			return nil, err
+		}
+		if err := h.Sysctl("net.ipv6.conf.all.forwarding", "1"); err != nil {
+			return nil, err
 		}
 	}
 	if err := t.buildUnderlay(ns); err != nil {
@@ -125,23 +119,21 @@ func (t *Topology) Build() (_ *Namespaces, err error) {
 func (t *Topology) Teardown() error {
 	var errs []error
 	for _, name := range t.Namespaces() {
-		if err := deleteNamed(name); err != nil {
+		if err := netns.Delete(name); err != nil {
 			errs = append(errs, err)
 		}
 	}
 	return errors.Join(errs...)
 }
 
+// handleIn is the netlink handle of a namespace of the lab (closed with
+// the namespace).
 func handleIn(ns *Namespaces, name string) (*netlink.Handle, error) {
 	h, err := ns.Get(name)
 	if err != nil {
 		return nil, err
 	}
-	nl, err := netlink.NewHandleAt(h)
-	if err != nil {
-		return nil, fmt.Errorf("netlink in %s: %w", name, err)
-	}
-	return nl, nil
+	return h.Netlink()
 }
 
 func hostPrefix(a netip.Addr) *net.IPNet {
@@ -199,7 +191,6 @@ func (t *Topology) buildUnderlay(ns *Namespaces) error {
 	if err != nil {
 		return err
 	}
-	defer ul.Close()
 	off := false
 	br := &netlink.Bridge{LinkAttrs: netlink.LinkAttrs{Name: "br0"}, MulticastSnooping: &off}
 	if err := ul.LinkAdd(br); err != nil {
@@ -214,7 +205,7 @@ func (t *Topology) buildUnderlay(ns *Namespaces) error {
 		if err != nil {
 			return err
 		}
-		veth := &netlink.Veth{LinkAttrs: netlink.LinkAttrs{Name: port}, PeerName: "ul0", PeerNamespace: netlink.NsFd(int(h))}
+		veth := &netlink.Veth{LinkAttrs: netlink.LinkAttrs{Name: port}, PeerName: "ul0", PeerNamespace: netlink.NsFd(int(h.Handle()))}
 		if err := ul.LinkAdd(veth); err != nil {
 			return fmt.Errorf("underlay link for %s: %w", peerNS, err)
 		}
@@ -251,7 +242,6 @@ func (t *Topology) nodeUnderlay(ns *Namespaces, i int, n *Node) error {
 	if err != nil {
 		return err
 	}
-	defer nl.Close()
 	l, err := linkUp(nl, "ul0")
 	if err != nil {
 		return err
@@ -310,7 +300,6 @@ func (t *Topology) outsideUnderlay(ns *Namespaces) error {
 	if err != nil {
 		return err
 	}
-	defer nl.Close()
 	l, err := linkUp(nl, "ul0")
 	if err != nil {
 		return err
@@ -352,12 +341,12 @@ func (t *Topology) buildPod(ns *Namespaces, p *Pod) error {
 	if err != nil {
 		return err
 	}
-	defer nodeNL.Close()
-	podH, err := ns.Get(p.NS)
+	podNL, err := handleIn(ns, p.NS)
 	if err != nil {
 		return err
 	}
-	veth := &netlink.Veth{LinkAttrs: netlink.LinkAttrs{Name: p.Link}, PeerName: "eth0", PeerNamespace: netlink.NsFd(int(podH))}
+	podH, _ := ns.Get(p.NS)
+	veth := &netlink.Veth{LinkAttrs: netlink.LinkAttrs{Name: p.Link}, PeerName: "eth0", PeerNamespace: netlink.NsFd(int(podH.Handle()))}
 	if err := nodeNL.LinkAdd(veth); err != nil {
 		return fmt.Errorf("veth %s: %w", p.Link, err)
 	}
@@ -377,11 +366,6 @@ func (t *Topology) buildPod(ns *Namespaces, p *Pod) error {
 		}
 	}
 
-	podNL, err := netlink.NewHandleAt(podH)
-	if err != nil {
-		return fmt.Errorf("netlink in %s: %w", p.NS, err)
-	}
-	defer podNL.Close()
 	eth, err := linkUp(podNL, "eth0")
 	if err != nil {
 		return err

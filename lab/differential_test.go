@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/moat-net/moat/internal/testenv"
 	"github.com/moat-net/moat/lab/randcluster"
 	"github.com/moat-net/moat/manifest"
 	"github.com/moat-net/moat/policy"
@@ -33,7 +34,7 @@ func compileBytes(t testing.TB, y []byte, opts policy.Options) *policy.Program {
 // evaluator. A disagreement is shrunk to the fewest objects that still
 // show it and printed as manifests plus the flow.
 func TestDifferentialRandom(t *testing.T) {
-	requireKernel(t)
+	testenv.RequirePrivileged(t)
 	if testing.Short() {
 		t.Skip("differential lab test: slow")
 	}
@@ -91,7 +92,7 @@ func measureScenario(t *testing.T, sc *randcluster.Scenario, opts policy.Options
 		return nil, err
 	}
 	defer leftovers(t, prefix)
-	rep, err := Run(context.Background(), prog, Options{Prefix: prefix, Peers: sc.Peers}, ProbeOptions{Parallel: 64, Timeout: 500 * time.Millisecond})
+	rep, err := Run(context.Background(), prog, Options{Name: prefix, Peers: sc.Peers}, ProbeOptions{Parallel: 64, Timeout: 500 * time.Millisecond})
 	if err != nil {
 		return nil, fmt.Errorf("%w\nmanifests:\n%s", err, y)
 	}

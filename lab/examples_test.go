@@ -11,6 +11,7 @@ import (
 
 	"github.com/moat-net/moat/examples"
 	"github.com/moat-net/moat/features"
+	"github.com/moat-net/moat/internal/testenv"
 	"github.com/moat-net/moat/manifest"
 	"github.com/moat-net/moat/matrix"
 	"github.com/moat-net/moat/policy"
@@ -20,7 +21,7 @@ import (
 // the lab: real nftables, real packets, each flow compared with the
 // evaluator.
 func TestExamplesInLab(t *testing.T) {
-	requireKernel(t)
+	testenv.RequirePrivileged(t)
 	if testing.Short() {
 		t.Skip("lab examples: slow")
 	}
@@ -72,7 +73,7 @@ func TestExamplesInLab(t *testing.T) {
 				t.Fatal(err)
 			}
 			defer leftovers(t, prefix)
-			rep, err := Run(context.Background(), prog, Options{Prefix: prefix, Peers: peers, Ports: ports}, ProbeOptions{Timeout: 600 * time.Millisecond})
+			rep, err := Run(context.Background(), prog, Options{Name: prefix, Peers: peers, Ports: ports}, ProbeOptions{Timeout: 600 * time.Millisecond})
 			if err != nil {
 				t.Fatal(err)
 			}

@@ -7,35 +7,52 @@
 // namespace for external peers share an underlay bridge in a namespace of
 // its own; one namespace per pod-network pod; host-network pods live in
 // their node's namespace. Nothing is added to the machine's own namespace.
-// Every name starts with a per-run prefix, so labs can run side by side
-// and `moat lab clean` can find leftovers.
+//
+// Every lab has a name, which starts the names of its namespaces, and a
+// state directory under StateRoot, written before anything else is made.
+// The state names the process that owns the lab: the one that built it,
+// or for a lab that outlives its command (moat lab up) the process that
+// answers on its ports. Clean removes only labs whose owner is gone.
 package lab
 
 import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"net/netip"
 	"os"
 	"os/exec"
+	"path/filepath"
+	"text/tabwriter"
 
 	"github.com/moat-net/moat/matrix"
 	"github.com/moat-net/moat/nft"
 	"github.com/moat-net/moat/policy"
 )
 
-// Lab is a running lab.
+// Lab is a lab on this machine: built by Up, or a running one found again
+// by Open. Close releases it (and tears down a lab this process owns).
 type Lab struct {
-	Topology   *Topology
-	NS         *Namespaces
-	enforcer   *Enforcer
-	responders *Responders
+	st  *state
+	dir string
+	ns  *Namespaces
+	// prog is what every node is programmed with.
+	prog *policy.Program
+	enf  *enforcer
+	resp *Responders
+	// owned: Close tears the lab down.
+	owned    bool
+	warnings []string
+	// hook, when set (tests), is called at named points of Apply.
+	hook func(stage string)
 }
 
 // Options shape a lab.
 type Options struct {
-	// Prefix names the lab's namespaces; empty picks a fresh one.
-	Prefix string
+	// Name names the lab and starts its namespaces' names; empty picks a
+	// fresh one.
+	Name string
 	// Peers are extra addresses outside the pod network.
 	Peers []netip.Addr
 	// Ports are the ports responders answer on; empty means every
@@ -43,6 +60,14 @@ type Options struct {
 	Ports []matrix.PortProto
 	// CutDenied removes established connections a new Program denies.
 	CutDenied bool
+	// Server makes the lab outlive this process (moat lab up): it is the
+	// command line of the process that answers on every port, to which
+	// "--lab NAME" is appended; that process calls Open and Serve and
+	// prints "ready". Snapshot is then required.
+	Server []string
+	// Snapshot copies the manifests prog came from into a directory, so
+	// later commands judge what was applied even if the files change.
+	Snapshot func(dir string) error
 }
 
 // CheckHost reports why this machine cannot run a lab: not root, or no
@@ -57,93 +82,188 @@ func CheckHost() error {
 	return nil
 }
 
-// Up plans and builds a lab for prog, programs every node and starts
-// responders on every port of every endpoint. On error nothing is left
-// behind.
+// Up builds a lab for prog: it records the lab's state, builds its
+// namespaces, programs every node and starts responders on every port of
+// every endpoint (in this process, or in the Server process). On error
+// nothing is left behind.
 func Up(ctx context.Context, prog *policy.Program, opts Options) (_ *Lab, err error) {
-	topo, err := plan(prog, &opts.Prefix, opts.Peers)
-	if err != nil {
+	if err := CheckHost(); err != nil {
 		return nil, err
 	}
-	ns, err := topo.Build()
-	if err != nil {
-		return nil, fmt.Errorf("build lab %s: %w", opts.Prefix, err)
+	if len(opts.Server) > 0 && opts.Snapshot == nil {
+		return nil, errors.New("a lab that outlives this process needs a snapshot of its manifests")
 	}
-	lab := &Lab{Topology: topo, NS: ns}
-	defer func() {
-		if err != nil {
-			err = errors.Join(err, lab.Close())
+	if opts.Name == "" {
+		if opts.Name, err = NewPrefix(); err != nil {
+			return nil, err
 		}
-	}()
-	if lab.enforcer, err = NewEnforcer(topo, ns, EnforceOptions{CutDenied: opts.CutDenied}); err != nil {
-		return nil, err
 	}
-	if _, err = lab.enforcer.Apply(ctx, prog); err != nil {
+	topo, err := Plan(opts.Name, prog, opts.Peers)
+	if err != nil {
 		return nil, err
 	}
 	cells, _, _, err := planCells(topo, prog, opts.Peers, opts.Ports)
 	if err != nil {
 		return nil, err
 	}
-	targets, err := targetsFor(topo, probeList(cells))
+	owner, err := self()
 	if err != nil {
 		return nil, err
 	}
-	if lab.responders, err = StartResponders(ns, targets); err != nil {
+	l := &Lab{
+		st: &state{
+			Topology: topo, Peers: opts.Peers, Ports: opts.Ports, Policy: prog.Options,
+			CutDenied: opts.CutDenied, Owner: owner, Detached: len(opts.Server) > 0,
+		},
+		dir:   filepath.Join(StateRoot, opts.Name),
+		prog:  prog,
+		owned: true,
+	}
+	// The state comes first: whenever this process dies, clean finds
+	// what it made.
+	if err := l.create(); err != nil {
 		return nil, err
 	}
-	return lab, nil
+	if l.ns, err = topo.Build(); err != nil {
+		// Build removed what it made; a namespace whose name clashed
+		// is someone else's.
+		return nil, errors.Join(fmt.Errorf("build lab %s: %w", opts.Name, err), os.RemoveAll(l.dir))
+	}
+	defer func() {
+		if err != nil {
+			err = errors.Join(err, l.Close())
+		}
+	}()
+	if _, err = l.program(ctx, prog); err != nil {
+		return nil, err
+	}
+	if !l.st.Detached {
+		targets, err := targetsFor(topo, probeList(cells))
+		if err != nil {
+			return nil, err
+		}
+		if l.resp, err = StartResponders(l.ns, targets); err != nil {
+			return nil, err
+		}
+		return l, nil
+	}
+	gen := manifestsDir(1)
+	if err = opts.Snapshot(filepath.Join(l.dir, gen)); err != nil {
+		return nil, fmt.Errorf("copy manifests: %w", err)
+	}
+	l.st.Manifests = gen
+	if err = l.save(); err != nil {
+		return nil, err
+	}
+	if err = l.startServer(ctx, opts.Server); err != nil {
+		return nil, err
+	}
+	l.owned = false
+	return l, nil
 }
 
-// Apply programs every node with a new Program (the topology stays).
-func (l *Lab) Apply(ctx context.Context, prog *policy.Program) ([]nft.Result, error) {
-	return l.enforcer.Apply(ctx, prog)
+// Name is the lab's name.
+func (l *Lab) Name() string { return l.st.Topology.Prefix }
+
+// Topology is the lab's plan: its namespaces and addresses.
+func (l *Lab) Topology() *Topology { return l.st.Topology }
+
+// Describe prints the lab's namespaces and addresses, and how to explore
+// and change it.
+func (l *Lab) Describe(w io.Writer) {
+	t := l.st.Topology
+	fmt.Fprintf(w, "lab %s is up\n\n", t.Prefix)
+	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "WHAT\tNAMESPACE\tADDRESSES")
+	for _, n := range t.Nodes {
+		fmt.Fprintf(tw, "node %s\t%s\t%v\n", n.Name, n.NS, n.Addrs)
+	}
+	for _, p := range t.Pods {
+		fmt.Fprintf(tw, "pod %s\t%s\t%v\n", p.Key, p.NS, p.IPs)
+	}
+	if len(t.Outside.Addrs) > 0 {
+		fmt.Fprintf(tw, "outside\t%s\t%v\n", t.Outside.NS, t.Outside.Addrs)
+	}
+	_ = tw.Flush()
+	if len(t.Nodes) > 0 {
+		fmt.Fprintf(w, "\nexplore:  ip netns exec %s nft list table inet moat\n", t.Nodes[0].NS)
+	}
+	fmt.Fprintf(w, "measure:  moat lab probe --lab %s\n", t.Prefix)
+	fmt.Fprintf(w, "change:   moat lab apply --lab %s -f ...\n", t.Prefix)
+	fmt.Fprintf(w, "remove:   moat lab down --lab %s\n", t.Prefix)
 }
 
 // Rulesets returns each node's programmed ruleset, by node name.
-func (l *Lab) Rulesets() map[string]*nft.Ruleset { return l.enforcer.Rulesets() }
+func (l *Lab) Rulesets() map[string]*nft.Ruleset {
+	out := map[string]*nft.Ruleset{}
+	for _, n := range l.st.Topology.Nodes {
+		out[n.Name] = nft.Build(l.prog, n.Name)
+	}
+	return out
+}
 
-// Close stops responders and deletes every namespace of the lab.
+// program programs every node with prog.
+func (l *Lab) program(ctx context.Context, prog *policy.Program) ([]nft.Result, error) {
+	if l.enf == nil {
+		e, err := newEnforcer(l.st.Topology, l.ns, l.st.CutDenied)
+		if err != nil {
+			return nil, err
+		}
+		l.enf = e
+	}
+	return l.enf.apply(ctx, prog, func(i int) { l.at(fmt.Sprintf("node %d programmed", i)) })
+}
+
+func (l *Lab) at(stage string) {
+	if l.hook != nil {
+		l.hook(stage)
+	}
+}
+
+// Close stops this process's responders and releases the namespaces. A
+// lab this process owns (built by Up without Server) is torn down: its
+// namespaces and state are removed.
 func (l *Lab) Close() error {
-	if l.responders != nil {
-		l.responders.Close()
+	if l.resp != nil {
+		l.resp.Close()
+		l.resp = nil
 	}
-	if l.enforcer != nil {
-		l.enforcer.Close()
+	if l.ns != nil {
+		l.ns.Close()
 	}
-	if l.NS != nil {
-		l.NS.Close()
+	if !l.owned {
+		return nil
 	}
-	return l.Topology.Teardown()
+	l.owned = false
+	return l.destroy()
 }
 
 // Run builds a lab, measures prog's matrix and tears the lab down again,
-// also when ctx is cancelled.
-func Run(ctx context.Context, prog *policy.Program, opts Options, popts ProbeOptions) (rep *Report, err error) {
+// also when ctx is cancelled. Problems tearing down are warnings in the
+// report: they change neither the measured flows nor the error.
+func Run(ctx context.Context, prog *policy.Program, opts Options, popts ProbeOptions) (*Report, error) {
+	if len(opts.Server) > 0 {
+		return nil, errors.New("run tears its lab down: no Server")
+	}
 	l, err := Up(ctx, prog, opts)
 	if err != nil {
 		return nil, err
 	}
-	defer func() {
-		if cerr := l.Close(); cerr != nil {
-			err = errors.Join(err, fmt.Errorf("tear down lab %s: %w", l.Topology.Prefix, cerr))
-		}
-	}()
-	return l.Measure(ctx, prog, opts.Peers, opts.Ports, popts)
+	rep, err := l.Measure(ctx, popts)
+	return finish(l, rep, err)
 }
 
-// plan checks the host, picks a prefix when none is given and plans the
-// topology: the first steps of every way to build a lab.
-func plan(prog *policy.Program, prefix *string, peers []netip.Addr) (*Topology, error) {
-	if err := CheckHost(); err != nil {
-		return nil, err
+// finish closes a lab after measuring: a teardown problem becomes a
+// warning of the report, or joins the error when there is no report.
+func finish(l *Lab, rep *Report, err error) (*Report, error) {
+	cerr := l.Close()
+	if cerr == nil {
+		return rep, err
 	}
-	if *prefix == "" {
-		p, err := NewPrefix()
-		if err != nil {
-			return nil, err
-		}
-		*prefix = p
+	cerr = fmt.Errorf("tear down lab %s: %w", l.Name(), cerr)
+	if rep == nil {
+		return nil, errors.Join(err, cerr)
 	}
-	return Plan(*prefix, prog, peers)
+	rep.Warnings = append(rep.Warnings, cerr.Error())
+	return rep, err
 }

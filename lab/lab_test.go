@@ -4,35 +4,17 @@ import (
 	"context"
 	"net/netip"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/moat-net/moat/internal/netns"
+	"github.com/moat-net/moat/internal/testenv"
 	"github.com/moat-net/moat/manifest"
 	"github.com/moat-net/moat/matrix"
 	"github.com/moat-net/moat/policy"
 )
-
-// requireKernel skips a test that needs root and nft, loudly, unless
-// CI=true: there a missing capability fails the test.
-func requireKernel(t *testing.T) {
-	t.Helper()
-	var missing string
-	if os.Geteuid() != 0 {
-		missing = "root"
-	} else if _, err := exec.LookPath("nft"); err != nil {
-		missing = "the nft binary (apt-get install nftables)"
-	}
-	if missing == "" {
-		return
-	}
-	if os.Getenv("CI") == "true" {
-		t.Fatalf("lab test needs %s, and CI=true requires it to run", missing)
-	}
-	t.Skipf("SKIPPED: lab test needs %s", missing)
-}
 
 func compileFile(t testing.TB, name string, opts policy.Options) *policy.Program {
 	t.Helper()
@@ -54,20 +36,24 @@ func addrs(ss ...string) []netip.Addr {
 // leftovers fails the test if namespaces with the prefix survive.
 func leftovers(t *testing.T, prefix string) {
 	t.Helper()
-	names, err := namedWithPrefix(prefix)
+	names, err := netns.List(prefix + "-")
 	if err != nil {
 		t.Fatal(err)
 	}
 	if len(names) > 0 {
 		t.Errorf("namespaces left behind: %v", names)
 		for _, n := range names {
-			_ = deleteNamed(n)
+			_ = netns.Delete(n)
 		}
+	}
+	if _, err := os.Stat(filepath.Join(StateRoot, prefix)); err == nil {
+		t.Errorf("state of lab %s left behind", prefix)
+		_ = os.RemoveAll(filepath.Join(StateRoot, prefix))
 	}
 }
 
 func TestRunAgreesWithEvaluator(t *testing.T) {
-	requireKernel(t)
+	testenv.RequirePrivileged(t)
 	if testing.Short() {
 		t.Skip("lab run: slow")
 	}
@@ -78,7 +64,7 @@ func TestRunAgreesWithEvaluator(t *testing.T) {
 	defer leftovers(t, prefix)
 	prog := compileFile(t, "tiers.yaml", policy.Options{IngressNetworksAndNodes: true})
 	peers := addrs("203.0.113.7", "203.0.113.200", "198.51.100.1", "2001:db8::1", "192.168.0.2")
-	rep, err := Run(context.Background(), prog, Options{Prefix: prefix, Peers: peers}, ProbeOptions{})
+	rep, err := Run(context.Background(), prog, Options{Name: prefix, Peers: peers}, ProbeOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -104,7 +90,7 @@ func TestRunAgreesWithEvaluator(t *testing.T) {
 }
 
 func TestSCTPFlowsAreJudgedFromRules(t *testing.T) {
-	requireKernel(t)
+	testenv.RequirePrivileged(t)
 	if testing.Short() {
 		t.Skip("lab run: slow")
 	}
@@ -123,7 +109,7 @@ spec:
 	}
 	defer leftovers(t, prefix)
 	ports := []matrix.PortProto{{Port: 3868, Protocol: policy.ProtoSCTP}, {Port: 80, Protocol: policy.ProtoTCP}}
-	rep, err := Run(context.Background(), prog, Options{Prefix: prefix, Ports: ports}, ProbeOptions{Timeout: 600 * time.Millisecond})
+	rep, err := Run(context.Background(), prog, Options{Name: prefix, Ports: ports}, ProbeOptions{Timeout: 600 * time.Millisecond})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -12,55 +12,6 @@ import (
 	"github.com/moat-net/moat/policy"
 )
 
-// Flow is one matrix cell as the lab measured it: the `moat matrix` JSON
-// schema plus what was measured. Allowed is the measured verdict when
-// Measured is true, otherwise the verdict of the programmed rules (or the
-// prediction when no rule applies).
-type Flow struct {
-	matrix.Flow
-	Measured bool `json:"measured"`
-	// Predicted is the evaluator's verdict.
-	Predicted bool `json:"predicted"`
-	// Agree is false when the kernel and the evaluator disagree.
-	Agree bool `json:"agree"`
-	// Outcome is what the probe saw: reached, refused or timed out.
-	Outcome string `json:"outcome,omitempty"`
-	// Reason says why a flow was not measured.
-	Reason string `json:"reason,omitempty"`
-	SrcIP  string `json:"srcIP,omitempty"`
-	DstIP  string `json:"dstIP,omitempty"`
-}
-
-// Report is a measured matrix.
-type Report struct {
-	Lab       string               `json:"lab"`
-	Endpoints []string             `json:"-"`
-	Ports     []matrix.PortProto   `json:"-"`
-	Flows     []Flow               `json:"flows"`
-	Programs  map[string]nft.Stats `json:"-"`
-}
-
-// Disagreements lists the flows where the kernel and the evaluator differ.
-func (r *Report) Disagreements() []Flow {
-	var out []Flow
-	for _, f := range r.Flows {
-		if !f.Agree {
-			out = append(out, f)
-		}
-	}
-	return out
-}
-
-// Matrix converts the report for matrix.WriteTable and friends: cells
-// carry the measured verdict.
-func (r *Report) Matrix() *matrix.Result {
-	m := &matrix.Result{Endpoints: r.Endpoints, Ports: r.Ports}
-	for _, f := range r.Flows {
-		m.Flows = append(m.Flows, f.Flow)
-	}
-	return m
-}
-
 // cell is one matrix cell and how to measure it.
 type cell struct {
 	flow     matrix.Flow
@@ -127,12 +78,12 @@ func probeList(cells []cell) []Probe {
 	return out
 }
 
-// Measure probes every cell of prog's matrix and compares each with the
+// measure probes every cell of prog's matrix and compares each with the
 // evaluator. Flows whose probe timed out although the evaluator allows
 // them are probed once more with a longer timeout, so a busy machine does
 // not pass for a dropping rule; a probe that fails for another reason is
 // a lab error.
-func Measure(ctx context.Context, t *Topology, ns *Namespaces, rulesets map[string]*nft.Ruleset, prog *policy.Program, peers []netip.Addr, ports []matrix.PortProto, opts ProbeOptions) (*Report, error) {
+func measure(ctx context.Context, t *Topology, ns *Namespaces, rulesets map[string]*nft.Ruleset, prog *policy.Program, peers []netip.Addr, ports []matrix.PortProto, opts ProbeOptions) (*Report, error) {
 	opts = opts.withDefaults()
 	cells, labels, ports, err := planCells(t, prog, peers, ports)
 	if err != nil {
@@ -217,7 +168,13 @@ func (t *Topology) crossed(rulesets map[string]*nft.Ruleset, c cell) []*nft.Rule
 	return out
 }
 
-// Measure measures prog's matrix in this lab.
-func (l *Lab) Measure(ctx context.Context, prog *policy.Program, peers []netip.Addr, ports []matrix.PortProto, opts ProbeOptions) (*Report, error) {
-	return Measure(ctx, l.Topology, l.NS, l.Rulesets(), prog, peers, ports, opts)
+// Measure probes every flow of the matrix of the Program the lab is
+// programmed with and compares each with the evaluator. SCTP flows are
+// judged from the rules Apply programmed.
+func (l *Lab) Measure(ctx context.Context, opts ProbeOptions) (*Report, error) {
+	rep, err := measure(ctx, l.st.Topology, l.ns, l.Rulesets(), l.prog, l.st.Peers, l.st.Ports, opts)
+	if rep != nil {
+		rep.Warnings = append(rep.Warnings, l.warnings...)
+	}
+	return rep, err
 }

@@ -113,7 +113,7 @@ func ProbeOne(ctx context.Context, ns *Namespaces, p Probe, timeout time.Duratio
 	parent := ctx
 	ctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
-	err = inNS(h, func() error {
+	err = h.Do(func() error {
 		// The socket is created here, so it lives in the source
 		// namespace; the dial itself may block on any thread.
 		var err error

@@ -52,7 +52,7 @@ func StartResponders(ns *Namespaces, targets []Target) (*Responders, error) {
 		seen[t] = true
 		h, err := ns.Get(t.NS)
 		if err == nil {
-			err = inNS(h, func() error { return r.open(t) })
+			err = h.Do(func() error { return r.open(t) })
 		}
 		if err != nil {
 			r.Close()

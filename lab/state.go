@@ -12,89 +12,174 @@ import (
 	"os/exec"
 	"path/filepath"
 	"sort"
+	"strconv"
 	"strings"
 	"syscall"
 	"time"
 
+	"github.com/moat-net/moat/internal/netns"
 	"github.com/moat-net/moat/matrix"
-	"github.com/moat-net/moat/nft"
 	"github.com/moat-net/moat/policy"
 )
 
-// StateRoot holds one directory per running lab (`moat lab up`): its
-// topology, options, a copy of the manifests last applied, and the
-// responder process. It lives on /run, so a reboot clears it together
-// with the namespaces it describes.
+// StateRoot holds one directory per lab: its topology, options, owner, a
+// copy of the manifests last applied (labs made by moat lab up) and the
+// responder process's log. It lives on /run, so a reboot clears it
+// together with the namespaces it describes.
 const StateRoot = "/run/moat-lab"
 
-// State is what later commands need to find a running lab again.
-type State struct {
+// state is what a lab's directory records, in state.json.
+type state struct {
 	Topology  *Topology          `json:"topology"`
 	Peers     []netip.Addr       `json:"peers,omitempty"`
 	Ports     []matrix.PortProto `json:"ports,omitempty"`
 	Policy    policy.Options     `json:"policy"`
 	CutDenied bool               `json:"cutDenied"`
-	// ServerPID is the process answering on every port.
-	ServerPID int `json:"serverPID,omitempty"`
+	// Owner is the process whose end abandons the lab: the one that
+	// built it, then, for a detached lab, its responder process.
+	Owner process `json:"owner"`
+	// Detached labs outlive the command that made them (moat lab up).
+	Detached bool `json:"detached,omitempty"`
+	// Server is a detached lab's responder process.
+	Server process `json:"server,omitzero"`
+	// Manifests is the directory (under the lab's) holding the copy of
+	// the manifests every node is programmed with.
+	Manifests string `json:"manifests,omitempty"`
+	// Pending is an apply under way: its manifests are complete on disk
+	// and some nodes may already have its rules. Whoever opens the lab
+	// next finishes it (or rolls it back) before trusting the rules.
+	Pending *applied `json:"pending,omitempty"`
 }
 
-// Dir is the lab's state directory.
-func (s *State) Dir() string { return filepath.Join(StateRoot, s.Topology.Prefix) }
+// applied is a set of manifests and the options they compile with.
+type applied struct {
+	Manifests string         `json:"manifests"`
+	Policy    policy.Options `json:"policy"`
+}
 
-// ManifestsDir holds the copy of the manifests last applied.
-func (s *State) ManifestsDir() string { return filepath.Join(s.Dir(), "manifests") }
+// process identifies a process across PID reuse by its start time.
+type process struct {
+	PID   int    `json:"pid"`
+	Start uint64 `json:"start"`
+}
 
-// LogPath is where the responder process writes.
-func (s *State) LogPath() string { return filepath.Join(s.Dir(), "server.log") }
+func self() (process, error) {
+	pid := os.Getpid()
+	start, ok := startTime(pid)
+	if !ok {
+		return process{}, errors.New("read this process's start time from /proc")
+	}
+	return process{PID: pid, Start: start}, nil
+}
 
-func (s *State) save() error {
-	b, err := json.MarshalIndent(s, "", "  ")
+// alive reports whether the process still runs (a zombie has ended).
+func (p process) alive() bool {
+	if p.PID <= 0 {
+		return false
+	}
+	start, ok := startTime(p.PID)
+	return ok && start == p.Start
+}
+
+// startTime reads a live process's start time (clock ticks since boot)
+// from /proc/PID/stat; false for a process that is gone or a zombie.
+func startTime(pid int) (uint64, bool) {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return 0, false
+	}
+	// The fields after the command name (in parentheses, which may
+	// itself hold spaces): state is the first, starttime the 20th.
+	s := string(b)
+	i := strings.LastIndexByte(s, ')')
+	if i < 0 {
+		return 0, false
+	}
+	f := strings.Fields(s[i+1:])
+	if len(f) < 20 || f[0] == "Z" || f[0] == "X" {
+		return 0, false
+	}
+	start, err := strconv.ParseUint(f[19], 10, 64)
+	return start, err == nil
+}
+
+func manifestsDir(gen int) string { return fmt.Sprintf("manifests-%d", gen) }
+
+// create makes the lab's directory, which must not exist (the name is
+// taken otherwise), and writes its state.
+func (l *Lab) create() error {
+	if err := os.MkdirAll(StateRoot, 0o755); err != nil {
+		return fmt.Errorf("lab state: %w", err)
+	}
+	if err := os.Mkdir(l.dir, 0o700); err != nil {
+		if errors.Is(err, os.ErrExist) {
+			return fmt.Errorf("lab %s exists already", l.Name())
+		}
+		return fmt.Errorf("lab state: %w", err)
+	}
+	if err := l.save(); err != nil {
+		_ = os.RemoveAll(l.dir)
+		return err
+	}
+	return nil
+}
+
+// save replaces state.json atomically.
+func (l *Lab) save() error {
+	b, err := json.MarshalIndent(l.st, "", "  ")
 	if err != nil {
 		return fmt.Errorf("encode lab state: %w", err)
 	}
-	if err := os.MkdirAll(s.Dir(), 0o700); err != nil {
+	f, err := os.CreateTemp(l.dir, "state-*.tmp")
+	if err != nil {
 		return fmt.Errorf("lab state: %w", err)
 	}
-	tmp := filepath.Join(s.Dir(), "state.json.tmp")
-	if err := os.WriteFile(tmp, b, 0o600); err != nil {
+	_, err = f.Write(b)
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	if err == nil {
+		err = os.Rename(f.Name(), filepath.Join(l.dir, "state.json"))
+	}
+	if err != nil {
+		_ = os.Remove(f.Name())
 		return fmt.Errorf("lab state: %w", err)
 	}
-	return os.Rename(tmp, filepath.Join(s.Dir(), "state.json"))
+	return nil
 }
 
-// LoadState reads a running lab's state. An empty prefix picks the only
-// running lab.
-func LoadState(prefix string) (*State, error) {
-	if prefix == "" {
-		labs, err := Running()
-		if err != nil {
-			return nil, err
-		}
-		switch len(labs) {
-		case 0:
-			return nil, errors.New("no lab is running (start one with moat lab up)")
-		case 1:
-			prefix = labs[0]
-		default:
-			return nil, fmt.Errorf("%d labs are running (%s): choose one with --lab", len(labs), strings.Join(labs, ", "))
-		}
-	}
-	b, err := os.ReadFile(filepath.Join(StateRoot, prefix, "state.json"))
+// load reads a lab's state.
+func load(name string) (*state, error) {
+	b, err := os.ReadFile(filepath.Join(StateRoot, name, "state.json"))
 	if err != nil {
-		return nil, fmt.Errorf("lab %s: %w", prefix, err)
+		return nil, fmt.Errorf("lab %s: %w", name, err)
 	}
-	var s State
+	var s state
 	if err := json.Unmarshal(b, &s); err != nil {
-		return nil, fmt.Errorf("lab %s: state: %w", prefix, err)
+		return nil, fmt.Errorf("lab %s: state: %w", name, err)
 	}
-	if s.Topology == nil || s.Topology.Prefix != prefix {
-		return nil, fmt.Errorf("lab %s: state names another lab", prefix)
+	if s.Topology == nil || s.Topology.Prefix != name {
+		return nil, fmt.Errorf("lab %s: state names another lab", name)
 	}
 	return &s, nil
 }
 
-// Running lists the prefixes of labs with state.
-func Running() ([]string, error) {
+// lock takes the lab's lock (for changing its rules or state) until
+// unlock; the kernel drops it when the process dies.
+func (l *Lab) lock() (unlock func(), err error) {
+	f, err := os.OpenFile(filepath.Join(l.dir, "lock"), os.O_CREATE|os.O_RDWR, 0o600)
+	if err != nil {
+		return nil, fmt.Errorf("lock lab %s: %w", l.Name(), err)
+	}
+	if err := syscall.Flock(int(f.Fd()), syscall.LOCK_EX); err != nil {
+		f.Close()
+		return nil, fmt.Errorf("lock lab %s: %w", l.Name(), err)
+	}
+	return func() { f.Close() }, nil
+}
+
+// labNames lists the labs with a state directory.
+func labNames() ([]string, error) {
 	entries, err := os.ReadDir(StateRoot)
 	if errors.Is(err, os.ErrNotExist) {
 		return nil, nil
@@ -112,170 +197,110 @@ func Running() ([]string, error) {
 	return out, nil
 }
 
-// CreateOptions describe a lab that outlives the command that made it.
-type CreateOptions struct {
-	Options
-	Policy policy.Options
-	// Snapshot copies the manifests into dir, so later commands judge
-	// what was applied even if the files change.
-	Snapshot func(dir string) error
-	// Server is the command line of the responder process; "--lab
-	// PREFIX" is appended. It must call Serve and print "ready".
-	Server []string
-}
-
-// Create builds a lab, programs it, records its state and starts the
-// responder process. On error nothing is left behind.
-func Create(ctx context.Context, prog *policy.Program, opts CreateOptions) (st *State, err error) {
-	topo, err := plan(prog, &opts.Prefix, opts.Peers)
-	if err != nil {
-		return nil, err
-	}
-	if _, _, _, err := planCells(topo, prog, opts.Peers, opts.Ports); err != nil {
-		return nil, err
-	}
-	st = &State{Topology: topo, Peers: opts.Peers, Ports: opts.Ports, Policy: opts.Policy, CutDenied: opts.CutDenied}
-	ns, err := topo.Build()
-	if err != nil {
-		return nil, fmt.Errorf("build lab %s: %w", topo.Prefix, err)
-	}
-	defer ns.Close()
-	defer func() {
+// Open finds a running lab made by moat lab up (an empty name: the only
+// one). If an apply was interrupted, Open first finishes it, or rolls it
+// back, so that the rules always match the recorded manifests.
+func Open(ctx context.Context, name string) (*Lab, error) {
+	if name == "" {
+		names, err := labNames()
 		if err != nil {
-			err = errors.Join(err, Destroy(st))
-			st = nil
+			return nil, err
 		}
-	}()
-	if err = st.save(); err != nil {
-		return st, err
-	}
-	if opts.Snapshot != nil {
-		if err = opts.Snapshot(st.ManifestsDir()); err != nil {
-			return st, fmt.Errorf("copy manifests: %w", err)
+		var up []string
+		for _, n := range names {
+			if st, err := load(n); err == nil && st.Detached && st.Owner.alive() {
+				up = append(up, n)
+			}
+		}
+		switch len(up) {
+		case 0:
+			return nil, errors.New("no lab is running (start one with moat lab up)")
+		case 1:
+			name = up[0]
+		default:
+			return nil, fmt.Errorf("%d labs are running (%s): choose one with --lab", len(up), strings.Join(up, ", "))
 		}
 	}
-	if _, err = st.apply(ctx, ns, prog); err != nil {
-		return st, err
-	}
-	argv := append(append([]string{}, opts.Server...), "--lab", topo.Prefix)
-	if st.ServerPID, err = spawnServer(ctx, argv, st.LogPath()); err != nil {
-		return st, err
-	}
-	return st, st.save()
-}
-
-// Apply programs every node of a running lab with prog (one full replace
-// per node: this process does not know what an earlier one programmed).
-// The topology must not change: pods, nodes and addresses stay.
-func (s *State) Apply(ctx context.Context, prog *policy.Program, snapshot func(dir string) error) ([]nft.Result, error) {
-	topo, err := Plan(s.Topology.Prefix, prog, s.Peers)
+	st, err := load(name)
 	if err != nil {
 		return nil, err
 	}
-	if a, b := mustJSON(topo), mustJSON(s.Topology); a != b {
-		return nil, errors.New("the manifests change pods, nodes or addresses: apply only changes policies and labels (run moat lab down and up for a new topology)")
+	if !st.Detached {
+		return nil, fmt.Errorf("lab %s belongs to process %d (moat lab run or a test), which removes it when done: only labs made by moat lab up can be opened", name, st.Owner.PID)
 	}
-	ns, err := s.Topology.Open()
-	if err != nil {
+	if !st.Owner.alive() {
+		return nil, fmt.Errorf("lab %s is not running (its process %d is gone): remove it with moat lab clean", name, st.Owner.PID)
+	}
+	l := &Lab{st: st, dir: filepath.Join(StateRoot, name)}
+	if l.ns, err = st.Topology.Open(); err != nil {
 		return nil, err
 	}
-	defer ns.Close()
-	res, err := s.apply(ctx, ns, prog)
-	if err != nil {
-		return res, err
-	}
-	s.Policy = prog.Options
-	if err := s.save(); err != nil {
-		return res, err
-	}
-	if snapshot != nil {
-		tmp := s.ManifestsDir() + ".new"
-		_ = os.RemoveAll(tmp)
-		if err := snapshot(tmp); err != nil {
-			return res, fmt.Errorf("copy manifests: %w", err)
-		}
-		_ = os.RemoveAll(s.ManifestsDir())
-		if err := os.Rename(tmp, s.ManifestsDir()); err != nil {
-			return res, fmt.Errorf("copy manifests: %w", err)
-		}
-	}
-	return res, nil
-}
-
-func (s *State) apply(ctx context.Context, ns *Namespaces, prog *policy.Program) ([]nft.Result, error) {
-	e, err := NewEnforcer(s.Topology, ns, EnforceOptions{CutDenied: s.CutDenied})
-	if err != nil {
+	if err := l.rollForward(ctx); err != nil {
+		l.Close()
 		return nil, err
 	}
-	defer e.Close()
-	return e.Apply(ctx, prog)
-}
-
-func mustJSON(v any) string {
-	b, _ := json.Marshal(v)
-	return string(b)
-}
-
-// Measure probes prog's matrix in a running lab. SCTP flows are judged by
-// the rules Build derives from prog, which is what Apply programmed.
-func (s *State) Measure(ctx context.Context, prog *policy.Program, opts ProbeOptions) (*Report, error) {
-	ns, err := s.Topology.Open()
-	if err != nil {
+	if l.prog, err = l.compile(applied{Manifests: l.st.Manifests, Policy: l.st.Policy}); err != nil {
+		l.Close()
 		return nil, err
 	}
-	defer ns.Close()
-	rulesets := map[string]*nft.Ruleset{}
-	for _, n := range s.Topology.Nodes {
-		rulesets[n.Name] = nft.Build(prog, n.Name)
-	}
-	return Measure(ctx, s.Topology, ns, rulesets, prog, s.Peers, s.Ports, opts)
+	return l, nil
 }
 
-// Serve runs the responders of a running lab until ctx ends. It writes
-// "ready" to ready once every port answers.
-func Serve(ctx context.Context, s *State, prog *policy.Program, ready io.Writer) error {
-	ns, err := s.Topology.Open()
-	if err != nil {
-		return err
-	}
-	defer ns.Close()
-	cells, _, _, err := planCells(s.Topology, prog, s.Peers, s.Ports)
-	if err != nil {
-		return err
-	}
-	targets, err := targetsFor(s.Topology, probeList(cells))
-	if err != nil {
-		return err
-	}
-	r, err := StartResponders(ns, targets)
-	if err != nil {
-		return err
-	}
-	fmt.Fprintln(ready, "ready")
-	r.Wait(ctx)
-	return nil
+// Down tears down a lab made by moat lab up: its responder process, its
+// namespaces, its state.
+func (l *Lab) Down() error {
+	l.owned = false
+	l.Close()
+	return l.destroy()
 }
 
-// spawnServer starts the responder process in its own session and waits
-// for its "ready" line.
-func spawnServer(ctx context.Context, argv []string, logPath string) (int, error) {
-	if len(argv) == 0 {
-		return 0, errors.New("no responder command")
+// destroy stops a detached lab's responder process and removes the lab's
+// namespaces, then its state (kept if a namespace stays, so that clean can
+// try again).
+func (l *Lab) destroy() error {
+	if l.st.Detached {
+		stopProcess(l.st.Server)
 	}
+	if err := l.st.Topology.Teardown(); err != nil {
+		return err
+	}
+	return os.RemoveAll(l.dir)
+}
+
+// startServer starts a detached lab's responder process in its own
+// session, records it, waits for its "ready" line and makes it the lab's
+// owner.
+func (l *Lab) startServer(ctx context.Context, argv []string) error {
+	logPath := filepath.Join(l.dir, "server.log")
 	logf, err := os.OpenFile(logPath, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o600)
 	if err != nil {
-		return 0, fmt.Errorf("responder log: %w", err)
+		return fmt.Errorf("responder log: %w", err)
 	}
 	defer logf.Close()
+	argv = append(append([]string{}, argv...), "--lab", l.Name())
 	cmd := exec.Command(argv[0], argv[1:]...)
 	cmd.Stderr = logf
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true}
 	out, err := cmd.StdoutPipe()
 	if err != nil {
-		return 0, err
+		return err
 	}
 	if err := cmd.Start(); err != nil {
-		return 0, fmt.Errorf("start responders (%s): %w", argv[0], err)
+		return fmt.Errorf("start responders (%s): %w", argv[0], err)
+	}
+	fail := func(err error) error {
+		_ = cmd.Process.Kill()
+		_ = cmd.Wait()
+		msg, _ := os.ReadFile(logPath)
+		return fmt.Errorf("responders did not start: %w: %s", err, strings.TrimSpace(string(msg)))
+	}
+	start, ok := startTime(cmd.Process.Pid)
+	if !ok {
+		return fail(errors.New("the process ended at once"))
+	}
+	l.st.Server = process{PID: cmd.Process.Pid, Start: start}
+	if err := l.save(); err != nil {
+		return fail(err)
 	}
 	line := make(chan string, 1)
 	go func() {
@@ -283,109 +308,148 @@ func spawnServer(ctx context.Context, argv []string, logPath string) (int, error
 		line <- strings.TrimSpace(s)
 	}()
 	select {
-	case l := <-line:
-		if l == "ready" {
-			pid := cmd.Process.Pid // Release forgets it
-			_ = cmd.Process.Release()
-			return pid, nil
+	case s := <-line:
+		if s != "ready" {
+			return fail(fmt.Errorf("it said %q", s))
 		}
 	case <-time.After(30 * time.Second):
+		return fail(errors.New("no answer in 30s"))
 	case <-ctx.Done():
+		return fail(ctx.Err())
 	}
-	_ = cmd.Process.Kill()
-	_ = cmd.Wait()
-	msg, _ := os.ReadFile(logPath)
-	return 0, fmt.Errorf("responders did not start: %s", strings.TrimSpace(string(msg)))
+	_ = cmd.Process.Release()
+	l.st.Owner = l.st.Server
+	return l.save()
 }
 
-// Destroy stops a lab's responders, deletes its namespaces and state.
-func Destroy(s *State) error {
-	var errs []error
-	if s.ServerPID > 0 {
-		stopProcess(s.ServerPID)
-	}
-	if err := s.Topology.Teardown(); err != nil {
-		errs = append(errs, err)
-	}
-	if err := os.RemoveAll(s.Dir()); err != nil {
-		errs = append(errs, err)
-	}
-	return errors.Join(errs...)
-}
-
-// stopProcess ends a responder process if it is still one of ours.
-func stopProcess(pid int) {
-	cmdline, err := os.ReadFile(fmt.Sprintf("/proc/%d/cmdline", pid))
-	if err != nil || !strings.Contains(string(cmdline), "--lab") {
+// stopProcess ends a process if it still runs.
+func stopProcess(p process) {
+	if !p.alive() {
 		return
 	}
-	p, err := os.FindProcess(pid)
+	proc, err := os.FindProcess(p.PID)
 	if err != nil {
 		return
 	}
-	_ = p.Signal(syscall.SIGTERM)
+	_ = proc.Signal(syscall.SIGTERM)
 	for i := 0; i < 100; i++ {
-		if !Alive(pid) {
+		if !p.alive() {
 			return
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
-	_ = p.Kill()
+	_ = proc.Kill()
 }
 
-// Alive reports whether a process exists and has not exited (a zombie
-// waiting for its parent counts as exited).
-func Alive(pid int) bool {
-	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+// Serve answers on every port of a lab made by moat lab up until ctx ends
+// or the lab is removed. It writes "ready" to ready once every port
+// answers.
+func (l *Lab) Serve(ctx context.Context, ready io.Writer) error {
+	cells, _, _, err := planCells(l.st.Topology, l.prog, l.st.Peers, l.st.Ports)
 	if err != nil {
-		return false
+		return err
 	}
-	// The state follows the command name in parentheses.
-	s := string(b)
-	i := strings.LastIndexByte(s, ')')
-	return i >= 0 && i+2 < len(s) && s[i+2] != 'Z' && s[i+2] != 'X'
+	targets, err := targetsFor(l.st.Topology, probeList(cells))
+	if err != nil {
+		return err
+	}
+	r, err := StartResponders(l.ns, targets)
+	if err != nil {
+		return err
+	}
+	defer r.Close()
+	fmt.Fprintln(ready, "ready")
+	// A lab removed by someone else (clean --force) leaves nothing to
+	// serve.
+	tick := time.NewTicker(2 * time.Second)
+	defer tick.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-tick.C:
+			if _, err := os.Stat(filepath.Join(l.dir, "state.json")); errors.Is(err, os.ErrNotExist) {
+				return nil
+			}
+		}
+	}
 }
 
-// Clean removes what labs left behind: responder processes of recorded
-// labs, namespaces and state. With an empty prefix it removes every lab
-// (every namespace whose name starts with "moat-"); otherwise only the lab
-// with that prefix. It returns what it removed.
-func Clean(prefix string) ([]string, error) {
-	if prefix != "" && !strings.HasPrefix(prefix, NamePrefix) {
-		return nil, fmt.Errorf("lab %q: lab names start with %q", prefix, NamePrefix)
+// Clean removes labs whose owning process is gone (a crashed run, a
+// killed moat lab up): their responder process, namespaces and state.
+// With a name it considers only that lab. force also removes labs whose
+// owner still runs and, with a name, namespaces named after it that no
+// lab state describes. It never touches namespaces of no lab's. It
+// returns one line per lab it removed or kept.
+func Clean(name string, force bool) ([]string, error) {
+	if name != "" && !strings.HasPrefix(name, NamePrefix) {
+		return nil, fmt.Errorf("lab %q: lab names start with %q", name, NamePrefix)
 	}
-	var removed []string
+	names := []string{name}
+	if name == "" {
+		var err error
+		if names, err = labNames(); err != nil {
+			return nil, err
+		}
+	}
+	var out []string
 	var errs []error
-	labs, err := Running()
-	if err != nil {
-		errs = append(errs, err)
-	}
-	for _, p := range labs {
-		if prefix != "" && p != prefix {
-			continue
-		}
-		if s, err := LoadState(p); err == nil && s.ServerPID > 0 {
-			stopProcess(s.ServerPID)
-		}
-		if err := os.RemoveAll(filepath.Join(StateRoot, p)); err != nil {
-			errs = append(errs, err)
-		}
-		removed = append(removed, "state "+p)
-	}
-	match := NamePrefix
-	if prefix != "" {
-		match = prefix + "-"
-	}
-	names, err := namedWithPrefix(match)
-	if err != nil {
-		errs = append(errs, err)
-	}
 	for _, n := range names {
-		if err := deleteNamed(n); err != nil {
-			errs = append(errs, err)
+		dir := filepath.Join(StateRoot, n)
+		st, err := load(n)
+		if err != nil {
+			if _, serr := os.Stat(dir); serr == nil {
+				// Nothing is built before the state is written.
+				if err := os.RemoveAll(dir); err != nil {
+					errs = append(errs, err)
+					continue
+				}
+				out = append(out, fmt.Sprintf("removed lab %s (its state was never completed)", n))
+				continue
+			}
+			msg, err := cleanUnrecorded(n, force)
+			if err != nil {
+				errs = append(errs, err)
+			}
+			out = append(out, msg)
 			continue
 		}
-		removed = append(removed, "netns "+n)
+		if st.Owner.alive() && !force {
+			how := "moat lab down removes it"
+			if !st.Detached {
+				how = "it is removed when that process ends"
+			}
+			out = append(out, fmt.Sprintf("kept lab %s: its process %d still runs (%s; clean --force removes it anyway)", n, st.Owner.PID, how))
+			continue
+		}
+		l := &Lab{st: st, dir: dir}
+		if err := l.destroy(); err != nil {
+			errs = append(errs, fmt.Errorf("lab %s: %w", n, err))
+			continue
+		}
+		out = append(out, fmt.Sprintf("removed lab %s (%d namespaces)", n, len(st.Topology.Namespaces())))
 	}
-	return removed, errors.Join(errs...)
+	return out, errors.Join(errs...)
+}
+
+// cleanUnrecorded handles a named lab without state: namespaces named
+// after it are removed only when forced (they may be another tool's).
+func cleanUnrecorded(name string, force bool) (string, error) {
+	found, err := netns.List(name + "-")
+	if err != nil {
+		return "", err
+	}
+	if len(found) == 0 {
+		return fmt.Sprintf("no lab %s", name), nil
+	}
+	if !force {
+		return fmt.Sprintf("no lab %s, but %d namespaces are named %s-*; no lab state describes them, so --force is needed to remove them", name, len(found), name), nil
+	}
+	var errs []error
+	for _, n := range found {
+		if err := netns.Delete(n); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	return fmt.Sprintf("removed %d namespaces named %s-*", len(found), name), errors.Join(errs...)
 }

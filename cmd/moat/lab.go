@@ -2,23 +2,18 @@ package main
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
 	"os"
 	"os/signal"
 	"syscall"
-	"text/tabwriter"
 	"time"
 
 	"github.com/spf13/cobra"
 
 	"github.com/moat-net/moat/examples"
 	"github.com/moat-net/moat/lab"
-	"github.com/moat-net/moat/manifest"
-	"github.com/moat-net/moat/matrix"
-	"github.com/moat-net/moat/policy"
 )
 
 // exitDisagree is the status of a lab run in which the kernel and the
@@ -45,20 +40,21 @@ and the nft binary (Debian: apt-get install nftables).
 
   moat lab run      build, measure, compare, tear down (exit 0 agree, 3 disagree, 1 error)
   moat lab up       build a lab that stays up; apply, probe and down work on it
-  moat lab clean    remove whatever crashed runs left behind`,
+  moat lab clean    remove labs whose process is gone (a crashed run, a killed up)`,
 	}
 	c.AddCommand(newLabRunCommand(), newLabUpCommand(), newLabApplyCommand(), newLabProbeCommand(),
 		newLabDownCommand(), newLabCleanCommand(), newLabServeCommand())
 	return c
 }
 
-// labFlags are the flags of commands that measure.
+// labFlags are the flags of commands that build or measure.
 type labFlags struct {
 	ports, peers []string
 	output       string
 	parallel     int
 	timeout      time.Duration
 	cutDenied    bool
+	name         string
 }
 
 func (f *labFlags) registerMatrix(cmd *cobra.Command) {
@@ -72,8 +68,16 @@ func (f *labFlags) registerProbe(cmd *cobra.Command) {
 	cmd.Flags().DurationVar(&f.timeout, "timeout", 800*time.Millisecond, "how long a probe waits before calling the flow dropped")
 }
 
-func (f *labFlags) registerCut(cmd *cobra.Command) {
-	cmd.Flags().BoolVar(&f.cutDenied, "cut-denied-established", true, "remove established connections that updated rules deny (conntrack)")
+func (f *labFlags) registerName(cmd *cobra.Command, what string) {
+	cmd.Flags().StringVar(&f.name, "lab", "", what)
+}
+
+func (f *labFlags) options() (lab.Options, error) {
+	opts, err := parseMatrixOptions(f.ports, f.peers)
+	if err != nil {
+		return lab.Options{}, err
+	}
+	return lab.Options{Peers: opts.Peers, Ports: opts.Ports, CutDenied: f.cutDenied}, nil
 }
 
 func (f *labFlags) probeOptions() (lab.ProbeOptions, error) {
@@ -98,6 +102,15 @@ func signalContext(cmd *cobra.Command) (context.Context, context.CancelFunc) {
 	return signal.NotifyContext(ctx, os.Interrupt, syscall.SIGTERM)
 }
 
+// failed wraps an error for exit status 1.
+func failed(err error) error {
+	var ee *exitError
+	if err == nil || errors.As(err, &ee) {
+		return err
+	}
+	return &exitError{1, err}
+}
+
 func newLabRunCommand() *cobra.Command {
 	var (
 		in inputFlags
@@ -109,22 +122,23 @@ func newLabRunCommand() *cobra.Command {
 		Long: `run builds the lab, programs every node, probes every flow of the matrix in
 parallel (bounded, with a short timeout; flows that time out although the
 evaluator allows them are probed again, slower), prints the measured matrix
-and tears everything down, also on Ctrl-C. Exit status: 0 when every flow
-agrees with the evaluator, 3 when some flow disagrees (they are listed), 1 on
-error. -o json prints the moat matrix schema with "measured", "predicted" and
-"agree" per flow.`,
+and tears everything down, also on Ctrl-C. A namespace that cannot be removed
+is a warning: it changes neither the measured flows nor the exit status.
+Exit status: 0 when every flow agrees with the evaluator, 3 when some flow
+disagrees (they are listed), 1 on error. -o json prints the moat matrix
+schema with "measured", "predicted" and "agree" per flow.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			opts, err := parseMatrixOptions(lf.ports, lf.peers)
+			opts, err := lf.options()
 			if err != nil {
-				return &exitError{1, err}
+				return failed(err)
 			}
 			popts, err := lf.probeOptions()
 			if err != nil {
-				return &exitError{1, err}
+				return failed(err)
 			}
 			if err := lab.CheckHost(); err != nil {
-				return &exitError{1, err}
+				return failed(err)
 			}
 			prog, err := in.compile(cmd)
 			if err != nil {
@@ -132,14 +146,14 @@ error. -o json prints the moat matrix schema with "measured", "predicted" and
 			}
 			ctx, stop := signalContext(cmd)
 			defer stop()
-			rep, err := lab.Run(ctx, prog, lab.Options{Peers: opts.Peers, Ports: opts.Ports, CutDenied: lf.cutDenied}, popts)
-			if err != nil {
-				if ctx.Err() != nil {
-					return &exitError{1, fmt.Errorf("interrupted; the lab was torn down: %w", err)}
-				}
-				return &exitError{1, err}
+			rep, err := lab.Run(ctx, prog, opts, popts)
+			if err != nil && ctx.Err() != nil {
+				return failed(fmt.Errorf("interrupted; the lab was torn down: %w", err))
 			}
-			return writeReport(cmd.OutOrStdout(), cmd.ErrOrStderr(), rep, lf.output)
+			if err != nil {
+				return failed(err)
+			}
+			return writeReport(cmd, rep, lf.output)
 		},
 	}
 	in.register(cmd)
@@ -148,58 +162,21 @@ error. -o json prints the moat matrix schema with "measured", "predicted" and
 	return cmd
 }
 
-// writeReport prints a measured matrix and returns exit status 3 when
-// some flow disagrees.
-func writeReport(out, errOut io.Writer, rep *lab.Report, format string) error {
+// writeReport prints a measured matrix and its summary, and returns exit
+// status 3 when some flow disagrees.
+func writeReport(cmd *cobra.Command, rep *lab.Report, format string) error {
+	write := rep.WriteTable
 	if format == "json" {
-		enc := json.NewEncoder(out)
-		enc.SetIndent("", "  ")
-		if err := enc.Encode(rep); err != nil {
-			return &exitError{1, err}
-		}
-	} else {
-		fmt.Fprintf(out, "lab %s: measured with real packets\n\n", rep.Lab)
-		if err := matrix.WriteTable(out, rep.Matrix()); err != nil {
-			return &exitError{1, err}
-		}
+		write = rep.WriteJSON
 	}
-	measured, unmeasured := 0, 0
-	reasons := map[string]int{}
-	for _, f := range rep.Flows {
-		if f.Measured {
-			measured++
-		} else {
-			unmeasured++
-			reasons[f.Reason]++
-		}
+	if err := write(cmd.OutOrStdout()); err != nil {
+		return failed(err)
 	}
-	fmt.Fprintf(errOut, "%d flows measured with real packets, %d not measured\n", measured, unmeasured)
-	for r, n := range reasons {
-		fmt.Fprintf(errOut, "  %d not measured: %s\n", n, r)
+	rep.WriteSummary(cmd.ErrOrStderr())
+	if n := len(rep.Disagreements()); n > 0 {
+		return &exitError{exitDisagree, fmt.Errorf("%d flows disagree with the evaluator", n)}
 	}
-	bad := rep.Disagreements()
-	if len(bad) == 0 {
-		fmt.Fprintln(errOut, "every flow agrees with the evaluator")
-		return nil
-	}
-	tw := tabwriter.NewWriter(errOut, 0, 4, 2, ' ', 0)
-	fmt.Fprintln(tw, "DISAGREE\tFROM\tTO\tPORT\tKERNEL\tEVALUATOR\tEGRESS\tINGRESS")
-	for _, f := range bad {
-		kernel := verdictWord(f.Allowed)
-		if f.Outcome != "" {
-			kernel += " (" + f.Outcome + ")"
-		}
-		fmt.Fprintf(tw, "\t%s\t%s\t%d/%s\t%s\t%s\t%s\t%s\n", f.From, f.To, f.Port, f.Protocol, kernel, verdictWord(f.Predicted), f.Egress.Reason, f.Ingress.Reason)
-	}
-	_ = tw.Flush()
-	return &exitError{exitDisagree, fmt.Errorf("%d flows disagree with the evaluator", len(bad))}
-}
-
-func verdictWord(ok bool) string {
-	if ok {
-		return "allowed"
-	}
-	return "denied"
+	return nil
 }
 
 // snapshotFunc copies the input the way inputFlags.load reads it.
@@ -253,15 +230,15 @@ func newLabUpCommand() *cobra.Command {
 		Short: "Build a lab that stays up (explore it with ip netns exec; change it with lab apply)",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			opts, err := parseMatrixOptions(lf.ports, lf.peers)
+			opts, err := lf.options()
 			if err != nil {
-				return &exitError{1, err}
+				return failed(err)
 			}
 			if err := lab.CheckHost(); err != nil {
-				return &exitError{1, err}
+				return failed(err)
 			}
 			if err := bufferStdin(cmd, &in); err != nil {
-				return &exitError{1, err}
+				return failed(err)
 			}
 			prog, err := in.compile(cmd)
 			if err != nil {
@@ -269,80 +246,68 @@ func newLabUpCommand() *cobra.Command {
 			}
 			exe, err := os.Executable()
 			if err != nil {
-				return &exitError{1, fmt.Errorf("find the moat binary for the responder process: %w", err)}
+				return failed(fmt.Errorf("find the moat binary for the responder process: %w", err))
 			}
+			opts.Server = []string{exe, "lab", "serve"}
+			opts.Snapshot = in.snapshotFunc(cmd.InOrStdin())
 			ctx, stop := signalContext(cmd)
 			defer stop()
-			st, err := lab.Create(ctx, prog, lab.CreateOptions{
-				Options:  lab.Options{Peers: opts.Peers, Ports: opts.Ports, CutDenied: lf.cutDenied},
-				Policy:   prog.Options,
-				Snapshot: in.snapshotFunc(cmd.InOrStdin()),
-				Server:   []string{exe, "lab", "serve"},
-			})
+			l, err := lab.Up(ctx, prog, opts)
 			if err != nil {
-				return &exitError{1, err}
+				return failed(err)
 			}
-			printLab(cmd.OutOrStdout(), st)
+			defer l.Close()
+			l.Describe(cmd.OutOrStdout())
 			return nil
 		},
 	}
 	in.register(cmd)
 	lf.registerMatrix(cmd)
-	lf.registerCut(cmd)
+	cmd.Flags().BoolVar(&lf.cutDenied, "cut-denied-established", true, "remove established connections that updated rules deny (conntrack)")
 	return cmd
 }
 
-func printLab(w io.Writer, st *lab.State) {
-	t := st.Topology
-	fmt.Fprintf(w, "lab %s is up\n\n", t.Prefix)
-	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
-	fmt.Fprintln(tw, "WHAT\tNAMESPACE\tADDRESSES")
-	for _, n := range t.Nodes {
-		fmt.Fprintf(tw, "node %s\t%s\t%v\n", n.Name, n.NS, n.Addrs)
+// openLab finds a running lab for apply, probe and down.
+func openLab(cmd *cobra.Command, name string) (*lab.Lab, context.Context, context.CancelFunc, error) {
+	ctx, stop := signalContext(cmd)
+	l, err := lab.Open(ctx, name)
+	if err != nil {
+		stop()
+		return nil, nil, nil, failed(err)
 	}
-	for _, p := range t.Pods {
-		fmt.Fprintf(tw, "pod %s\t%s\t%v\n", p.Key, p.NS, p.IPs)
-	}
-	if len(t.Outside.Addrs) > 0 {
-		fmt.Fprintf(tw, "outside\t%s\t%v\n", t.Outside.NS, t.Outside.Addrs)
-	}
-	_ = tw.Flush()
-	fmt.Fprintf(w, "\nexplore:  ip netns exec %s nft list table inet moat\n", t.Nodes[0].NS)
-	fmt.Fprintf(w, "measure:  moat lab probe --lab %s\n", t.Prefix)
-	fmt.Fprintf(w, "change:   moat lab apply --lab %s -f ...\n", t.Prefix)
-	fmt.Fprintf(w, "remove:   moat lab down --lab %s\n", t.Prefix)
+	return l, ctx, stop, nil
 }
 
 func newLabApplyCommand() *cobra.Command {
 	var (
-		in     inputFlags
-		prefix string
+		in inputFlags
+		lf labFlags
 	)
 	cmd := &cobra.Command{
-		Use:   "apply [--lab PREFIX] -f FILE...",
+		Use:   "apply [--lab NAME] -f FILE...",
 		Short: "Program a running lab with changed policies or labels (the pods and addresses must stay)",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			st, err := lab.LoadState(prefix)
-			if err != nil {
-				return &exitError{1, err}
-			}
 			if err := bufferStdin(cmd, &in); err != nil {
-				return &exitError{1, err}
+				return failed(err)
 			}
 			prog, err := in.compile(cmd)
 			if err != nil {
 				return err
 			}
-			ctx, stop := signalContext(cmd)
-			defer stop()
-			results, err := st.Apply(ctx, prog, in.snapshotFunc(cmd.InOrStdin()))
+			l, ctx, stop, err := openLab(cmd, lf.name)
 			if err != nil {
-				return &exitError{1, err}
+				return err
+			}
+			defer stop()
+			defer l.Close()
+			results, err := l.Apply(ctx, prog, in.snapshotFunc(cmd.InOrStdin()))
+			if err != nil {
+				return failed(err)
 			}
 			for i, r := range results {
 				fmt.Fprintf(cmd.OutOrStdout(), "node %s: %d operations, %d chains, %d rules, %d sets, %d elements\n",
-					st.Topology.Nodes[i].Name, r.Operations, r.Stats.Chains, r.Stats.Rules, r.Stats.Sets, r.Stats.Elements)
+					l.Topology().Nodes[i].Name, r.Operations, r.Stats.Chains, r.Stats.Rules, r.Stats.Sets, r.Stats.Elements)
 				for _, w := range r.Warnings {
 					fmt.Fprintln(cmd.ErrOrStderr(), "warning:", w)
 				}
@@ -351,136 +316,114 @@ func newLabApplyCommand() *cobra.Command {
 		},
 	}
 	in.register(cmd)
-	cmd.Flags().StringVar(&prefix, "lab", "", "the lab (default: the only one running)")
+	lf.registerName(cmd, "the lab (default: the only one running)")
 	return cmd
 }
 
-// loadApplied compiles the manifests last applied to a running lab.
-func loadApplied(cmd *cobra.Command, st *lab.State) (*policy.Program, error) {
-	res, err := (&manifest.Loader{}).Load(st.ManifestsDir())
-	if err != nil {
-		return nil, err
-	}
-	for _, d := range res.Diagnostics {
-		fmt.Fprintf(cmd.ErrOrStderr(), "%s: %s\n", d.Severity, d)
-	}
-	if len(res.Dropped) > 0 {
-		return nil, fmt.Errorf("%d object(s) of the applied manifests could not be loaded", len(res.Dropped))
-	}
-	return policy.Compile(&res.Cluster, st.Policy), nil
-}
-
 func newLabProbeCommand() *cobra.Command {
-	var (
-		lf     labFlags
-		prefix string
-	)
+	var lf labFlags
 	cmd := &cobra.Command{
-		Use:   "probe [--lab PREFIX] [-o table|json]",
+		Use:   "probe [--lab NAME] [-o table|json]",
 		Short: "Measure every flow of a running lab and compare with the evaluator (exit 0 agree, 3 disagree)",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			popts, err := lf.probeOptions()
 			if err != nil {
-				return &exitError{1, err}
+				return failed(err)
 			}
-			st, err := lab.LoadState(prefix)
+			l, ctx, stop, err := openLab(cmd, lf.name)
 			if err != nil {
-				return &exitError{1, err}
+				return err
 			}
-			prog, err := loadApplied(cmd, st)
-			if err != nil {
-				return &exitError{1, err}
-			}
-			ctx, stop := signalContext(cmd)
 			defer stop()
-			rep, err := st.Measure(ctx, prog, popts)
+			defer l.Close()
+			rep, err := l.Measure(ctx, popts)
 			if err != nil {
-				return &exitError{1, err}
+				return failed(err)
 			}
-			return writeReport(cmd.OutOrStdout(), cmd.ErrOrStderr(), rep, lf.output)
+			return writeReport(cmd, rep, lf.output)
 		},
 	}
 	lf.registerProbe(cmd)
-	cmd.Flags().StringVar(&prefix, "lab", "", "the lab (default: the only one running)")
+	lf.registerName(cmd, "the lab (default: the only one running)")
 	return cmd
 }
 
 func newLabDownCommand() *cobra.Command {
-	var prefix string
+	var lf labFlags
 	cmd := &cobra.Command{
-		Use:   "down [--lab PREFIX]",
+		Use:   "down [--lab NAME]",
 		Short: "Tear a running lab down",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			st, err := lab.LoadState(prefix)
+			l, _, stop, err := openLab(cmd, lf.name)
 			if err != nil {
-				return &exitError{1, err}
+				return err
 			}
-			if err := lab.Destroy(st); err != nil {
-				return &exitError{1, err}
+			defer stop()
+			if err := l.Down(); err != nil {
+				return failed(err)
 			}
-			fmt.Fprintf(cmd.OutOrStdout(), "lab %s removed\n", st.Topology.Prefix)
+			fmt.Fprintf(cmd.OutOrStdout(), "lab %s removed\n", l.Name())
 			return nil
 		},
 	}
-	cmd.Flags().StringVar(&prefix, "lab", "", "the lab (default: the only one running)")
+	lf.registerName(cmd, "the lab (default: the only one running)")
 	return cmd
 }
 
 func newLabCleanCommand() *cobra.Command {
-	var prefix string
+	var (
+		lf    labFlags
+		force bool
+	)
 	cmd := &cobra.Command{
-		Use:   "clean [--lab PREFIX]",
-		Short: `Remove everything labs left behind: namespaces named "moat-*", responder processes, state`,
-		Args:  cobra.NoArgs,
+		Use:   "clean [--lab NAME] [--force]",
+		Short: "Remove labs whose process is gone: responder processes, namespaces, state",
+		Long: `clean removes what labs left behind when their process died (a crashed or
+killed lab run, a lab up killed while building, a lab whose responder process
+ended): their namespaces, responder process and state. A lab whose process
+still runs is kept unless --force. Namespaces that no lab recorded are never
+removed, whatever their name, except those named after --lab with --force.`,
+		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			removed, err := lab.Clean(prefix)
-			for _, r := range removed {
-				fmt.Fprintln(cmd.OutOrStdout(), "removed", r)
+			msgs, err := lab.Clean(lf.name, force)
+			for _, m := range msgs {
+				fmt.Fprintln(cmd.OutOrStdout(), m)
 			}
-			if len(removed) == 0 && err == nil {
+			if len(msgs) == 0 && err == nil {
 				fmt.Fprintln(cmd.OutOrStdout(), "nothing to clean")
 			}
-			if err != nil {
-				return &exitError{1, err}
-			}
-			return nil
+			return failed(err)
 		},
 	}
-	cmd.Flags().StringVar(&prefix, "lab", "", "only this lab (default: every lab)")
+	lf.registerName(cmd, "only this lab (default: every lab)")
+	cmd.Flags().BoolVar(&force, "force", false, "also remove labs whose process still runs")
 	return cmd
 }
 
 // newLabServeCommand is the responder process `lab up` starts; it is not
 // meant to be run by hand.
 func newLabServeCommand() *cobra.Command {
-	var prefix string
+	var lf labFlags
 	cmd := &cobra.Command{
-		Use:    "serve --lab PREFIX",
+		Use:    "serve --lab NAME",
 		Short:  "Answer on every port of a running lab (started by lab up)",
 		Hidden: true,
 		Args:   cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			if prefix == "" {
-				return &exitError{1, errors.New("--lab is required")}
+			if lf.name == "" {
+				return failed(errors.New("--lab is required"))
 			}
-			st, err := lab.LoadState(prefix)
+			l, ctx, stop, err := openLab(cmd, lf.name)
 			if err != nil {
-				return &exitError{1, err}
+				return err
 			}
-			prog, err := loadApplied(cmd, st)
-			if err != nil {
-				return &exitError{1, err}
-			}
-			ctx, stop := signalContext(cmd)
 			defer stop()
-			if err := lab.Serve(ctx, st, prog, cmd.OutOrStdout()); err != nil {
-				return &exitError{1, err}
-			}
-			return nil
+			defer l.Close()
+			return failed(l.Serve(ctx, cmd.OutOrStdout()))
 		},
 	}
-	cmd.Flags().StringVar(&prefix, "lab", "", "the lab")
+	lf.registerName(cmd, "the lab")
 	return cmd
 }

@@ -1,0 +1,128 @@
+package lab
+
+import (
+	"encoding/json"
+	"fmt"
+	"io"
+	"sort"
+	"text/tabwriter"
+
+	"github.com/moat-net/moat/matrix"
+)
+
+// Flow is one matrix cell as the lab measured it: the `moat matrix` JSON
+// schema plus what was measured. Allowed is the measured verdict when
+// Measured is true, otherwise the verdict of the programmed rules (or the
+// prediction when no rule applies).
+type Flow struct {
+	matrix.Flow
+	Measured bool `json:"measured"`
+	// Predicted is the evaluator's verdict.
+	Predicted bool `json:"predicted"`
+	// Agree is false when the kernel and the evaluator disagree.
+	Agree bool `json:"agree"`
+	// Outcome is what the probe saw: reached, refused or timed out.
+	Outcome string `json:"outcome,omitempty"`
+	// Reason says why a flow was not measured.
+	Reason string `json:"reason,omitempty"`
+	SrcIP  string `json:"srcIP,omitempty"`
+	DstIP  string `json:"dstIP,omitempty"`
+}
+
+// Report is a measured matrix.
+type Report struct {
+	Lab       string             `json:"lab"`
+	Endpoints []string           `json:"-"`
+	Ports     []matrix.PortProto `json:"-"`
+	Flows     []Flow             `json:"flows"`
+	// Warnings are problems that did not affect the measurement, such
+	// as a namespace that could not be removed afterwards.
+	Warnings []string `json:"warnings,omitempty"`
+}
+
+// Disagreements lists the flows where the kernel and the evaluator differ.
+func (r *Report) Disagreements() []Flow {
+	var out []Flow
+	for _, f := range r.Flows {
+		if !f.Agree {
+			out = append(out, f)
+		}
+	}
+	return out
+}
+
+// Matrix converts the report for matrix.WriteTable and friends: cells
+// carry the measured verdict.
+func (r *Report) Matrix() *matrix.Result {
+	m := &matrix.Result{Endpoints: r.Endpoints, Ports: r.Ports}
+	for _, f := range r.Flows {
+		m.Flows = append(m.Flows, f.Flow)
+	}
+	return m
+}
+
+// WriteTable prints the measured matrix as `moat matrix` does, cells
+// holding the measured verdict.
+func (r *Report) WriteTable(w io.Writer) error {
+	fmt.Fprintf(w, "lab %s: measured with real packets\n\n", r.Lab)
+	return matrix.WriteTable(w, r.Matrix())
+}
+
+// WriteJSON prints the report: the `moat matrix` JSON schema plus what
+// was measured, per flow.
+func (r *Report) WriteJSON(w io.Writer) error {
+	enc := json.NewEncoder(w)
+	enc.SetIndent("", "  ")
+	return enc.Encode(r)
+}
+
+// WriteSummary prints how many flows were measured, why the others were
+// not, the warnings, and every flow where the kernel and the evaluator
+// disagree.
+func (r *Report) WriteSummary(w io.Writer) {
+	measured, unmeasured := 0, 0
+	reasons := map[string]int{}
+	for _, f := range r.Flows {
+		if f.Measured {
+			measured++
+		} else {
+			unmeasured++
+			reasons[f.Reason]++
+		}
+	}
+	fmt.Fprintf(w, "%d flows measured with real packets, %d not measured\n", measured, unmeasured)
+	keys := make([]string, 0, len(reasons))
+	for k := range reasons {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	for _, k := range keys {
+		fmt.Fprintf(w, "  %d not measured: %s\n", reasons[k], k)
+	}
+	for _, warn := range r.Warnings {
+		fmt.Fprintln(w, "warning:", warn)
+	}
+	bad := r.Disagreements()
+	if len(bad) == 0 {
+		fmt.Fprintln(w, "every flow agrees with the evaluator")
+		return
+	}
+	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "DISAGREE\tFROM\tTO\tPORT\tKERNEL\tEVALUATOR\tEGRESS\tINGRESS")
+	for _, f := range bad {
+		kernel := verdictWord(f.Allowed)
+		if f.Outcome != "" {
+			kernel += " (" + f.Outcome + ")"
+		}
+		fmt.Fprintf(tw, "\t%s\t%s\t%d/%s\t%s\t%s\t%s\t%s\n", f.From, f.To, f.Port, f.Protocol, kernel, verdictWord(f.Predicted), f.Egress.Reason, f.Ingress.Reason)
+	}
+	_ = tw.Flush()
+	fmt.Fprintf(w, "%d flows disagree with the evaluator\n", len(bad))
+}
+
+func verdictWord(ok bool) string {
+	if ok {
+		return "allowed"
+	}
+	return "denied"
+}
