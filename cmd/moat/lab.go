@@ -190,7 +190,12 @@ func (f *inputFlags) snapshotFunc(stdin io.Reader) func(dir string) error {
 }
 
 // bufferStdin lets -f - be read twice: once to compile, once to copy.
+// It also refuses a live cluster as input: up and apply keep a copy of
+// their input, which is only done for files yet.
 func bufferStdin(cmd *cobra.Command, in *inputFlags) error {
+	if in.isLive() {
+		return errors.New("lab up and apply keep a copy of their input for later commands, which works for files only: save the cluster (kubectl get -A -o yaml namespaces,nodes,pods,networkpolicies,clusternetworkpolicies) and pass it with -f; lab run reads a live cluster")
+	}
 	for _, p := range in.files {
 		if p == "-" {
 			b, err := io.ReadAll(cmd.InOrStdin())
