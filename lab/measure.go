@@ -97,13 +97,32 @@ func measure(ctx context.Context, t *Topology, ns *Namespaces, rulesets map[stri
 			probes = append(probes, *c.probe)
 		}
 	}
-	results := ProbeAll(ctx, ns, probes, opts)
+	pr := &prober{ns: ns}
+	var warnings []string
+	if !opts.noEvidence {
+		tr, err := startTracer(ctx, t, ns)
+		if err != nil {
+			warnings = append(warnings, fmt.Sprintf("no drop records from the kernel (%v): denied flows wait out the timeout", err))
+		} else {
+			pr.tr = tr
+			defer tr.close()
+		}
+	}
+	results := pr.all(ctx, probes, opts)
 	if err := ctx.Err(); err != nil {
 		return nil, fmt.Errorf("measuring interrupted: %w", err)
 	}
+	// A timeout is weaker evidence than a reply or a drop record: a busy
+	// machine can be slow. Flows the evaluator allows that timed out, and
+	// with drop records every flow that timed out without one, are
+	// probed once more with a longer timeout.
 	var again []int
 	for k, r := range results {
-		if (r.Outcome == TimedOut || r.Outcome == DroppedLocally) && cells[idx[k]].flow.Allowed {
+		retry := (r.Outcome == TimedOut || r.Outcome == DroppedLocally) && cells[idx[k]].flow.Allowed
+		if r.Outcome == TimedOut && pr.tr != nil {
+			retry = true
+		}
+		if retry {
 			again = append(again, k)
 		}
 	}
@@ -113,18 +132,18 @@ func measure(ctx context.Context, t *Topology, ns *Namespaces, rulesets map[stri
 			retry[j] = probes[k]
 		}
 		slow := opts
-		slow.Timeout = 4 * opts.Timeout
-		if slow.Timeout < 2*time.Second {
-			slow.Timeout = 2 * time.Second
-		}
-		for j, r := range ProbeAll(ctx, ns, retry, slow) {
+		slow.Timeout = max(4*opts.Timeout, 2*time.Second)
+		for j, r := range pr.all(ctx, retry, slow) {
 			results[again[j]] = r
 		}
 		if err := ctx.Err(); err != nil {
 			return nil, fmt.Errorf("measuring interrupted: %w", err)
 		}
 	}
-	rep := &Report{Lab: t.Prefix, Endpoints: labels, Ports: ports}
+	if pr.tr != nil && pr.tr.overflows() > 0 {
+		warnings = append(warnings, fmt.Sprintf("trace events were lost %d times (receive buffer full): some denied flows waited out the timeout", pr.tr.overflows()))
+	}
+	rep := &Report{Lab: t.Prefix, Endpoints: labels, Ports: ports, Warnings: warnings}
 	byCell := map[int]ProbeResult{}
 	for k, r := range results {
 		byCell[idx[k]] = r
@@ -142,6 +161,7 @@ func measure(ctx context.Context, t *Topology, ns *Namespaces, rulesets map[stri
 			} else {
 				f.Measured = true
 				f.Outcome = r.Outcome.String()
+				f.Evidence = r.Evidence
 				f.Allowed = r.Outcome.Reached()
 			}
 		} else if c.pkt.Src.IsValid() {

@@ -8,8 +8,11 @@ import (
 	"net/netip"
 	"os"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"time"
+
+	"golang.org/x/sys/unix"
 
 	"github.com/moat-net/moat/policy"
 )
@@ -31,43 +34,52 @@ func (p Probe) String() string {
 type Outcome int
 
 // Outcomes. Refused counts as reached: the packet passed every filter and
-// the destination answered (no responder on that port). DroppedLocally is
-// a drop in the source's own namespace (a node or host-network pod): the
-// kernel tells the sender with EPERM instead of letting it time out.
+// the destination answered (no responder on that port). Dropped is a drop
+// the kernel reported for exactly this probe's packet (see trace.go).
+// DroppedLocally is a drop in the source's own namespace (a node or
+// host-network pod): the kernel tells the sender with EPERM instead of
+// letting it time out.
 const (
 	Reached Outcome = iota
 	Refused
 	TimedOut
 	DroppedLocally
 	Failed
+	Dropped
 )
 
 // Reached reports whether packets got through both ways.
 func (o Outcome) Reached() bool { return o == Reached || o == Refused }
 
 func (o Outcome) String() string {
-	return [...]string{"reached", "refused", "timed out", "dropped locally", "failed"}[o]
+	return [...]string{"reached", "refused", "timed out", "dropped locally", "failed", "dropped"}[o]
 }
 
-// ProbeResult is a probe's outcome; Err explains Failed.
+// ProbeResult is a probe's outcome; Err explains Failed, Evidence names
+// the rule that dropped a Dropped probe.
 type ProbeResult struct {
-	Probe   Probe
-	Outcome Outcome
-	Err     error
+	Probe    Probe
+	Outcome  Outcome
+	Err      error
+	Evidence string
 }
 
 // ProbeOptions bound probing.
 type ProbeOptions struct {
-	// Parallel is the most probes in flight (default 32).
+	// Parallel is the most probes in flight (default 64).
 	Parallel int
-	// Timeout is how long a probe waits for an answer (default 800ms):
-	// a dropped packet shows as a timeout.
+	// Timeout is how long a probe waits for an answer (default 800ms)
+	// when the kernel reports no drop for it.
 	Timeout time.Duration
+
+	// noEvidence makes probes wait for the timeout even when the
+	// kernel reports a drop (benchmarks compare the two).
+	noEvidence bool
 }
 
 func (o ProbeOptions) withDefaults() ProbeOptions {
 	if o.Parallel <= 0 {
-		o.Parallel = 32
+		o.Parallel = 64
 	}
 	if o.Timeout <= 0 {
 		o.Timeout = 800 * time.Millisecond
@@ -75,9 +87,21 @@ func (o ProbeOptions) withDefaults() ProbeOptions {
 	return o
 }
 
+// prober runs probes in a lab's namespaces; with a tracer, a denied probe
+// ends when the kernel reports its drop.
+type prober struct {
+	ns *Namespaces
+	tr *tracer
+}
+
 // ProbeAll runs the probes with bounded parallelism and returns results in
-// the same order.
+// the same order. It waits out the timeout for every denied probe (no
+// drop records): Lab.Measure is faster.
 func ProbeAll(ctx context.Context, ns *Namespaces, probes []Probe, opts ProbeOptions) []ProbeResult {
+	return (&prober{ns: ns}).all(ctx, probes, opts)
+}
+
+func (pr *prober) all(ctx context.Context, probes []Probe, opts ProbeOptions) []ProbeResult {
 	opts = opts.withDefaults()
 	out := make([]ProbeResult, len(probes))
 	sem := make(chan struct{}, opts.Parallel)
@@ -93,7 +117,7 @@ func ProbeAll(ctx context.Context, ns *Namespaces, probes []Probe, opts ProbeOpt
 		go func() {
 			defer wg.Done()
 			defer func() { <-sem }()
-			out[i] = ProbeOne(ctx, ns, p, opts.Timeout)
+			out[i] = pr.one(ctx, p, opts.Timeout)
 		}()
 	}
 	wg.Wait()
@@ -103,42 +127,62 @@ func ProbeAll(ctx context.Context, ns *Namespaces, probes []Probe, opts ProbeOpt
 // ProbeOne opens one connection from inside the source namespace, bound
 // to the source address, and waits for the destination's banner.
 func ProbeOne(ctx context.Context, ns *Namespaces, p Probe, timeout time.Duration) ProbeResult {
+	return (&prober{ns: ns}).one(ctx, p, timeout)
+}
+
+// evidence is the drop record a probe received, if any.
+type evidence struct {
+	rec  atomic.Pointer[dropRecord]
+	stop func()
+}
+
+func (pr *prober) one(ctx context.Context, p Probe, timeout time.Duration) ProbeResult {
 	res := ProbeResult{Probe: p}
-	h, err := ns.Get(p.SrcNS)
+	h, err := pr.ns.Get(p.SrcNS)
 	if err != nil {
 		res.Outcome, res.Err = Failed, err
 		return res
 	}
-	var conn net.Conn
-	parent := ctx
-	ctx, cancel := context.WithTimeout(ctx, timeout)
+	var network string
+	switch p.Proto {
+	case policy.ProtoTCP:
+		network = "tcp"
+	case policy.ProtoUDP:
+		network = "udp"
+	default:
+		res.Outcome, res.Err = Failed, fmt.Errorf("cannot probe protocol %s", p.Proto)
+		return res
+	}
+	pctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
-	err = h.Do(func() error {
-		// The socket is created here, so it lives in the source
-		// namespace; the dial itself may block on any thread.
-		var err error
-		switch p.Proto {
-		case policy.ProtoTCP:
-			d := net.Dialer{LocalAddr: net.TCPAddrFromAddrPort(netip.AddrPortFrom(p.Src, 0))}
-			conn, err = d.DialContext(ctx, "tcp", netip.AddrPortFrom(p.Dst, p.Port).String())
-		case policy.ProtoUDP:
-			d := net.Dialer{LocalAddr: net.UDPAddrFromAddrPort(netip.AddrPortFrom(p.Src, 0))}
-			conn, err = d.DialContext(ctx, "udp", netip.AddrPortFrom(p.Dst, p.Port).String())
-		default:
-			err = fmt.Errorf("cannot probe protocol %s", p.Proto)
+	var ev evidence
+	defer func() {
+		if ev.stop != nil {
+			ev.stop()
 		}
+	}()
+	d := net.Dialer{Control: func(_, _ string, c syscall.RawConn) error {
+		var berr error
+		if err := c.Control(func(fd uintptr) { berr = pr.bind(pctx, cancel, int(fd), p, &ev) }); err != nil {
+			return err
+		}
+		return berr
+	}}
+	var conn net.Conn
+	// The socket is created here, so it lives in the source namespace;
+	// the dial itself may block on any thread.
+	err = h.Do(func() error {
+		var err error
+		conn, err = d.DialContext(pctx, network, netip.AddrPortFrom(p.Dst, p.Port).String())
 		return err
 	})
 	if err != nil {
-		res.Outcome, res.Err = classify(err)
-		return res
+		return judge(res, err, &ev, ctx)
 	}
 	defer conn.Close()
-	// Cancelling ctx (Ctrl-C) unblocks a read at once.
-	stop := context.AfterFunc(parent, func() { conn.Close() })
+	// The deadline, Ctrl-C and a drop record all end the wait at once.
+	stop := context.AfterFunc(pctx, func() { conn.Close() })
 	defer stop()
-	deadline, _ := ctx.Deadline()
-	_ = conn.SetDeadline(deadline)
 	want := banner(p.Dst, p.Port)
 	buf := make([]byte, len(want)+16)
 	if p.Proto == policy.ProtoUDP {
@@ -147,20 +191,74 @@ func ProbeOne(ctx context.Context, ns *Namespaces, p Probe, timeout time.Duratio
 		resend := time.AfterFunc(timeout/2, func() { _, _ = conn.Write([]byte("probe\n")) })
 		defer resend.Stop()
 		if _, err := conn.Write([]byte("probe\n")); err != nil {
-			res.Outcome, res.Err = classify(err)
-			return res
+			return judge(res, err, &ev, ctx)
 		}
 	}
 	n, err := readFull(conn, buf[:len(want)])
 	if err != nil {
-		res.Outcome, res.Err = classify(err)
-		return res
+		return judge(res, err, &ev, ctx)
 	}
 	if got := string(buf[:n]); got != want {
 		res.Outcome, res.Err = Failed, fmt.Errorf("reached the wrong endpoint: got banner %q, want %q", got, want)
 		return res
 	}
 	res.Outcome = Reached
+	return res
+}
+
+// bind binds the probe's socket to its source address (the kernel picks
+// the port) before the first packet leaves and, with a tracer, watches
+// for a drop of exactly that flow, which cancels the probe.
+func (pr *prober) bind(ctx context.Context, cancel context.CancelFunc, fd int, p Probe, ev *evidence) error {
+	var sa unix.Sockaddr
+	if p.Src.Is4() {
+		sa = &unix.SockaddrInet4{Addr: p.Src.As4()}
+	} else {
+		sa = &unix.SockaddrInet6{Addr: p.Src.As16()}
+	}
+	if err := unix.Bind(fd, sa); err != nil {
+		return fmt.Errorf("bind %s: %w", p.Src, err)
+	}
+	if pr.tr == nil {
+		return nil
+	}
+	bound, err := unix.Getsockname(fd)
+	if err != nil {
+		return fmt.Errorf("getsockname: %w", err)
+	}
+	var port int
+	switch a := bound.(type) {
+	case *unix.SockaddrInet4:
+		port = a.Port
+	case *unix.SockaddrInet6:
+		port = a.Port
+	}
+	k := flowKey{proto: p.Proto, src: netip.AddrPortFrom(p.Src, uint16(port)), dst: netip.AddrPortFrom(p.Dst, p.Port)}
+	ch, stop := pr.tr.watch(k)
+	ev.stop = stop
+	go func() {
+		select {
+		case d := <-ch:
+			ev.rec.Store(&d)
+			cancel()
+		case <-ctx.Done():
+		}
+	}()
+	return nil
+}
+
+// judge turns a probe's error into its outcome: a drop record wins, then
+// what the kernel told the socket, then the deadline.
+func judge(res ProbeResult, err error, ev *evidence, parent context.Context) ProbeResult {
+	if d := ev.rec.Load(); d != nil {
+		res.Outcome, res.Evidence = Dropped, d.String()
+		return res
+	}
+	if parent.Err() != nil {
+		res.Outcome, res.Err = Failed, context.Canceled
+		return res
+	}
+	res.Outcome, res.Err = classify(err)
 	return res
 }
 
@@ -182,13 +280,15 @@ func readFull(c net.Conn, buf []byte) (int, error) {
 func classify(err error) (Outcome, error) {
 	var ne net.Error
 	switch {
-	case errors.Is(err, context.Canceled), errors.Is(err, net.ErrClosed):
+	case errors.Is(err, context.Canceled):
 		return Failed, context.Canceled
 	case errors.Is(err, syscall.ECONNREFUSED):
 		return Refused, nil
 	case errors.Is(err, syscall.EPERM):
 		return DroppedLocally, nil
-	case errors.Is(err, context.DeadlineExceeded), errors.Is(err, os.ErrDeadlineExceeded), errors.As(err, &ne) && ne.Timeout():
+	case errors.Is(err, context.DeadlineExceeded), errors.Is(err, os.ErrDeadlineExceeded), errors.As(err, &ne) && ne.Timeout(),
+		// The deadline closes the connection to end a read.
+		errors.Is(err, net.ErrClosed):
 		return TimedOut, nil
 	}
 	return Failed, err

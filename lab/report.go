@@ -21,8 +21,12 @@ type Flow struct {
 	Predicted bool `json:"predicted"`
 	// Agree is false when the kernel and the evaluator disagree.
 	Agree bool `json:"agree"`
-	// Outcome is what the probe saw: reached, refused or timed out.
+	// Outcome is what the probe saw: reached, refused, dropped (the
+	// kernel reported the drop of this flow's packet), dropped locally,
+	// or timed out.
 	Outcome string `json:"outcome,omitempty"`
+	// Evidence names the node and chain whose rule dropped the flow.
+	Evidence string `json:"evidence,omitempty"`
 	// Reason says why a flow was not measured.
 	Reason string `json:"reason,omitempty"`
 	SrcIP  string `json:"srcIP,omitempty"`

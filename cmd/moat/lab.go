@@ -64,7 +64,7 @@ func (f *labFlags) registerMatrix(cmd *cobra.Command) {
 
 func (f *labFlags) registerProbe(cmd *cobra.Command) {
 	cmd.Flags().StringVarP(&f.output, "output", "o", "table", "table or json")
-	cmd.Flags().IntVar(&f.parallel, "parallel", 32, "probes in flight at once")
+	cmd.Flags().IntVar(&f.parallel, "parallel", 64, "probes in flight at once")
 	cmd.Flags().DurationVar(&f.timeout, "timeout", 800*time.Millisecond, "how long a probe waits before calling the flow dropped")
 }
 
@@ -120,10 +120,14 @@ func newLabRunCommand() *cobra.Command {
 		Use:   "run -f FILE... [--port N/PROTO]... [--peer IP]... [-o table|json]",
 		Short: "Build a lab, measure every flow with real packets, compare with the evaluator, tear down",
 		Long: `run builds the lab, programs every node, probes every flow of the matrix in
-parallel (bounded, with a short timeout; flows that time out although the
-evaluator allows them are probed again, slower), prints the measured matrix
-and tears everything down, also on Ctrl-C. A namespace that cannot be removed
-is a warning: it changes neither the measured flows nor the exit status.
+parallel, prints the measured matrix and tears everything down, also on
+Ctrl-C. A flow is allowed only when the destination's reply comes back; it is
+denied when the kernel reports the drop of exactly this probe's packet by a
+policy rule (outcome "dropped", with the node and chain), when the sender's
+own namespace refuses it, or when no reply comes within --timeout twice (the
+second time four times longer). See docs/lab.md. A namespace that cannot be
+removed is a warning: it changes neither the measured flows nor the exit
+status.
 Exit status: 0 when every flow agrees with the evaluator, 3 when some flow
 disagrees (they are listed), 1 on error. -o json prints the moat matrix
 schema with "measured", "predicted" and "agree" per flow.`,
