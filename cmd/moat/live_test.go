@@ -77,6 +77,11 @@ spec:
 		t.Errorf("invalid change: code %d, out %q", code, out)
 	}
 
+	// What-if against the cluster: the same change, as moat diff.
+	if out, errOut, code := run(t, change, "diff", "--live", "--after", "-"); code != exitChanged || !strings.Contains(out, "frontend/web  backend/db  5432/TCP  denied  allowed") {
+		t.Errorf("live diff: code %d, stderr %q, out:\n%s", code, errOut, out)
+	}
+
 	// The kubectl plugin reads the current context's cluster by default.
 	if out, errOut, code := runAs(t, true, "", "matrix", "--peer", "203.0.113.10"); code != 0 || out != golden {
 		t.Errorf("kubectl moat matrix: code %d, stderr %q, out:\n%s", code, errOut, out)

@@ -82,6 +82,6 @@ func newRootCommand(plugin bool) *cobra.Command {
 			return nil
 		}
 	}
-	root.AddCommand(newCheckCommand(), newExplainCommand(), newMatrixCommand(), newLabCommand(), newNftCommand(), newVersionCommand())
+	root.AddCommand(newCheckCommand(), newExplainCommand(), newMatrixCommand(), newDiffCommand(), newLabCommand(), newNftCommand(), newVersionCommand())
 	return root
 }

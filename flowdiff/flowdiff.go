@@ -1,0 +1,208 @@
+// Package flowdiff answers "what would this change do to traffic?": given
+// the Program of the current state and the Program of a proposed one, it
+// lists every flow whose verdict changes, with both explanations. `moat
+// diff` prints it, to gate CI and GitOps pipelines.
+//
+// The flows compared are those of the pods present in both states (by
+// namespace/name) and the --peer addresses: every source to every
+// destination pod on the ports that pod declares (in either state), and to
+// every peer on every declared port; or, with Options.Ports, on those ports
+// everywhere. Pods only one state has are listed as added or removed.
+//
+// Compute does not judge the whole matrix. A flow's verdict depends only on
+// the source's compiled egress policy, the destination's compiled ingress
+// policy, and the two pods' own facts (addresses, host network, node and
+// its addresses, whether an address is claimed twice). So it compares, for
+// every pod, its compiled policies in the two Programs - once per distinct
+// pair, as pods with the same selecting policies share them - and, where
+// they differ only in which addresses rules match, finds the remote
+// endpoints inside the addresses that changed; only flows touching a pod
+// whose facts or policy changed, towards the remotes that can be affected,
+// are judged, in both Programs. The cost grows with what changed, not with
+// the matrix.
+package flowdiff
+
+import (
+	"cmp"
+	"net/netip"
+	"slices"
+
+	"github.com/moat-net/moat/matrix"
+	"github.com/moat-net/moat/policy"
+)
+
+// Options choose the flows compared.
+type Options struct {
+	// Ports, if set, are judged towards every destination instead of the
+	// ports each pod declares.
+	Ports []matrix.PortProto
+	// Peers are addresses outside the pod network to judge too.
+	Peers []netip.Addr
+}
+
+// Change is one flow whose verdict differs: the JSON schema of `moat diff
+// -o json`.
+type Change struct {
+	From     string         `json:"from"`
+	To       string         `json:"to"`
+	Port     uint16         `json:"port"`
+	Protocol string         `json:"protocol"`
+	Before   policy.Verdict `json:"before"`
+	After    policy.Verdict `json:"after"`
+}
+
+// Result is every change, sorted by source, destination, port and
+// protocol.
+type Result struct {
+	Changes []Change `json:"changes"`
+	// AddedPods and RemovedPods are pods (namespace/name, with an address)
+	// only the proposed or only the current state has; their flows are
+	// not compared.
+	AddedPods   []string `json:"addedPods"`
+	RemovedPods []string `json:"removedPods"`
+	// Flows is how many flows the comparison covers; Judged how many of
+	// them were judged (in both states) to find the changes.
+	Flows  int `json:"flows"`
+	Judged int `json:"judged"`
+}
+
+// endpoint is a row/column of the comparison: a pod both states have, or
+// a peer.
+type endpoint struct {
+	label     string
+	before    matrix.Endpoint
+	after     matrix.Endpoint
+	addrs     []netip.Addr // in both states (a pod whose addresses changed is judged whole)
+	ports     []matrix.PortProto
+	pod       bool
+	podBefore int
+	podAfter  int
+}
+
+// space is the set of flows both functions compare.
+type space struct {
+	before, after *policy.Program
+	eps           []endpoint
+	result        Result
+}
+
+func newSpace(before, after *policy.Program, opts Options) *space {
+	s := &space{before: before, after: after}
+	afterByKey := map[string]int{}
+	for i := range after.Pods {
+		if len(after.Pods[i].IPs) > 0 {
+			afterByKey[after.Pods[i].Key()] = i
+		}
+	}
+	inBefore := map[string]bool{}
+	var allPorts []matrix.PortProto
+	for i := range before.Pods {
+		p := &before.Pods[i]
+		if len(p.IPs) == 0 {
+			continue
+		}
+		key := p.Key()
+		inBefore[key] = true
+		j, ok := afterByKey[key]
+		if !ok {
+			s.result.RemovedPods = append(s.result.RemovedPods, key)
+			continue
+		}
+		ports := opts.Ports
+		if len(ports) == 0 {
+			ports = declared(p, &after.Pods[j])
+			allPorts = append(allPorts, ports...)
+		}
+		s.eps = append(s.eps, endpoint{
+			label:     key,
+			before:    matrix.Endpoint{Label: key, Endpoint: policy.Endpoint{Pod: i, Addr: p.IPs[0]}},
+			after:     matrix.Endpoint{Label: key, Endpoint: policy.Endpoint{Pod: j, Addr: after.Pods[j].IPs[0]}},
+			addrs:     p.IPs,
+			ports:     ports,
+			pod:       true,
+			podBefore: i,
+			podAfter:  j,
+		})
+	}
+	for i := range after.Pods {
+		if key := after.Pods[i].Key(); len(after.Pods[i].IPs) > 0 && !inBefore[key] {
+			s.result.AddedPods = append(s.result.AddedPods, key)
+		}
+	}
+	peerPorts := opts.Ports
+	if len(peerPorts) == 0 {
+		peerPorts = sortedPorts(allPorts)
+	}
+	for _, a := range opts.Peers {
+		a = a.Unmap()
+		e := matrix.Endpoint{Label: a.String(), Endpoint: policy.Endpoint{Pod: -1, Addr: a}}
+		s.eps = append(s.eps, endpoint{label: e.Label, before: e, after: e, addrs: []netip.Addr{a}, ports: peerPorts, podBefore: -1, podAfter: -1})
+	}
+	for _, d := range s.eps {
+		s.result.Flows += len(s.eps) * len(d.ports)
+	}
+	return s
+}
+
+// declared is the union of the ports a pod declares in both states.
+func declared(a, b *policy.Pod) []matrix.PortProto {
+	var out []matrix.PortProto
+	for _, p := range []*policy.Pod{a, b} {
+		for _, cp := range p.Ports {
+			out = append(out, matrix.PortProto{Port: cp.Port, Protocol: cp.Protocol})
+		}
+	}
+	return sortedPorts(out)
+}
+
+func sortedPorts(ps []matrix.PortProto) []matrix.PortProto {
+	ps = slices.Clone(ps)
+	slices.SortFunc(ps, func(a, b matrix.PortProto) int {
+		return cmp.Or(cmp.Compare(a.Port, b.Port), cmp.Compare(a.Protocol, b.Protocol))
+	})
+	return slices.Compact(ps)
+}
+
+// judge compares one source and destination on every port of the
+// destination: verdicts first, explanations only for flows that changed.
+func (s *space) judge(src, dst int) {
+	from, to := &s.eps[src], &s.eps[dst]
+	bs, bd, bok := s.before.PairAddrs(from.before.Endpoint, to.before.Endpoint)
+	as, ad, aok := s.after.PairAddrs(from.after.Endpoint, to.after.Endpoint)
+	for _, pp := range to.ports {
+		s.result.Judged++
+		b := bok && s.before.Allowed(policy.Flow{Src: bs, Dst: bd, Proto: pp.Protocol, Port: pp.Port})
+		a := aok && s.after.Allowed(policy.Flow{Src: as, Dst: ad, Proto: pp.Protocol, Port: pp.Port})
+		if a == b {
+			continue
+		}
+		bf := matrix.Judge(s.before, from.before, to.before, pp)
+		af := matrix.Judge(s.after, from.after, to.after, pp)
+		s.result.Changes = append(s.result.Changes, Change{
+			From: from.label, To: to.label, Port: pp.Port, Protocol: pp.Protocol.String(),
+			Before: policy.Verdict{Allowed: bf.Allowed, Egress: bf.Egress, Ingress: bf.Ingress},
+			After:  policy.Verdict{Allowed: af.Allowed, Egress: af.Egress, Ingress: af.Ingress},
+		})
+	}
+}
+
+func (s *space) finish() *Result {
+	slices.SortFunc(s.result.Changes, func(a, b Change) int {
+		return cmp.Or(cmp.Compare(a.From, b.From), cmp.Compare(a.To, b.To), cmp.Compare(a.Port, b.Port), cmp.Compare(a.Protocol, b.Protocol))
+	})
+	slices.Sort(s.result.AddedPods)
+	slices.Sort(s.result.RemovedPods)
+	return &s.result
+}
+
+// Full judges every flow in both states: the reference Compute is checked
+// against, and the cost Compute avoids.
+func Full(before, after *policy.Program, opts Options) *Result {
+	s := newSpace(before, after, opts)
+	for i := range s.eps {
+		for j := range s.eps {
+			s.judge(i, j)
+		}
+	}
+	return s.finish()
+}
