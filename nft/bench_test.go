@@ -10,6 +10,7 @@ import (
 	"github.com/vishvananda/netns"
 
 	"github.com/moat-net/moat/internal/clustergen"
+	"github.com/moat-net/moat/internal/testenv"
 	"github.com/moat-net/moat/policy"
 )
 
@@ -50,12 +51,7 @@ func scaleCluster() *clustergen.Cluster {
 // namespace; the returned function moves it back.
 func enterPrivateNetns(b *testing.B) func() {
 	b.Helper()
-	if err := kernelMissing(); err != "" {
-		if ciRequired() {
-			b.Fatalf("benchmark needs %s", err)
-		}
-		b.Skipf("SKIPPED: benchmark needs %s", err)
-	}
+	testenv.RequirePrivileged(b)
 	runtime.LockOSThread()
 	orig, err := netns.Get()
 	if err != nil {

@@ -12,7 +12,7 @@ import (
 // builder holds the state of one Build.
 type builder struct {
 	rs    *Ruleset
-	cache *Cache
+	cache *buildCache
 	plans map[*policy.DirPolicy]*dirPlan
 	order []*policy.DirPolicy
 	// Shared peers: by content key, and by the AddrSet seen.
@@ -37,12 +37,12 @@ type localPod struct {
 // cannot honour exactly (two local pods with one address) fails closed and
 // is reported in Warnings.
 func Build(prog *policy.Program, node string) *Ruleset {
-	return BuildCached(prog, node, nil)
+	return buildCached(prog, node, nil)
 }
 
-// BuildCached is Build reusing (and refreshing) cache; nil means none.
+// buildCached is Build reusing (and refreshing) cache; nil means none.
 // Entries the new Program does not use are dropped.
-func BuildCached(prog *policy.Program, node string, cache *Cache) *Ruleset {
+func buildCached(prog *policy.Program, node string, cache *buildCache) *Ruleset {
 	defer cache.sweep()
 	b := newBuilder(node, cache)
 	// 1. The node's own addresses, allowed to reach its pods.
@@ -61,20 +61,20 @@ func BuildCached(prog *policy.Program, node string, cache *Cache) *Ruleset {
 	b.nameUnionSets()
 	// 5. Chains, and the verdict maps that send each pod to its own.
 	b.dispatch(prog, locals, conflict)
-	sort.Strings(b.rs.Warnings)
+	sort.Strings(b.rs.warnings)
 	return b.rs
 }
 
-func newBuilder(node string, cache *Cache) *builder {
+func newBuilder(node string, cache *buildCache) *builder {
 	b := &builder{
 		cache: cache,
 		rs: &Ruleset{
-			Node:     node,
-			Sets:     map[string]*Set{},
-			Chains:   map[string]*Chain{},
-			Egress:   map[netip.Addr]string{},
-			Ingress:  map[netip.Addr]string{},
-			Counters: map[string]*DropCounter{},
+			node:     node,
+			sets:     map[string]*namedSet{},
+			chains:   map[string]*policyChain{},
+			egress:   map[netip.Addr]string{},
+			ingress:  map[netip.Addr]string{},
+			counters: map[string]*DropCounter{},
 		},
 		plans:   map[*policy.DirPolicy]*dirPlan{},
 		peers:   map[string]*peerGroup{},
@@ -87,7 +87,7 @@ func newBuilder(node string, cache *Cache) *builder {
 	}
 	for i := range staticCounters {
 		c := staticCounters[i]
-		b.rs.Counters[c.Name] = &c
+		b.rs.counters[c.Name] = &c
 	}
 	return b
 }
@@ -101,18 +101,18 @@ func (b *builder) nodeLocal(prog *policy.Program) {
 	rs := b.rs
 	seen := map[netip.Addr]bool{}
 	for _, n := range prog.Nodes {
-		if n.Name != rs.Node {
+		if n.Name != rs.node {
 			continue
 		}
 		for _, a := range n.Addrs {
 			a = a.Unmap()
 			if a.IsValid() && !seen[a] {
 				seen[a] = true
-				rs.NodeLocal = append(rs.NodeLocal, a)
+				rs.nodeLocal = append(rs.nodeLocal, a)
 			}
 		}
 	}
-	sort.Slice(rs.NodeLocal, func(i, j int) bool { return rs.NodeLocal[i].Less(rs.NodeLocal[j]) })
+	sort.Slice(rs.nodeLocal, func(i, j int) bool { return rs.nodeLocal[i].Less(rs.nodeLocal[j]) })
 }
 
 // localPods finds the policed pods on the node and plans their
@@ -124,7 +124,7 @@ func (b *builder) localPods(prog *policy.Program) ([]localPod, map[netip.Addr]bo
 	conflict := map[netip.Addr]bool{}
 	for i := range prog.Pods {
 		pod := &prog.Pods[i]
-		if pod.NodeName != b.rs.Node || pod.HostNetwork || len(pod.IPs) == 0 || i >= len(prog.Policies) || prog.Policies[i] == nil {
+		if pod.NodeName != b.rs.node || pod.HostNetwork || len(pod.IPs) == 0 || i >= len(prog.Policies) || prog.Policies[i] == nil {
 			continue
 		}
 		var ips []netip.Addr
@@ -135,7 +135,7 @@ func (b *builder) localPods(prog *policy.Program) ([]localPod, map[netip.Addr]bo
 			}
 			if o, dup := owner[a]; dup && o != i {
 				conflict[a] = true
-				b.rs.Warnings = append(b.rs.Warnings, fmt.Sprintf("pods %s and %s both have address %s: all its new connections are dropped", prog.Pods[o].Key(), pod.Key(), a))
+				b.rs.warnings = append(b.rs.warnings, fmt.Sprintf("pods %s and %s both have address %s: all its new connections are dropped", prog.Pods[o].Key(), pod.Key(), a))
 				continue
 			}
 			if _, dup := owner[a]; !dup {
@@ -169,9 +169,9 @@ func (b *builder) dispatch(prog *policy.Program, locals []localPod, conflict map
 			if chain == "" {
 				continue
 			}
-			m := rs.Egress
+			m := rs.egress
 			if dir == policy.Ingress {
-				m = rs.Ingress
+				m = rs.ingress
 			}
 			for _, a := range l.ips {
 				if !conflict[a] {
@@ -181,15 +181,15 @@ func (b *builder) dispatch(prog *policy.Program, locals []localPod, conflict map
 		}
 		for _, a := range l.ips {
 			if !conflict[a] {
-				rs.Self = append(rs.Self, a)
+				rs.self = append(rs.self, a)
 			}
 		}
 	}
 	for a := range conflict {
-		rs.Egress[a] = conflictChain
-		rs.Ingress[a] = conflictChain
+		rs.egress[a] = conflictChain
+		rs.ingress[a] = conflictChain
 	}
-	sort.Slice(rs.Self, func(i, j int) bool { return rs.Self[i].Less(rs.Self[j]) })
+	sort.Slice(rs.self, func(i, j int) bool { return rs.self[i].Less(rs.self[j]) })
 }
 
 // podSignature identifies what makes a pod's rules resolve differently
@@ -204,10 +204,10 @@ func podSignature(p *policy.Pod) string {
 }
 
 // runRules renders a run as chain rules.
-func (b *builder) runRules(r *run, v Verdict) []Rule {
+func (b *builder) runRules(r *run, v verdict) []chainRule {
 	counter := b.counter(r.counter)
 	if r.shape.union {
-		return []Rule{{Set: b.setName[r.memo], Verdict: v, Comment: r.comment, Counter: counter}}
+		return []chainRule{{Set: b.setName[r.memo], Verdict: v, Comment: r.comment, Counter: counter}}
 	}
 	return b.lookupRules(r, r.shape, v, counter)
 }
@@ -219,24 +219,24 @@ func (b *builder) chain(dp *policy.DirPolicy) string {
 		return name
 	}
 	p := b.plans[dp]
-	var rest []Rule
+	var rest []chainRule
 	if p.hasNP {
 		if p.np != nil {
-			rest = append(rest, b.runRules(p.np, Verdict{Kind: Return})...)
+			rest = append(rest, b.runRules(p.np, verdict{Kind: verdictReturn})...)
 		}
-		rest = append(rest, Rule{Verdict: Verdict{Kind: Drop}, Comment: "NetworkPolicy isolation", Counter: b.counter(p.isolation)})
+		rest = append(rest, chainRule{Verdict: verdict{Kind: verdictDrop}, Comment: "NetworkPolicy isolation", Counter: b.counter(p.isolation)})
 	} else {
 		for _, r := range p.baseline {
-			rest = append(rest, b.runRules(r, Verdict{Kind: r.verdict})...)
+			rest = append(rest, b.runRules(r, verdict{Kind: r.verdict})...)
 		}
 	}
 	restName := b.addChain(p.dir, rest)
-	var admin []Rule
+	var admin []chainRule
 	for _, r := range p.admin {
-		v := Verdict{Kind: r.verdict}
-		if v.Kind == Goto {
+		v := verdict{Kind: r.verdict}
+		if v.Kind == verdictGoto {
 			if restName == "" {
-				v = Verdict{Kind: Return}
+				v = verdict{Kind: verdictReturn}
 			} else {
 				v.Target = restName
 			}
@@ -246,7 +246,7 @@ func (b *builder) chain(dp *policy.DirPolicy) string {
 	name := restName
 	if len(admin) > 0 {
 		if restName != "" {
-			admin = append(admin, Rule{Verdict: Verdict{Kind: Goto, Target: restName}, Comment: "next tier"})
+			admin = append(admin, chainRule{Verdict: verdict{Kind: verdictGoto, Target: restName}, Comment: "next tier"})
 		}
 		name = b.addChain(p.dir, admin)
 	}
@@ -254,7 +254,7 @@ func (b *builder) chain(dp *policy.DirPolicy) string {
 	return name
 }
 
-func (b *builder) addChain(dir policy.Direction, rules []Rule) string {
+func (b *builder) addChain(dir policy.Direction, rules []chainRule) string {
 	if len(rules) == 0 {
 		return ""
 	}
@@ -271,8 +271,8 @@ func (b *builder) addChain(dir policy.Direction, rules []Rule) string {
 		prefix = "in-"
 	}
 	name := hashName(prefix, parts...)
-	if _, ok := b.rs.Chains[name]; !ok {
-		b.rs.Chains[name] = &Chain{Name: name, Dir: dir, Rules: rules}
+	if _, ok := b.rs.chains[name]; !ok {
+		b.rs.chains[name] = &policyChain{Name: name, Dir: dir, Rules: rules}
 	}
 	return name
 }
@@ -283,6 +283,6 @@ func (b *builder) counter(c *DropCounter) string {
 	if c == nil {
 		return ""
 	}
-	b.rs.Counters[c.Name] = c
+	b.rs.counters[c.Name] = c
 	return c.Name
 }

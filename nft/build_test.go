@@ -93,7 +93,7 @@ status: {podIP: 10.0.0.1}
 	}
 	prog := compileYAML(t, b.String())
 	rs := Build(prog, "n1")
-	c := rs.Chains[rs.Ingress[netip.MustParseAddr("10.0.0.1")]]
+	c := rs.chains[rs.ingress[netip.MustParseAddr("10.0.0.1")]]
 	if c == nil {
 		t.Fatal("no ingress chain for the selected pod")
 	}
@@ -205,11 +205,11 @@ status: {podIP: 10.0.0.1}
 	prog.Policies[ib] = prog.Policies[ia]
 	rs := Build(prog, "n1")
 	a := netip.MustParseAddr("10.0.0.1")
-	if rs.Egress[a] != conflictChain || rs.Ingress[a] != conflictChain {
-		t.Errorf("duplicate address dispatches to %q/%q, want the conflict chain", rs.Egress[a], rs.Ingress[a])
+	if rs.egress[a] != conflictChain || rs.ingress[a] != conflictChain {
+		t.Errorf("duplicate address dispatches to %q/%q, want the conflict chain", rs.egress[a], rs.ingress[a])
 	}
-	if len(rs.Warnings) == 0 || !strings.Contains(rs.Warnings[0], "x/a and x/b") {
-		t.Errorf("warnings: %v", rs.Warnings)
+	if len(rs.warnings) == 0 || !strings.Contains(rs.warnings[0], "x/a and x/b") {
+		t.Errorf("warnings: %v", rs.warnings)
 	}
 	if rs.Allows(Packet{Src: netip.MustParseAddr("10.0.0.9"), Dst: a, Proto: policy.ProtoTCP, Port: 80}) {
 		t.Error("traffic to a duplicated address is allowed")
@@ -220,10 +220,10 @@ func TestNamesAreShortAndPlain(t *testing.T) {
 	prog := compileFile(t, "tiers.yaml", policy.Options{})
 	rs := Build(prog, "node-1")
 	var names []string
-	for n := range rs.Sets {
+	for n := range rs.sets {
 		names = append(names, n)
 	}
-	for n := range rs.Chains {
+	for n := range rs.chains {
 		names = append(names, n)
 	}
 	if len(names) == 0 {
@@ -241,7 +241,7 @@ func TestNamesAreShortAndPlain(t *testing.T) {
 	}
 	// Deterministic: the same Program gives the same names.
 	again := Build(compileFile(t, "tiers.yaml", policy.Options{}), "node-1")
-	if fmt.Sprint(sortedKeys(again.Sets), sortedKeys(again.Chains)) != fmt.Sprint(sortedKeys(rs.Sets), sortedKeys(rs.Chains)) {
+	if fmt.Sprint(sortedKeys(again.sets), sortedKeys(again.chains)) != fmt.Sprint(sortedKeys(rs.sets), sortedKeys(rs.chains)) {
 		t.Error("names differ between two builds of the same input")
 	}
 }
@@ -296,7 +296,7 @@ func TestContentsMatchTerms(t *testing.T) {
 				t.Fatalf("round %d: %s %s/%d: sets say %v, terms %v", round, a, proto, port, got, want)
 			}
 		}
-		for _, kind := range []SetKind{Ports4, Ports6} {
+		for _, kind := range []setKind{ports4, ports6} {
 			bs := sc[kind].Boxes
 			for i := 1; i < len(bs); i++ {
 				if bs[i].Addrs.From.Less(bs[i-1].Addrs.From) {

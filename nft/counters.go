@@ -16,7 +16,7 @@ const (
 	// ReasonDeny: a ClusterNetworkPolicy Deny rule matched.
 	ReasonDeny = "deny"
 	// ReasonFailClosed: a ClusterNetworkPolicy rule that failed closed
-	// (invalid or unknown fields, DESIGN §3) matched and dropped.
+	// (invalid or unknown fields; docs/semantics.md, "Fail closed") matched and dropped.
 	ReasonFailClosed = "fail_closed"
 	// ReasonIsolation: NetworkPolicies select the pod and none allowed
 	// the connection.

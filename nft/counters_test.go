@@ -33,8 +33,8 @@ func findCounter(cs []DropCounter, policyName, dir string, rule int, reason stri
 
 func rulesetCounters(rs *Ruleset) []DropCounter {
 	var out []DropCounter
-	for _, name := range sortedKeys(rs.Counters) {
-		out = append(out, *rs.Counters[name])
+	for _, name := range sortedKeys(rs.counters) {
+		out = append(out, *rs.counters[name])
 	}
 	return out
 }
@@ -85,7 +85,7 @@ spec:
 		}
 	}
 	var lines []string
-	for _, c := range rs.Chains {
+	for _, c := range rs.chains {
 		for _, r := range renderChainRules(c) {
 			lines = append(lines, r.Rule)
 		}

@@ -13,26 +13,65 @@ import (
 )
 
 // setContents is the union of some terms split into the four set kinds.
-type setContents [4]Set
+type setContents [4]namedSet
 
-// contentsOf computes the elements of a run's four sets from the union of
-// its matches. nftables refuses overlapping elements in an interval set, so
-// terms with ports are cut into disjoint boxes: the address axis is split
-// where any term's ranges start or end, each piece gets the union of the
-// ports of the terms covering it, and neighbouring pieces with equal ports
-// are merged again. A port range is always one element, however wide.
+// contentsOf computes the elements of a union run's four sets from the
+// union of its matches. nftables refuses overlapping elements in an
+// interval set, so terms with ports are cut into disjoint boxes (sweep).
+// A port range is always one element, however wide.
 func contentsOf(matches []policy.Match) *setContents {
 	var sc setContents
 	for i, k := range setKinds {
 		sc[i].Kind = k
 	}
+	all, withPorts := splitTerms(matches)
+	for _, r := range all.Ranges() {
+		if r.From.Is4() {
+			sc[addr4].Addrs = append(sc[addr4].Addrs, r)
+		} else {
+			sc[addr6].Addrs = append(sc[addr6].Addrs, r)
+		}
+	}
+	var v4, v6 []sweepGroup
+	for _, g := range withPorts {
+		var a4, a6 []policy.AddrRange
+		for _, r := range g.addrs.Ranges() {
+			if r.From.Is4() {
+				a4 = append(a4, r)
+			} else {
+				a6 = append(a6, r)
+			}
+		}
+		if len(a4) > 0 {
+			v4 = append(v4, sweepGroup{ranges: a4, ports: g.ports})
+		}
+		if len(a6) > 0 {
+			v6 = append(v6, sweepGroup{ranges: a6, ports: g.ports})
+		}
+	}
+	sc[ports4].Boxes = sweep(v4)
+	sc[ports6].Boxes = sweep(v6)
+	for i := range sc {
+		sc[i].hash = elementsHash(&sc[i])
+	}
+	return &sc
+}
+
+// portGroup is the addresses of all terms with the same ports.
+type portGroup struct {
+	ports map[policy.Protocol][]policy.PortRange
+	addrs *policy.AddrSet
+}
+
+// splitTerms returns the addresses of the terms that match all traffic,
+// and the other terms' addresses grouped by ports (in ports key order).
+func splitTerms(matches []policy.Match) (*policy.AddrSet, []portGroup) {
 	var all []policy.AddrRange
 	type group struct {
 		ports *policy.PortSet
 		addrs []policy.AddrRange
 	}
 	groups := map[string]*group{}
-	var order []string
 	for _, m := range matches {
 		for _, t := range m {
 			if t.Ports == nil || t.Addrs.Empty() || t.Ports.Empty() {
@@ -47,48 +86,21 @@ func contentsOf(matches []policy.Match) *setContents {
 			if g == nil {
 				g = &group{ports: t.Ports}
 				groups[key] = g
-				order = append(order, key)
 			}
 			g.addrs = append(g.addrs, t.Addrs.Ranges()...)
 		}
 	}
-	for _, r := range policy.NewAddrSet(all...).Ranges() {
-		if r.From.Is4() {
-			sc[Addr4].Addrs = append(sc[Addr4].Addrs, r)
-		} else {
-			sc[Addr6].Addrs = append(sc[Addr6].Addrs, r)
-		}
-	}
-	sort.Strings(order)
-	var v4, v6 []sweepGroup
-	for _, key := range order {
+	out := make([]portGroup, 0, len(groups))
+	for _, key := range sortedKeys(groups) {
 		g := groups[key]
-		var a4, a6 []policy.AddrRange
-		for _, r := range policy.NewAddrSet(g.addrs...).Ranges() {
-			if r.From.Is4() {
-				a4 = append(a4, r)
-			} else {
-				a6 = append(a6, r)
-			}
-		}
-		if len(a4) > 0 {
-			v4 = append(v4, sweepGroup{ranges: a4, ports: g.ports.ByProto})
-		}
-		if len(a6) > 0 {
-			v6 = append(v6, sweepGroup{ranges: a6, ports: g.ports.ByProto})
-		}
+		out = append(out, portGroup{ports: g.ports.ByProto, addrs: policy.NewAddrSet(g.addrs...)})
 	}
-	sc[Ports4].Boxes = sweep(v4)
-	sc[Ports6].Boxes = sweep(v6)
-	for i := range sc {
-		sc[i].hash = elementsHash(&sc[i])
-	}
-	return &sc
+	return policy.NewAddrSet(all...), out
 }
 
 // elementsHash identifies a set's elements, so a diff can skip sets whose
 // elements did not change without comparing them one by one.
-func elementsHash(s *Set) string {
+func elementsHash(s *namedSet) string {
 	h := sha256.New()
 	var buf []byte
 	addr := func(a netip.Addr) {
@@ -130,10 +142,30 @@ type sweepEvent struct {
 	delta int
 }
 
-func sweep(groups []sweepGroup) []Box {
+// segment is a maximal range of addresses covered by groups whose ports
+// union to the same set.
+type segment struct {
+	r     policy.AddrRange
+	key   string
+	ports map[policy.Protocol][]policy.PortRange
+}
+
+// sweep cuts the groups' ranges into disjoint boxes: 1. every range
+// becomes a start and an end event; 2. the events are walked in address
+// order, and each piece between two consecutive event addresses gets the
+// union of the ports of the groups covering it, neighbours with equal
+// ports merged; 3. each piece gives one box per protocol and port range.
+func sweep(groups []sweepGroup) []box {
 	if len(groups) == 0 {
 		return nil
 	}
+	return boxesOf(segments(groups, sweepEvents(groups)))
+}
+
+// sweepEvents lists where each group's ranges start and end, in address
+// order. A range ending at the family's last address ends "past" it,
+// after every other event.
+func sweepEvents(groups []sweepGroup) []sweepEvent {
 	var evs []sweepEvent
 	for gi, g := range groups {
 		for _, r := range g.ranges {
@@ -151,18 +183,14 @@ func sweep(groups []sweepGroup) []Box {
 		}
 		return evs[i].at.Less(evs[j].at)
 	})
+	return evs
+}
+
+// segments walks the events, keeping count of the groups covering the
+// current piece of the address space.
+func segments(groups []sweepGroup, evs []sweepEvent) []segment {
 	active := make([]int, len(groups))
-	type union struct {
-		ports map[policy.Protocol][]policy.PortRange
-		key   string
-	}
-	unions := map[string]union{}
-	var sig []byte
-	type segment struct {
-		r     policy.AddrRange
-		key   string
-		ports map[policy.Protocol][]policy.PortRange
-	}
+	u := portUnions{groups: groups, byCover: map[string]portUnion{}}
 	var segs []segment
 	for i := 0; i < len(evs); {
 		j := i
@@ -174,49 +202,72 @@ func sweep(groups []sweepGroup) []Box {
 			break
 		}
 		from := evs[i].at
-		var to netip.Addr
-		if evs[j].end {
-			to = evs[j].at
-		} else {
-			to = evs[j].at.Prev()
-		}
-		sig = sig[:0]
-		for gi, n := range active {
-			if n > 0 {
-				sig = binary.AppendUvarint(sig, uint64(gi))
-			}
+		to := evs[j].at
+		if !evs[j].end {
+			to = to.Prev()
 		}
 		i = j
-		if len(sig) == 0 {
+		pu, covered := u.of(active)
+		if !covered {
 			continue
 		}
-		// Pieces covered by the same groups have the same ports: compute
-		// each union once.
-		u, ok := unions[string(sig)]
-		if !ok {
-			var b policy.PortSetBuilder
-			for gi, n := range active {
-				if n <= 0 {
-					continue
-				}
-				for p, rs := range groups[gi].ports {
-					for _, r := range rs {
-						b.Add(p, r)
-					}
-				}
-			}
-			u.ports = b.Build().ByProto
-			u.key = portsKey(u.ports)
-			unions[string(sig)] = u
-		}
-		ps, key := u.ports, u.key
-		if n := len(segs); n > 0 && segs[n-1].key == key && segs[n-1].r.To.Next() == from {
+		if n := len(segs); n > 0 && segs[n-1].key == pu.key && segs[n-1].r.To.Next() == from {
 			segs[n-1].r.To = to
 			continue
 		}
-		segs = append(segs, segment{r: policy.AddrRange{From: from, To: to}, key: key, ports: ps})
+		segs = append(segs, segment{r: policy.AddrRange{From: from, To: to}, key: pu.key, ports: pu.ports})
 	}
-	var out []Box
+	return segs
+}
+
+// portUnions computes the union of the ports of a combination of groups
+// once: pieces covered by the same groups have the same ports.
+type portUnions struct {
+	groups  []sweepGroup
+	byCover map[string]portUnion
+	sig     []byte
+}
+
+type portUnion struct {
+	ports map[policy.Protocol][]policy.PortRange
+	key   string
+}
+
+// of returns the union for the groups active counts as covering; false
+// when none does.
+func (u *portUnions) of(active []int) (portUnion, bool) {
+	u.sig = u.sig[:0]
+	for gi, n := range active {
+		if n > 0 {
+			u.sig = binary.AppendUvarint(u.sig, uint64(gi))
+		}
+	}
+	if len(u.sig) == 0 {
+		return portUnion{}, false
+	}
+	if pu, ok := u.byCover[string(u.sig)]; ok {
+		return pu, true
+	}
+	var b policy.PortSetBuilder
+	for gi, n := range active {
+		if n <= 0 {
+			continue
+		}
+		for p, rs := range u.groups[gi].ports {
+			for _, r := range rs {
+				b.Add(p, r)
+			}
+		}
+	}
+	pu := portUnion{ports: b.Build().ByProto}
+	pu.key = portsKey(pu.ports)
+	u.byCover[string(u.sig)] = pu
+	return pu, true
+}
+
+// boxesOf expands segments into boxes, protocols in numeric order.
+func boxesOf(segs []segment) []box {
+	var out []box
 	for _, s := range segs {
 		protos := make([]int, 0, len(s.ports))
 		for p := range s.ports {
@@ -225,7 +276,7 @@ func sweep(groups []sweepGroup) []Box {
 		sort.Ints(protos)
 		for _, p := range protos {
 			for _, pr := range s.ports[policy.Protocol(p)] {
-				out = append(out, Box{Addrs: s.r, Proto: policy.Protocol(p), Ports: pr})
+				out = append(out, box{Addrs: s.r, Proto: policy.Protocol(p), Ports: pr})
 			}
 		}
 	}
@@ -268,15 +319,15 @@ func protoName(p policy.Protocol) string {
 }
 
 // elementKeys renders the set's elements as knftables keys.
-func (s *Set) elementKeys() [][]string {
-	if s.Kind == Services {
+func (s *namedSet) elementKeys() [][]string {
+	if s.Kind == services {
 		out := make([][]string, len(s.Services))
 		for i, sv := range s.Services {
 			out[i] = []string{protoName(sv.Proto), sv.Ports.String()}
 		}
 		return out
 	}
-	if s.Kind == Addr4 || s.Kind == Addr6 {
+	if s.Kind == addr4 || s.Kind == addr6 {
 		out := make([][]string, len(s.Addrs))
 		for i, r := range s.Addrs {
 			out[i] = []string{r.String()}
@@ -292,8 +343,8 @@ func (s *Set) elementKeys() [][]string {
 
 // contains reports whether the set holds the remote address (and, for
 // ports sets, protocol and port): the Go twin of an nftables lookup.
-func (s *Set) contains(remote netip.Addr, proto policy.Protocol, port uint16) bool {
-	if s.Kind == Services {
+func (s *namedSet) contains(remote netip.Addr, proto policy.Protocol, port uint16) bool {
+	if s.Kind == services {
 		i := sort.Search(len(s.Services), func(i int) bool {
 			sv := s.Services[i]
 			return sv.Proto > proto || sv.Proto == proto && sv.Ports.To >= port
@@ -303,7 +354,7 @@ func (s *Set) contains(remote netip.Addr, proto policy.Protocol, port uint16) bo
 	if remote.Is4() != s.Kind.ipv4() {
 		return false
 	}
-	if s.Kind == Addr4 || s.Kind == Addr6 {
+	if s.Kind == addr4 || s.Kind == addr6 {
 		i := sort.Search(len(s.Addrs), func(i int) bool { return !s.Addrs[i].To.Less(remote) })
 		return i < len(s.Addrs) && !remote.Less(s.Addrs[i].From)
 	}

@@ -21,16 +21,16 @@ type Packet struct {
 // it with the evaluator.
 func (rs *Ruleset) Allows(p Packet) bool {
 	src, dst := p.Src.Unmap(), p.Dst.Unmap()
-	if src == dst && contains(rs.Self, src) {
+	if src == dst && contains(rs.self, src) {
 		return true
 	}
-	if c, ok := rs.Egress[src]; ok && !rs.runChain(c, dst, p) {
+	if c, ok := rs.egress[src]; ok && !rs.runChain(c, dst, p) {
 		return false
 	}
-	if contains(rs.NodeLocal, src) {
+	if contains(rs.nodeLocal, src) {
 		return true
 	}
-	if c, ok := rs.Ingress[dst]; ok && !rs.runChain(c, src, p) {
+	if c, ok := rs.ingress[dst]; ok && !rs.runChain(c, src, p) {
 		return false
 	}
 	return true
@@ -55,9 +55,9 @@ func (rs *Ruleset) runChain(name string, remote netip.Addr, p Packet) bool {
 	if name == conflictChain {
 		return false
 	}
-	// Goto chains form a chain of tiers; bound the walk all the same.
+	// Goto verdicts form a chain of tiers; bound the walk all the same.
 	for hops := 0; hops < 8; hops++ {
-		c, ok := rs.Chains[name]
+		c, ok := rs.chains[name]
 		if !ok {
 			return false
 		}
@@ -68,9 +68,9 @@ func (rs *Ruleset) runChain(name string, remote netip.Addr, p Packet) bool {
 				continue
 			}
 			switch r.Verdict.Kind {
-			case Return:
+			case verdictReturn:
 				return true
-			case Drop:
+			case verdictDrop:
 				return false
 			default:
 				next = r.Verdict.Target
@@ -86,7 +86,7 @@ func (rs *Ruleset) runChain(name string, remote netip.Addr, p Packet) bool {
 }
 
 // matches reports whether a rule of a policy chain matches the packet.
-func (rs *Ruleset) matches(r Rule, remote netip.Addr, p Packet) bool {
+func (rs *Ruleset) matches(r chainRule, remote netip.Addr, p Packet) bool {
 	switch {
 	case r.Peers != "":
 		return rs.matchPeers(r, remote, p)
@@ -98,7 +98,7 @@ func (rs *Ruleset) matches(r Rule, remote netip.Addr, p Packet) bool {
 
 func (rs *Ruleset) lookup(base string, remote netip.Addr, p Packet) bool {
 	for _, k := range setKinds {
-		s, ok := rs.Sets[base+k.suffix()]
+		s, ok := rs.sets[base+k.suffix()]
 		if ok && s.contains(remote, p.Proto, p.Port) {
 			return true
 		}

@@ -11,44 +11,16 @@ import (
 
 	"github.com/vishvananda/netns"
 
+	"github.com/moat-net/moat/internal/testenv"
 	"github.com/moat-net/moat/policy"
 )
-
-// kernelMissing names what kernel tests lack: root or the nft binary.
-func kernelMissing() string {
-	if os.Geteuid() != 0 {
-		return "root"
-	}
-	if _, err := exec.LookPath("nft"); err != nil {
-		return "the nft binary (apt-get install nftables)"
-	}
-	return ""
-}
-
-// ciRequired: with CI=true a missing capability fails instead of skipping.
-func ciRequired() bool { return os.Getenv("CI") == "true" }
-
-// requireKernel skips a test that needs root and the nft binary, loudly,
-// unless CI is set: there such tests must run, so a missing capability is
-// a failure.
-func requireKernel(t *testing.T) {
-	t.Helper()
-	missing := kernelMissing()
-	if missing == "" {
-		return
-	}
-	if ciRequired() {
-		t.Fatalf("kernel test needs %s, and CI=true requires it to run", missing)
-	}
-	t.Skipf("SKIPPED: kernel test needs %s", missing)
-}
 
 // inPrivateNetns runs f on a thread that lives in a new, unnamed network
 // namespace. The namespace disappears with its last reference however f
 // ends; the thread is only reused if it could be moved back.
 func inPrivateNetns(t *testing.T, f func()) {
 	t.Helper()
-	requireKernel(t)
+	testenv.RequirePrivileged(t)
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
@@ -142,8 +114,8 @@ func TestKernelSyncFullDiffAndFailure(t *testing.T) {
 		// A ruleset nft refuses: overlapping interval elements. The
 		// previous table must stay, and the error must be returned.
 		bad := Build(prog, "node-1")
-		for _, set := range bad.Sets {
-			if set.Kind == Addr4 {
+		for _, set := range bad.sets {
+			if set.Kind == addr4 {
 				set.Addrs = []policy.AddrRange{
 					policy.PrefixRange(netip.MustParsePrefix("10.9.0.0/24")),
 					{From: netip.MustParseAddr("10.9.0.5"), To: netip.MustParseAddr("10.9.1.5")},
@@ -153,7 +125,7 @@ func TestKernelSyncFullDiffAndFailure(t *testing.T) {
 			}
 		}
 		before := nftList(t)
-		if _, err := s.Apply(ctx, bad); err == nil {
+		if _, err := s.apply(ctx, bad); err == nil {
 			t.Fatal("applying an invalid ruleset succeeded")
 		}
 		if after := nftList(t); after != before {
@@ -167,7 +139,7 @@ func TestKernelSyncFullDiffAndFailure(t *testing.T) {
 		if err != nil || !res.Full {
 			t.Fatalf("recovery sync: %+v, %v", res, err)
 		}
-		if err := s.Remove(ctx); err != nil {
+		if err := s.remove(ctx); err != nil {
 			t.Fatal(err)
 		}
 		if out, err := exec.Command("nft", "list", "table", "inet", Table).CombinedOutput(); err == nil {

@@ -15,7 +15,7 @@ type run struct {
 	// identity names the rules the run serves (not their current
 	// matches): a union run's set names derive from it.
 	identity string
-	verdict  VerdictKind // Return (Accept), Drop (Deny) or Goto (Pass)
+	verdict  verdictKind // return (Accept), drop (Deny) or goto (Pass)
 	matches  []policy.Match
 	// uses names the policy rule of each match (direction included), so
 	// that a shared peer set can be named after the rules that use it.
@@ -59,7 +59,7 @@ func (b *builder) plan(dp *policy.DirPolicy, dir policy.Direction) *dirPlan {
 	p := &dirPlan{dir: dir}
 	p.admin = cnpRuns(policy.TierAdmin, dir, dp.Admin)
 	// A Pass at the end of the Admin tier goes where the tier ends anyway.
-	for n := len(p.admin); n > 0 && p.admin[n-1].verdict == Goto; n-- {
+	for n := len(p.admin); n > 0 && p.admin[n-1].verdict == verdictGoto; n-- {
 		p.admin = p.admin[:n-1]
 	}
 	if dp.NP != nil {
@@ -70,7 +70,7 @@ func (b *builder) plan(dp *policy.DirPolicy, dir policy.Direction) *dirPlan {
 		p.baseline = cnpRuns(policy.TierBaseline, dir, dp.Baseline)
 		// Accept and Pass both end in allow in the Baseline tier; a
 		// trailing allow is what the end of the chain does anyway.
-		for n := len(p.baseline); n > 0 && p.baseline[n-1].verdict != Drop; n-- {
+		for n := len(p.baseline); n > 0 && p.baseline[n-1].verdict != verdictDrop; n-- {
 			p.baseline = p.baseline[:n-1]
 		}
 	}
@@ -85,7 +85,7 @@ func npRun(dir policy.Direction, np *policy.NPTier) *run {
 	if len(np.Rules) == 0 {
 		return nil
 	}
-	r := &run{identity: "np|" + dir.String(), verdict: Return}
+	r := &run{identity: "np|" + dir.String(), verdict: verdictReturn}
 	names := make([]string, len(np.Policies))
 	for i, ref := range np.Policies {
 		r.identity += "|" + ref.Namespace + "/" + ref.Name
@@ -105,19 +105,19 @@ func cnpRuns(tier policy.Tier, dir policy.Direction, rules []policy.RuleMatch) [
 	var out []*run
 	var ids, descs []string
 	for _, rm := range rules {
-		v := Return
+		v := verdictReturn
 		switch rm.Rule.Action {
 		case policy.ActionDeny:
-			v = Drop
+			v = verdictDrop
 		case policy.ActionPass:
-			v = Goto
+			v = verdictGoto
 			if tier == policy.TierBaseline {
-				v = Return
+				v = verdictReturn
 			}
 		case policy.ActionAccept:
 		default:
 			// An action the backend does not know must not open access.
-			v = Drop
+			v = verdictDrop
 		}
 		desc := fmt.Sprintf("%s.%s[%d]", rm.Rule.Policy.Name, dir, rm.Rule.Index)
 		id := rm.Rule.Policy.String() + "#" + fmt.Sprint(rm.Rule.Index)
@@ -125,7 +125,7 @@ func cnpRuns(tier policy.Tier, dir policy.Direction, rules []policy.RuleMatch) [
 		// Consecutive rules with one verdict form one run, except drops:
 		// each keeps its own rules and counter (first match wins, so
 		// which Deny rule dropped a packet is well defined).
-		if n := len(out); n > 0 && out[n-1].verdict == v && v != Drop {
+		if n := len(out); n > 0 && out[n-1].verdict == v && v != verdictDrop {
 			last := out[n-1]
 			last.matches = append(last.matches, rm.Match)
 			last.uses = append(last.uses, use)
@@ -143,7 +143,7 @@ func cnpRuns(tier policy.Tier, dir policy.Direction, rules []policy.RuleMatch) [
 			uses:     []string{use},
 			comment:  string(tier) + " " + verdictWord(v, tier) + " " + desc,
 		}
-		if v == Drop {
+		if v == verdictDrop {
 			r.counter = cnpCounter(rm.Rule, dir)
 		}
 		out = append(out, r)
@@ -154,11 +154,11 @@ func cnpRuns(tier policy.Tier, dir policy.Direction, rules []policy.RuleMatch) [
 	return out
 }
 
-func verdictWord(v VerdictKind, tier policy.Tier) string {
+func verdictWord(v verdictKind, tier policy.Tier) string {
 	switch v {
-	case Drop:
+	case verdictDrop:
 		return "Deny"
-	case Goto:
+	case verdictGoto:
 		return "Pass"
 	}
 	if tier == policy.TierBaseline {

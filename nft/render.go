@@ -85,15 +85,15 @@ var staticMaps = []knftables.Map{
 	{Name: "ingress6", Type: "ipv6_addr : verdict", Comment: knftables.PtrTo("local pod address to its ingress chain")},
 }
 
-func (k SetKind) nftType() string {
+func (k setKind) nftType() string {
 	return [...]string{"ipv4_addr", "ipv6_addr", "ipv4_addr . inet_proto . inet_service", "ipv6_addr . inet_proto . inet_service", "inet_proto . inet_service"}[k]
 }
 
-func (v Verdict) String() string {
+func (v verdict) String() string {
 	switch v.Kind {
-	case Drop:
+	case verdictDrop:
 		return "drop"
-	case Goto:
+	case verdictGoto:
 		return "goto " + v.Target
 	}
 	return "return"
@@ -103,7 +103,7 @@ func (v Verdict) String() string {
 // shared peers looks the remote end up in the peer's set of each family,
 // with its ports beside it; a union rule looks it up in the run's four
 // sets (the family decides which two can match).
-func renderChainRules(c *Chain) []*knftables.Rule {
+func renderChainRules(c *policyChain) []*knftables.Rule {
 	field := "daddr"
 	if c.Dir == policy.Ingress {
 		field = "saddr"
@@ -141,8 +141,8 @@ func renderChainRules(c *Chain) []*knftables.Rule {
 
 // portsExpr is the port match of a shared rule, with a trailing space:
 // empty for all traffic, "tcp dport 80" for one protocol and range, a
-// lookup of protocol and port in a Services set otherwise.
-func portsExpr(r Rule) string {
+// lookup of protocol and port in a services set otherwise.
+func portsExpr(r chainRule) string {
 	if r.PortSet != "" {
 		return "meta l4proto . th dport @" + r.PortSet + " "
 	}
@@ -156,7 +156,7 @@ func portsExpr(r Rule) string {
 	return fmt.Sprintf("meta l4proto %d th dport %s ", sv.Proto, sv.Ports)
 }
 
-func setObject(s *Set) *knftables.Set {
+func setObject(s *namedSet) *knftables.Set {
 	return &knftables.Set{Name: s.Name, Type: s.Kind.nftType(), Flags: []knftables.SetFlag{knftables.IntervalFlag}}
 }
 
@@ -235,66 +235,78 @@ func fullTransaction(tx *knftables.Transaction, rs *Ruleset, prev map[string]*kn
 	tx.Delete(&knftables.Table{})
 	tx.Add(&knftables.Table{Comment: knftables.PtrTo(tableComment)})
 	addStatic(tx)
-	for _, name := range sortedKeys(rs.Counters) {
-		tx.Add(counterObject(rs.Counters[name], prev))
+	for _, name := range sortedKeys(rs.counters) {
+		tx.Add(counterObject(rs.counters[name], prev))
 	}
-	for _, name := range sortedKeys(rs.Sets) {
-		tx.Add(setObject(rs.Sets[name]))
+	for _, name := range sortedKeys(rs.sets) {
+		tx.Add(setObject(rs.sets[name]))
 	}
-	for _, name := range sortedKeys(rs.Chains) {
+	for _, name := range sortedKeys(rs.chains) {
 		tx.Add(&knftables.Chain{Name: name})
 	}
 	addStaticRules(tx)
-	for _, name := range sortedKeys(rs.Chains) {
-		for _, r := range renderChainRules(rs.Chains[name]) {
+	for _, name := range sortedKeys(rs.chains) {
+		for _, r := range renderChainRules(rs.chains[name]) {
 			tx.Add(r)
 		}
 	}
-	for _, name := range sortedKeys(rs.Sets) {
-		s := rs.Sets[name]
+	for _, name := range sortedKeys(rs.sets) {
+		s := rs.sets[name]
 		for _, k := range s.elementKeys() {
 			tx.Add(&knftables.Element{Set: s.Name, Key: k})
 		}
 	}
-	for _, a := range rs.Self {
+	for _, a := range rs.self {
 		tx.Add(selfElement(a))
 		tx.Add(localElement(a))
 	}
-	for _, a := range rs.NodeLocal {
+	for _, a := range rs.nodeLocal {
 		tx.Add(nodeLocalElement(a))
 	}
-	for _, a := range sortedAddrs(rs.Egress) {
-		tx.Add(mapElement(policy.Egress, a, rs.Egress[a]))
+	for _, a := range sortedAddrs(rs.egress) {
+		tx.Add(mapElement(policy.Egress, a, rs.egress[a]))
 	}
-	for _, a := range sortedAddrs(rs.Ingress) {
-		tx.Add(mapElement(policy.Ingress, a, rs.Ingress[a]))
+	for _, a := range sortedAddrs(rs.ingress) {
+		tx.Add(mapElement(policy.Ingress, a, rs.ingress[a]))
 	}
 }
 
-// diffTransaction turns old into new with the fewest operations: new sets
-// and chains are added, elements of surviving sets and maps are patched,
-// and chains and sets nothing uses any more are deleted last. Chains never
-// change in place (their names hash their content), so when only pods or
-// labels change the transaction holds element operations only. It returns
-// the number of operations.
+// diffTransaction turns old into new with the fewest operations: 1. new
+// sets with their elements; 2. the elements of surviving sets; 3. new
+// counters and chains; 4. the fixed sets and verdict maps; 5. chains, sets
+// and counters nothing uses any more, last. Chains never change in place
+// (their names hash their content), so when only pods or labels change
+// the transaction holds element operations only.
 func diffTransaction(tx *knftables.Transaction, old, rs *Ruleset) {
-	for _, name := range sortedKeys(rs.Sets) {
-		s := rs.Sets[name]
-		if _, ok := old.Sets[name]; !ok {
+	addNewSets(tx, old, rs)
+	patchSets(tx, old, rs)
+	addNewChains(tx, old, rs)
+	patchDispatch(tx, old, rs)
+	deleteGone(tx, old, rs)
+}
+
+func addNewSets(tx *knftables.Transaction, old, rs *Ruleset) {
+	for _, name := range sortedKeys(rs.sets) {
+		s := rs.sets[name]
+		if _, ok := old.sets[name]; !ok {
 			tx.Add(setObject(s))
 			for _, k := range s.elementKeys() {
 				tx.Add(&knftables.Element{Set: name, Key: k})
 			}
 		}
 	}
-	// Deletions come before additions within a set: an interval set
-	// refuses a new element that overlaps one still present.
-	for _, name := range sortedKeys(rs.Sets) {
-		o, ok := old.Sets[name]
-		if !ok || (o.hash != "" && o.hash == rs.Sets[name].hash) {
+}
+
+// patchSets updates the elements of sets both rulesets have. Deletions
+// come before additions within a set: an interval set refuses a new
+// element that overlaps one still present.
+func patchSets(tx *knftables.Transaction, old, rs *Ruleset) {
+	for _, name := range sortedKeys(rs.sets) {
+		o, ok := old.sets[name]
+		if !ok || (o.hash != "" && o.hash == rs.sets[name].hash) {
 			continue
 		}
-		del, add := diffKeys(o.elementKeys(), rs.Sets[name].elementKeys())
+		del, add := diffKeys(o.elementKeys(), rs.sets[name].elementKeys())
 		for _, k := range del {
 			tx.Delete(&knftables.Element{Set: name, Key: k})
 		}
@@ -302,32 +314,40 @@ func diffTransaction(tx *knftables.Transaction, old, rs *Ruleset) {
 			tx.Add(&knftables.Element{Set: name, Key: k})
 		}
 	}
-	// Counters belong to policy rules, not chains: they stay while any
-	// chain counts into them and are never reset by a patch.
-	for _, name := range sortedKeys(rs.Counters) {
-		if _, ok := old.Counters[name]; !ok {
-			tx.Add(counterObject(rs.Counters[name], nil))
+}
+
+// addNewChains adds new counters and chains. Counters belong to policy
+// rules, not chains: they stay while any chain counts into them and are
+// never reset by a patch.
+func addNewChains(tx *knftables.Transaction, old, rs *Ruleset) {
+	for _, name := range sortedKeys(rs.counters) {
+		if _, ok := old.counters[name]; !ok {
+			tx.Add(counterObject(rs.counters[name], nil))
 		}
 	}
 	var newChains []string
-	for _, name := range sortedKeys(rs.Chains) {
-		if _, ok := old.Chains[name]; !ok {
+	for _, name := range sortedKeys(rs.chains) {
+		if _, ok := old.chains[name]; !ok {
 			newChains = append(newChains, name)
 			tx.Add(&knftables.Chain{Name: name})
 		}
 	}
 	for _, name := range newChains {
-		for _, r := range renderChainRules(rs.Chains[name]) {
+		for _, r := range renderChainRules(rs.chains[name]) {
 			tx.Add(r)
 		}
 	}
-	diffAddrList(tx, old.Self, rs.Self, selfElement)
-	diffAddrList(tx, old.Self, rs.Self, localElement)
-	diffAddrList(tx, old.NodeLocal, rs.NodeLocal, nodeLocalElement)
+}
+
+// patchDispatch updates the fixed sets and the verdict maps.
+func patchDispatch(tx *knftables.Transaction, old, rs *Ruleset) {
+	diffAddrList(tx, old.self, rs.self, selfElement)
+	diffAddrList(tx, old.self, rs.self, localElement)
+	diffAddrList(tx, old.nodeLocal, rs.nodeLocal, nodeLocalElement)
 	for _, dir := range []policy.Direction{policy.Egress, policy.Ingress} {
-		om, nm := old.Egress, rs.Egress
+		om, nm := old.egress, rs.egress
 		if dir == policy.Ingress {
-			om, nm = old.Ingress, rs.Ingress
+			om, nm = old.ingress, rs.ingress
 		}
 		for _, a := range sortedAddrs(om) {
 			if c, ok := nm[a]; !ok || c != om[a] {
@@ -340,24 +360,27 @@ func diffTransaction(tx *knftables.Transaction, old, rs *Ruleset) {
 			}
 		}
 	}
-	// A chain may only go once nothing jumps to it: delete the chains
-	// that others refer to after those others.
+}
+
+// deleteGone deletes what only old has. A chain may only go once nothing
+// jumps to it: chains that others refer to go after those others.
+func deleteGone(tx *knftables.Transaction, old, rs *Ruleset) {
 	var gone []string
-	for _, name := range sortedKeys(old.Chains) {
-		if _, ok := rs.Chains[name]; !ok {
+	for _, name := range sortedKeys(old.chains) {
+		if _, ok := rs.chains[name]; !ok {
 			gone = append(gone, name)
 		}
 	}
 	for _, name := range orderReferrersFirst(old, gone) {
 		tx.Delete(&knftables.Chain{Name: name})
 	}
-	for _, name := range sortedKeys(old.Sets) {
-		if _, ok := rs.Sets[name]; !ok {
+	for _, name := range sortedKeys(old.sets) {
+		if _, ok := rs.sets[name]; !ok {
 			tx.Delete(&knftables.Set{Name: name})
 		}
 	}
-	for _, name := range sortedKeys(old.Counters) {
-		if _, ok := rs.Counters[name]; !ok {
+	for _, name := range sortedKeys(old.counters) {
+		if _, ok := rs.counters[name]; !ok {
 			tx.Delete(&knftables.Counter{Name: name})
 		}
 	}
@@ -366,8 +389,8 @@ func diffTransaction(tx *knftables.Transaction, old, rs *Ruleset) {
 func orderReferrersFirst(rs *Ruleset, names []string) []string {
 	referenced := map[string]bool{}
 	for _, n := range names {
-		for _, r := range rs.Chains[n].Rules {
-			if r.Verdict.Kind == Goto {
+		for _, r := range rs.chains[n].Rules {
+			if r.Verdict.Kind == verdictGoto {
 				referenced[r.Verdict.Target] = true
 			}
 		}

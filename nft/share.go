@@ -172,20 +172,20 @@ func (b *builder) namePeers() {
 		g.name = name
 		rs := g.addrs.Ranges()
 		split := sort.Search(len(rs), func(i int) bool { return !rs[i].From.Is4() })
-		for _, s := range []*Set{
-			{Name: name + "-4", Kind: Addr4, Addrs: rs[:split:split]},
-			{Name: name + "-6", Kind: Addr6, Addrs: rs[split:]},
+		for _, s := range []*namedSet{
+			{Name: name + "-4", Kind: addr4, Addrs: rs[:split:split]},
+			{Name: name + "-6", Kind: addr6, Addrs: rs[split:]},
 		} {
 			s.hash = b.cache.elementsHash(g.key, s)
-			b.rs.Sets[s.Name] = s
+			b.rs.sets[s.Name] = s
 		}
 	}
 }
 
 // portRule completes a shared lookup's rule with its ports: inline when
-// they are one protocol and one range, else a Services set shared by
+// they are one protocol and one range, else a services set shared by
 // every rule with the same ports.
-func (b *builder) portRule(r *Rule, l lookup) {
+func (b *builder) portRule(r *chainRule, l lookup) {
 	if l.ports == nil {
 		return
 	}
@@ -195,10 +195,10 @@ func (b *builder) portRule(r *Rule, l lookup) {
 	}
 	name := hashName("p-", l.key)
 	r.PortSet = name
-	if _, ok := b.rs.Sets[name]; ok {
+	if _, ok := b.rs.sets[name]; ok {
 		return
 	}
-	s := &Set{Name: name, Kind: Services}
+	s := &namedSet{Name: name, Kind: services}
 	protos := make([]int, 0, len(l.ports.ByProto))
 	for p := range l.ports.ByProto {
 		protos = append(protos, int(p))
@@ -206,21 +206,21 @@ func (b *builder) portRule(r *Rule, l lookup) {
 	sort.Ints(protos)
 	for _, p := range protos {
 		for _, pr := range l.ports.ByProto[policy.Protocol(p)] {
-			s.Services = append(s.Services, Service{Proto: policy.Protocol(p), Ports: pr})
+			s.Services = append(s.Services, service{Proto: policy.Protocol(p), Ports: pr})
 		}
 	}
 	s.hash = elementsHash(s)
-	b.rs.Sets[name] = s
+	b.rs.sets[name] = s
 }
 
 // singleService returns the one protocol and port range of ps, if it
 // has exactly one.
-func singleService(ps *policy.PortSet) (Service, bool) {
-	var out Service
+func singleService(ps *policy.PortSet) (service, bool) {
+	var out service
 	n := 0
 	for p, rs := range ps.ByProto {
 		for _, r := range rs {
-			out = Service{Proto: p, Ports: r}
+			out = service{Proto: p, Ports: r}
 			n++
 		}
 	}
@@ -229,7 +229,7 @@ func singleService(ps *policy.PortSet) (Service, bool) {
 
 // lookupRules renders a shared run as rules, ordered by peer name and
 // ports so that equal runs give equal chains.
-func (b *builder) lookupRules(r *run, sh *runShape, v Verdict, counter string) []Rule {
+func (b *builder) lookupRules(r *run, sh *runShape, v verdict, counter string) []chainRule {
 	ls := append([]lookup(nil), sh.lookups...)
 	sort.Slice(ls, func(i, j int) bool {
 		if ls[i].peer.name != ls[j].peer.name {
@@ -237,9 +237,9 @@ func (b *builder) lookupRules(r *run, sh *runShape, v Verdict, counter string) [
 		}
 		return ls[i].key < ls[j].key
 	})
-	out := make([]Rule, 0, len(ls))
+	out := make([]chainRule, 0, len(ls))
 	for _, l := range ls {
-		rule := Rule{Peers: l.peer.name, Verdict: v, Comment: r.comment, Counter: counter}
+		rule := chainRule{Peers: l.peer.name, Verdict: v, Comment: r.comment, Counter: counter}
 		b.portRule(&rule, l)
 		out = append(out, rule)
 	}
@@ -248,18 +248,18 @@ func (b *builder) lookupRules(r *run, sh *runShape, v Verdict, counter string) [
 
 // contains reports whether a shared rule matches: the Go twin of its
 // rendered lookups.
-func (rs *Ruleset) matchPeers(r Rule, remote netip.Addr, p Packet) bool {
+func (rs *Ruleset) matchPeers(r chainRule, remote netip.Addr, p Packet) bool {
 	fam := "-6"
 	if remote.Is4() {
 		fam = "-4"
 	}
-	s, ok := rs.Sets[r.Peers+fam]
+	s, ok := rs.sets[r.Peers+fam]
 	if !ok || !s.contains(remote, 0, 0) {
 		return false
 	}
 	switch {
 	case r.PortSet != "":
-		ps, ok := rs.Sets[r.PortSet]
+		ps, ok := rs.sets[r.PortSet]
 		return ok && ps.contains(remote, p.Proto, p.Port)
 	case r.Ports != nil:
 		return r.Ports.Matches(p.Proto, p.Port)

@@ -50,7 +50,7 @@ type Syncer struct {
 
 	mu      sync.Mutex
 	applied *Ruleset
-	cache   *Cache
+	cache   *buildCache
 	// counters describes the drop counters of the last ruleset
 	// programmed. Unlike applied it survives a failure: the names it
 	// holds mean the same in any table Moat wrote.
@@ -64,7 +64,7 @@ func New(nft knftables.Interface, opts Options) *Syncer {
 	if opts.Conntrack == nil {
 		opts.Conntrack = NetlinkConntrack{}
 	}
-	return &Syncer{nft: nft, opts: opts, cache: NewCache()}
+	return &Syncer{nft: nft, opts: opts, cache: newBuildCache()}
 }
 
 // NewInterface opens the real table "inet moat" in the calling thread's
@@ -80,19 +80,19 @@ func NewInterface() (knftables.Interface, error) {
 // Sync programs the node's part of prog.
 func (s *Syncer) Sync(ctx context.Context, prog *policy.Program) (Result, error) {
 	s.mu.Lock()
-	rs := BuildCached(prog, s.opts.Node, s.cache)
+	rs := buildCached(prog, s.opts.Node, s.cache)
 	s.mu.Unlock()
-	return s.Apply(ctx, rs)
+	return s.apply(ctx, rs)
 }
 
-// Apply programs a ruleset built by Build. On an nft error the previous
-// rules stay in force, the error is returned and the next Apply replaces
+// apply programs a ruleset built by Build. On an nft error the previous
+// rules stay in force, the error is returned and the next apply replaces
 // the whole table. When rules were applied but removing established
 // connections failed, the Result has Applied set and the error says so.
-func (s *Syncer) Apply(ctx context.Context, rs *Ruleset) (Result, error) {
+func (s *Syncer) apply(ctx context.Context, rs *Ruleset) (Result, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	res := Result{Stats: rs.Stats(), Warnings: rs.Warnings}
+	res := Result{Stats: rs.Stats(), Warnings: rs.warnings}
 	var incErr error
 	if s.applied != nil {
 		tx := s.nft.NewTransaction()
@@ -100,13 +100,13 @@ func (s *Syncer) Apply(ctx context.Context, rs *Ruleset) (Result, error) {
 		res.Operations = tx.NumOperations()
 		if res.Operations == 0 {
 			s.applied = rs
-			s.counters = rs.Counters
+			s.counters = rs.counters
 			res.Applied = true
 			return res, nil
 		}
 		if incErr = s.nft.Run(ctx, tx); incErr == nil {
 			s.applied = rs
-			s.counters = rs.Counters
+			s.counters = rs.counters
 			res.Applied = true
 		}
 	}
@@ -129,7 +129,7 @@ func (s *Syncer) Apply(ctx context.Context, rs *Ruleset) (Result, error) {
 			return res, fmt.Errorf("program table inet %s on node %s: %w", Table, s.opts.Node, err)
 		}
 		s.applied = rs
-		s.counters = rs.Counters
+		s.counters = rs.counters
 		res.Applied = true
 	}
 	if s.opts.CutDenied {
@@ -150,7 +150,7 @@ func (s *Syncer) Applied() *Ruleset {
 	return s.applied
 }
 
-// Invalidate makes the next Apply replace the whole table: for periodic
+// Invalidate makes the next sync replace the whole table: for periodic
 // resyncs that must repair edits made behind Moat's back.
 func (s *Syncer) Invalidate() {
 	s.mu.Lock()
@@ -158,9 +158,9 @@ func (s *Syncer) Invalidate() {
 	s.mu.Unlock()
 }
 
-// Remove deletes the table: the node stops enforcing. It is not an error
+// remove deletes the table: the node stops enforcing. It is not an error
 // when the table does not exist.
-func (s *Syncer) Remove(ctx context.Context) error {
+func (s *Syncer) remove(ctx context.Context) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	tx := s.nft.NewTransaction()

@@ -8,14 +8,14 @@ import (
 	"github.com/moat-net/moat/policy"
 )
 
-// Cache keeps what Builds compute from the Program's address sets and
+// buildCache keeps what Builds compute from the Program's address sets and
 // matches between Builds. The compiler reuses an AddrSet and a rule's
 // Match for as long as the rule and its peers are unchanged
 // (policy.Compiler), so after a relabel only what changed is recomputed.
-// A Cache holds references to the sets and matches it was computed from,
+// A buildCache holds references to the sets and matches it was computed from,
 // which keeps their identity unique while cached. It is not safe for
-// concurrent use; a nil Cache computes everything.
-type Cache struct {
+// concurrent use; a nil buildCache computes everything.
+type buildCache struct {
 	// addrs: content key of an address set.
 	addrs map[*policy.AddrSet]*cachedKey
 	// hashes: elements hash of a peer set, by content key and kind.
@@ -42,9 +42,9 @@ type cachedRun struct {
 	used    bool
 }
 
-// NewCache returns an empty cache.
-func NewCache() *Cache {
-	return &Cache{
+// newBuildCache returns an empty cache.
+func newBuildCache() *buildCache {
+	return &buildCache{
 		addrs:   map[*policy.AddrSet]*cachedKey{},
 		hashes:  map[string]*cachedKey{},
 		runs:    map[string]*cachedRun{},
@@ -54,7 +54,7 @@ func NewCache() *Cache {
 }
 
 // sweep drops what the Build that just ended did not use.
-func (c *Cache) sweep() {
+func (c *buildCache) sweep() {
 	if c == nil {
 		return
 	}
@@ -85,7 +85,7 @@ func (c *Cache) sweep() {
 	}
 }
 
-func (c *Cache) addrKey(s *policy.AddrSet) string {
+func (c *buildCache) addrKey(s *policy.AddrSet) string {
 	if c == nil {
 		return addrKey(s)
 	}
@@ -99,7 +99,7 @@ func (c *Cache) addrKey(s *policy.AddrSet) string {
 }
 
 // elementsHash of a peer's set of one family, computed once per content.
-func (c *Cache) elementsHash(key string, s *Set) string {
+func (c *buildCache) elementsHash(key string, s *namedSet) string {
 	if c == nil {
 		return elementsHash(s)
 	}
@@ -114,7 +114,7 @@ func (c *Cache) elementsHash(key string, s *Set) string {
 }
 
 // unionRun returns the elements of a union run and their hash.
-func (c *Cache) unionRun(r *run) *cachedRun {
+func (c *buildCache) unionRun(r *run) *cachedRun {
 	if c == nil {
 		sc := contentsOf(r.matches)
 		return &cachedRun{sc: sc, hash: contentHash(sc)}
@@ -136,7 +136,7 @@ func (c *Cache) unionRun(r *run) *cachedRun {
 }
 
 // inputHash hashes what a run's elements are computed from.
-func (c *Cache) inputHash(identity string, ms []policy.Match) uint64 {
+func (c *buildCache) inputHash(identity string, ms []policy.Match) uint64 {
 	var h maphash.Hash
 	h.SetSeed(c.seed)
 	h.WriteString(identity)
@@ -175,8 +175,8 @@ func contentHash(sc *setContents) string {
 	return hex.EncodeToString(h.Sum(nil))[:hashLen]
 }
 
-// nameUnionSets computes the elements of every union run and gives its
-// sets a name that stays stable while only the elements change.
+// nameUnionSets computes the elements of every union run (1) and gives
+// its sets a name that stays stable while only the elements change (2, 3).
 func (b *builder) nameUnionSets() {
 	var unions []*run
 	for _, dp := range b.order {
@@ -187,17 +187,42 @@ func (b *builder) nameUnionSets() {
 		}
 	}
 	for _, r := range unions {
-		if _, ok := b.hashOf[r.memo]; ok {
+		if _, ok := b.hashOf[r.memo]; !ok {
+			cr := b.cache.unionRun(r)
+			b.content[r.memo] = cr.sc
+			b.hashOf[r.memo] = cr.hash
+		}
+	}
+	variants := b.unionVariants()
+	taken := map[string]string{} // set name -> content hash
+	for _, r := range unions {
+		if _, ok := b.setName[r.memo]; ok {
 			continue
 		}
-		cr := b.cache.unionRun(r)
-		b.content[r.memo] = cr.sc
-		b.hashOf[r.memo] = cr.hash
+		h := b.hashOf[r.memo]
+		name := hashName("s-", r.identity)
+		if v := variants[r.identity]; len(v) > 1 {
+			name = hashName("s-", r.identity, v[h])
+		}
+		if other, ok := taken[name]; ok && other != h {
+			name = hashName("s-", r.identity, h)
+		}
+		taken[name] = h
+		b.setName[r.memo] = name
+		sc := b.content[r.memo]
+		for i := range sc {
+			s := sc[i]
+			s.Name = name + s.Kind.suffix()
+			b.rs.sets[s.Name] = &s
+		}
 	}
-	// Variants of one identity (rules whose named ports resolve
-	// differently per pod) are told apart by the smallest signature of the
-	// pods that use them.
-	variants := map[string]map[string]string{} // identity -> content hash -> signature
+}
+
+// unionVariants tells apart the variants of one union run identity (rules
+// whose named ports resolve differently per pod) by the smallest signature
+// of the pods that use each: identity -> content hash -> signature.
+func (b *builder) unionVariants() map[string]map[string]string {
+	variants := map[string]map[string]string{}
 	for _, dp := range b.order {
 		p := b.plans[dp]
 		for _, r := range p.runs() {
@@ -220,26 +245,5 @@ func (b *builder) nameUnionSets() {
 			}
 		}
 	}
-	taken := map[string]string{} // set name -> content hash
-	for _, r := range unions {
-		if _, ok := b.setName[r.memo]; ok {
-			continue
-		}
-		h := b.hashOf[r.memo]
-		name := hashName("s-", r.identity)
-		if v := variants[r.identity]; len(v) > 1 {
-			name = hashName("s-", r.identity, v[h])
-		}
-		if other, ok := taken[name]; ok && other != h {
-			name = hashName("s-", r.identity, h)
-		}
-		taken[name] = h
-		b.setName[r.memo] = name
-		sc := b.content[r.memo]
-		for i := range sc {
-			s := sc[i]
-			s.Name = name + s.Kind.suffix()
-			b.rs.Sets[s.Name] = &s
-		}
-	}
+	return variants
 }

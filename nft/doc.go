@@ -1,0 +1,20 @@
+// Package nft turns a compiled policy.Program into the nftables ruleset of
+// one node (table "inet moat") and keeps the kernel in step with it: a full
+// replace or a diff, each in one transaction, and removal of established
+// flows the new rules deny. What the table guarantees is in
+// docs/semantics.md ("Dataplane guarantees").
+//
+// The table: base chains accept established flows and send every new
+// connection to a dispatch chain, whose verdict maps jump to the source
+// pod's egress chain and the destination pod's ingress chain. A pod's
+// chains hold its tiers in order; a rule matches the remote address in a
+// set shared by every rule with the same peer, with its ports beside it.
+// Every drop counts into a named counter object per policy rule
+// (Syncer.Counters reads them back), which patches never touch and a full
+// replace carries over.
+//
+// Build computes a Ruleset, a small intermediate form that can be diffed
+// against what is programmed, rendered into knftables operations and
+// interpreted in Go (to pick the conntrack entries to remove, and to test
+// the translation without a kernel). Syncer applies it.
+package nft
