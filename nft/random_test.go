@@ -87,3 +87,32 @@ func sortedLines(s string) string {
 	sort.Strings(lines)
 	return strings.Join(lines, "\n")
 }
+
+// TestRandomWriteReplaceIsFirstSync: what WriteReplace prints (moat nft)
+// is the transaction a new Syncer runs, byte for byte.
+func TestRandomWriteReplaceIsFirstSync(t *testing.T) {
+	cfg := randcluster.Default()
+	for seed := int64(1); seed <= int64(*randomRounds)/5+1; seed++ {
+		y, err := randcluster.Generate(seed, cfg).Manifests()
+		if err != nil {
+			t.Fatal(err)
+		}
+		prog := compileYAMLOpts(t, string(y), policy.Options{IngressNetworksAndNodes: true})
+		fake := knftables.NewFake(knftables.InetFamily, Table)
+		synced, err := New(fake, Options{Node: "node-0"}).Sync(context.Background(), prog)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var b strings.Builder
+		res, err := WriteReplace(&b, prog, "node-0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got, want := b.String(), fake.LastTransaction.String(); got != want {
+			t.Fatalf("seed %d: WriteReplace differs from the Syncer's first transaction:\n%s\nSyncer:\n%s", seed, got, want)
+		}
+		if res.Stats != synced.Stats || res.Operations != synced.Operations || !res.Full {
+			t.Errorf("seed %d: result %+v, Syncer's %+v", seed, res, synced)
+		}
+	}
+}

@@ -1,14 +1,13 @@
 package main
 
 import (
+	"bufio"
 	"errors"
 	"fmt"
-	"io"
 	"sort"
 	"strings"
 
 	"github.com/spf13/cobra"
-	"sigs.k8s.io/knftables"
 
 	"github.com/moat-net/moat/nft"
 	"github.com/moat-net/moat/policy"
@@ -23,11 +22,11 @@ func newNftCommand() *cobra.Command {
 		Long: `nft prints table inet moat as moat-agent programs it on the node NAME, in
 "nft -f" syntax, without root and without touching the host's nftables: the
 agent's own code (the same compiler options and feature gates, the same
-nft.Syncer) writes its first, full-replace transaction into an in-memory
-table, which is then printed in a stable order for reading and diffing.
+ruleset builder and transaction) renders the transaction the agent runs on
+its first sync, in a stable order for reading and diffing.
 
-The output starts by deleting any table inet moat, as the agent's full
-replace does, so "nft -f" of it replaces the table in one transaction.
+Like the agent's, the transaction deletes any table inet moat and creates
+it anew, so "nft -f" of the output replaces the table in one step.
 Counts of chains, rules, sets and elements and any warnings go to stderr.`,
 		Example: `  moat nft --node node-1 -f manifests/ > node-1.nft
   moat nft --node node-1 -f manifests/ | nft -c -f -    # as root: does nft accept it?`,
@@ -51,28 +50,24 @@ Counts of chains, rules, sets and elements and any warnings go to stderr.`,
 	return cmd
 }
 
-// printNodeRuleset runs the agent's Syncer against an in-memory table and
-// prints what it programmed.
+// printNodeRuleset prints the agent's first-sync transaction for node.
 func printNodeRuleset(cmd *cobra.Command, prog *policy.Program, node string) error {
-	table := knftables.NewFake(knftables.InetFamily, nft.Table)
-	res, err := nft.New(table, nft.Options{Node: node}).Sync(cmd.Context(), prog)
+	out := bufio.NewWriterSize(cmd.OutOrStdout(), 1<<16)
+	fmt.Fprintf(out, "# table inet %s as moat-agent programs it on node %s (its first sync: the whole table replaced)\n", nft.Table, node)
+	res, err := nft.WriteReplace(out, prog, node)
 	if err != nil {
-		return fmt.Errorf("build the ruleset of node %s: %w", node, err)
+		return err
+	}
+	if err := out.Flush(); err != nil {
+		return err
 	}
 	stderr := cmd.ErrOrStderr()
 	for _, w := range res.Warnings {
 		fmt.Fprintln(stderr, "warning:", w)
 	}
 	st := res.Stats
-	fmt.Fprintf(stderr, "node %s: %d chains, %d rules, %d sets, %d set and map elements\n", node, st.Chains, st.Rules, st.Sets, st.Elements)
-	return writeTable(cmd.OutOrStdout(), node, table.Dump())
-}
-
-// writeTable writes the dump after a header and the agent's replace
-// preamble (add, so that the delete is legal on a host without the table).
-func writeTable(w io.Writer, node, dump string) error {
-	_, err := fmt.Fprintf(w, "# table inet %[1]s as moat-agent programs it on node %[2]s\nadd table inet %[1]s\ndelete table inet %[1]s\n%[3]s", nft.Table, node, dump)
-	return err
+	fmt.Fprintf(stderr, "node %s: %d chains, %d rules, %d sets, %d set and map elements, %d nft operations\n", node, st.Chains, st.Rules, st.Sets, st.Elements, res.Operations)
+	return nil
 }
 
 // knownNode refuses a node the snapshot does not mention: a misspelt name
