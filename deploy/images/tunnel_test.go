@@ -1,0 +1,188 @@
+package images_test
+
+import (
+	"context"
+	"crypto/ecdsa"
+	"crypto/elliptic"
+	"crypto/rand"
+	"crypto/x509"
+	"crypto/x509/pkix"
+	"encoding/pem"
+	"fmt"
+	"io"
+	"math/big"
+	"net"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
+	kclient "sigs.k8s.io/apiserver-network-proxy/konnectivity-client/pkg/client"
+)
+
+// testTunnelImages runs both tunnel images (scratch images: the binary and
+// nothing else) and sends a request through them the way kube-apiserver
+// does: the konnectivity client library on the server's Unix socket, the
+// server's mTLS agent port, the agent dialing a destination on the node.
+func testTunnelImages(ctx context.Context, t *testing.T, pm *podman, serverImage, agentImage string) {
+	for _, image := range []string{serverImage, agentImage} {
+		out, err := pm.run(ctx, "run", "--rm", "--pull=never", image, "--help")
+		if err != nil || !strings.Contains(out, "--feature-gates") {
+			t.Fatalf("%s --help: %v\n%s", image, err, out)
+		}
+	}
+
+	dir := t.TempDir()
+	pkiDir, udsDir := filepath.Join(dir, "pki"), filepath.Join(dir, "uds")
+	for _, d := range []string{pkiDir, udsDir} {
+		if err := os.Mkdir(d, 0o700); err != nil {
+			t.Fatal(err)
+		}
+	}
+	writePKI(t, pkiDir)
+
+	// The destination on the node side: a plain HTTP server on loopback.
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	const greeting = "hello through the moat tunnel images"
+	srv := &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) { io.WriteString(w, greeting) })}
+	go srv.Serve(l)
+	t.Cleanup(func() { srv.Close() })
+
+	prefix := fmt.Sprintf("moatimg-%d", os.Getpid())
+	agentPort, serverHealth, serverAdmin := freePort(t), freePort(t), freePort(t)
+	agentHealth, agentAdmin := freePort(t), freePort(t)
+	server := prefix + "-proxy-server"
+	pm.start(ctx, t, server,
+		"--network", "host",
+		"--volume", pkiDir+":/pki:ro",
+		"--volume", udsDir+":/uds",
+		serverImage,
+		"--mode=grpc",
+		"--uds-name=/uds/konnectivity-server.socket",
+		"--delete-existing-uds-file",
+		"--server-port=0",
+		"--agent-bind-address=127.0.0.1",
+		fmt.Sprintf("--agent-port=%d", agentPort),
+		"--cluster-cert=/pki/server.crt",
+		"--cluster-key=/pki/server.key",
+		"--cluster-ca-cert=/pki/ca.crt",
+		"--health-bind-address=127.0.0.1",
+		fmt.Sprintf("--health-port=%d", serverHealth),
+		"--admin-bind-address=127.0.0.1",
+		fmt.Sprintf("--admin-port=%d", serverAdmin),
+	)
+	waitHTTP(ctx, t, pm, server, fmt.Sprintf("http://127.0.0.1:%d/healthz", serverHealth), time.Minute)
+
+	agent := prefix + "-proxy-agent"
+	pm.start(ctx, t, agent,
+		"--network", "host",
+		"--volume", pkiDir+":/pki:ro",
+		agentImage,
+		"--proxy-server-host=127.0.0.1",
+		fmt.Sprintf("--proxy-server-port=%d", agentPort),
+		"--ca-cert=/pki/ca.crt",
+		"--agent-cert=/pki/agent.crt",
+		"--agent-key=/pki/agent.key",
+		"--agent-id=image-test",
+		"--health-server-host=127.0.0.1",
+		fmt.Sprintf("--health-server-port=%d", agentHealth),
+		"--admin-bind-address=127.0.0.1",
+		fmt.Sprintf("--admin-server-port=%d", agentAdmin),
+	)
+	// Ready: the agent holds a tunnel, the server has an agent.
+	waitHTTP(ctx, t, pm, agent, fmt.Sprintf("http://127.0.0.1:%d/readyz", agentHealth), time.Minute)
+	waitHTTP(ctx, t, pm, server, fmt.Sprintf("http://127.0.0.1:%d/readyz", serverHealth), time.Minute)
+
+	dialCtx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	tun, err := kclient.CreateSingleUseGrpcTunnelWithContext(dialCtx, context.Background(),
+		"unix://"+filepath.Join(udsDir, "konnectivity-server.socket"),
+		grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatalf("konnectivity client on the server's socket: %v", err)
+	}
+	client := http.Client{Transport: &http.Transport{DialContext: tun.DialContext}, Timeout: 30 * time.Second}
+	resp, err := client.Get("http://" + l.Addr().String() + "/")
+	if err != nil {
+		t.Fatalf("GET through the tunnel: %v", err)
+	}
+	defer resp.Body.Close()
+	body, err := io.ReadAll(resp.Body)
+	if err != nil || string(body) != greeting {
+		t.Fatalf("through the tunnel got %q (%v), want %q", body, err, greeting)
+	}
+}
+
+// writePKI writes a CA, the server's certificate (for 127.0.0.1) and the
+// agent's client certificate, in PEM, as the containers read them.
+func writePKI(t *testing.T, dir string) {
+	t.Helper()
+	caKey := newKey(t)
+	caTmpl := &x509.Certificate{
+		SerialNumber:          big.NewInt(1),
+		Subject:               pkix.Name{CommonName: "moat image test CA"},
+		NotBefore:             time.Now().Add(-time.Hour),
+		NotAfter:              time.Now().Add(24 * time.Hour),
+		IsCA:                  true,
+		KeyUsage:              x509.KeyUsageCertSign,
+		BasicConstraintsValid: true,
+	}
+	caDER, err := x509.CreateCertificate(rand.Reader, caTmpl, caTmpl, &caKey.PublicKey, caKey)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ca, err := x509.ParseCertificate(caDER)
+	if err != nil {
+		t.Fatal(err)
+	}
+	writePEM(t, filepath.Join(dir, "ca.crt"), "CERTIFICATE", caDER)
+	for i, leaf := range []struct {
+		name  string
+		usage x509.ExtKeyUsage
+	}{{"server", x509.ExtKeyUsageServerAuth}, {"agent", x509.ExtKeyUsageClientAuth}} {
+		key := newKey(t)
+		tmpl := &x509.Certificate{
+			SerialNumber: big.NewInt(int64(i + 2)),
+			Subject:      pkix.Name{CommonName: leaf.name},
+			NotBefore:    time.Now().Add(-time.Hour),
+			NotAfter:     time.Now().Add(24 * time.Hour),
+			KeyUsage:     x509.KeyUsageDigitalSignature,
+			ExtKeyUsage:  []x509.ExtKeyUsage{leaf.usage},
+			IPAddresses:  []net.IP{net.IPv4(127, 0, 0, 1)},
+			DNSNames:     []string{"localhost"},
+		}
+		der, err := x509.CreateCertificate(rand.Reader, tmpl, ca, &key.PublicKey, caKey)
+		if err != nil {
+			t.Fatal(err)
+		}
+		keyDER, err := x509.MarshalECPrivateKey(key)
+		if err != nil {
+			t.Fatal(err)
+		}
+		writePEM(t, filepath.Join(dir, leaf.name+".crt"), "CERTIFICATE", der)
+		writePEM(t, filepath.Join(dir, leaf.name+".key"), "EC PRIVATE KEY", keyDER)
+	}
+}
+
+func newKey(t *testing.T) *ecdsa.PrivateKey {
+	t.Helper()
+	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return key
+}
+
+func writePEM(t *testing.T, path, typ string, der []byte) {
+	t.Helper()
+	if err := os.WriteFile(path, pem.EncodeToMemory(&pem.Block{Type: typ, Bytes: der}), 0o600); err != nil {
+		t.Fatal(err)
+	}
+}
