@@ -1,9 +1,13 @@
 # Moat's developer entry points. The README's two commands work without make.
-.PHONY: build test generate verify bench demo
+.PHONY: build images test generate verify bench demo
 
 build:
 	go build -o bin/ ./cmd/...
 	ln -sf moat bin/kubectl-moat
+
+# The three container images, without a registry (docs/install.md).
+images:
+	./hack/image/build.sh dev
 
 test:
 	./hack/test.sh

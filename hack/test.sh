@@ -3,14 +3,17 @@
 # installs what the tests need: nftables and iproute2 from Debian (for the
 # dataplane, lab and tunnel tests in network namespaces) and a real
 # kube-apiserver and etcd built from the Go module proxy (hack/kube/build.sh;
-# ~9 minutes cold, seconds when cached). Privileged tests need root.
+# ~9 minutes cold, seconds when cached); podman, runc and mmdebstrap from
+# Debian for the image test (deploy/images, which runs podman with its own
+# configuration and storage and changes nothing of the machine's podman
+# setup). Privileged tests need root.
 #
 # Usage: hack/test.sh [go test flags...]   e.g. hack/test.sh -run TestTier ./policy/
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 source hack/lib/packages.sh
 
-ensure_packages nft:nftables ip:iproute2
+ensure_packages nft:nftables ip:iproute2 podman:podman runc:runc mmdebstrap:mmdebstrap
 if [[ $(id -u) -eq 0 ]]; then
 	mkdir -p /var/run/netns # where the lab and tunnel tests keep named network namespaces
 fi

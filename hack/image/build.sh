@@ -10,10 +10,11 @@
 # with a registry; only two inputs are replaced:
 #   - the agent's base: a Debian rootfs made with mmdebstrap from the Debian
 #     mirror (apt's usual source), with nftables already installed, imported
-#     as localhost/moat-base:<suite>-<key>, in place of debian:bookworm-slim;
-#   - the binaries: built here with the local Go toolchain (static,
-#     CGO_ENABLED=0, -trimpath) instead of in a golang image
-#     (--build-arg BINARIES=prebuilt).
+#     as localhost/moat-base:<suite>-<arch>-<key>, in place of
+#     debian:bookworm-slim (--build-arg BASE_IMAGE);
+#   - the "build" stage, which needs a golang image: it is replaced by the
+#     three binaries, built here with the local Go toolchain (static,
+#     CGO_ENABLED=0, -trimpath) and given as the build context.
 #
 # The rootfs tarball is cached outside the clone, keyed by a hash of every
 # input of mmdebstrap (suite, mirrors, packages, options, mmdebstrap version),
@@ -115,15 +116,22 @@ echo "image/build.sh: building the binaries (linux/${goarch})" >&2
 		go build -trimpath -ldflags="-s -w" -o "${ctx}/" ./cmd/moat-agent ./cmd/moat-proxy-server ./cmd/moat-proxy-agent
 )
 
+# The Dockerfile with its "build" stage (from its FROM to the next FROM)
+# replaced by the binaries in the context; every other line as written.
+awk '
+	/^FROM .* AS build$/ { print "FROM scratch AS build"; print "COPY moat-agent moat-proxy-server moat-proxy-agent /out/"; skip = 1; n++; next }
+	/^FROM / { skip = 0 }
+	!skip { print }
+	END { if (n != 1) { print "deploy/images/Dockerfile: want exactly one \"FROM ... AS build\" stage, found " n > "/dev/stderr"; exit 1 } }
+' "${repo}/deploy/images/Dockerfile" >"${ctx}/Dockerfile"
+
 for target in moat-agent moat-proxy-server moat-proxy-agent; do
 	"${podman}" build --quiet --pull=never \
-		--file "${repo}/deploy/images/Dockerfile" \
+		--file "${ctx}/Dockerfile" \
 		--target "${target}" \
-		--build-arg BINARIES=prebuilt \
 		--build-arg BASE_IMAGE="${base_image}" \
-		--build-arg TARGETOS=linux --build-arg TARGETARCH="${goarch}" \
 		--tag "localhost/${target}:${tag}" \
 		"${ctx}" >/dev/null
-	echo "image/build.sh: built localhost/${target}:${tag}" >&2
+	size=$("${podman}" image inspect --format '{{.Size}}' "localhost/${target}:${tag}")
+	echo "image/build.sh: built localhost/${target}:${tag} ($((size / 1000000)) MB)" >&2
 done
-"${podman}" images --filter "reference=localhost/moat-*:${tag}"
