@@ -312,3 +312,41 @@ func TestContentsMatchTerms(t *testing.T) {
 		}
 	}
 }
+
+// TestPeerSetsShared: rules of many policies, for many pods, with the same
+// peer selector look up one set pair; the table's elements grow with the
+// distinct peers' pods, not with rules x pods.
+func TestPeerSetsShared(t *testing.T) {
+	var b strings.Builder
+	for i := 0; i < 3; i++ {
+		fmt.Fprintf(&b, "---\napiVersion: v1\nkind: Pod\nmetadata: {name: client%d, namespace: a, labels: {app: client}}\nspec: {nodeName: n2}\nstatus: {podIP: 10.0.2.%d}\n", i, i+1)
+	}
+	for i := 0; i < 20; i++ {
+		fmt.Fprintf(&b, "---\napiVersion: v1\nkind: Pod\nmetadata: {name: srv%d, namespace: a, labels: {app: srv%d}}\nspec: {nodeName: n1}\nstatus: {podIP: 10.0.1.%d}\n", i, i, i+1)
+		fmt.Fprintf(&b, "---\napiVersion: networking.k8s.io/v1\nkind: NetworkPolicy\nmetadata: {name: np%d, namespace: a}\nspec:\n  podSelector: {matchLabels: {app: srv%d}}\n  ingress:\n  - from: [{podSelector: {matchLabels: {app: client}}}]\n    ports: [{port: %d}]\n", i, i, 1000+i)
+	}
+	rs := Build(compileYAML(t, b.String()), "n1")
+	var withClients []string
+	for name, s := range rs.sets {
+		for _, r := range s.Addrs {
+			if a := netip.MustParseAddr("10.0.2.2"); !a.Less(r.From) && !r.To.Less(a) {
+				withClients = append(withClients, name)
+			}
+		}
+	}
+	if len(withClients) != 1 {
+		t.Errorf("client addresses are in %d sets %v, want one shared set", len(withClients), withClients)
+	}
+	if got := rs.Stats().Elements; got > 3+20*(2+2+1)+10 {
+		t.Errorf("%d elements for 20 pods and 3 peers: peers are duplicated per rule", got)
+	}
+	for i := 0; i < 20; i++ {
+		dst := netip.AddrFrom4([4]byte{10, 0, 1, byte(i + 1)})
+		for _, port := range []uint16{uint16(1000 + i), uint16(1001 + i)} {
+			got := rs.Allows(Packet{Src: netip.MustParseAddr("10.0.2.3"), Dst: dst, Proto: policy.ProtoTCP, Port: port})
+			if want := port == uint16(1000+i); got != want {
+				t.Errorf("client -> srv%d:%d allowed=%v, want %v", i, port, got, want)
+			}
+		}
+	}
+}
