@@ -186,9 +186,6 @@ func writeReport(cmd *cobra.Command, rep *lab.Report, format string) error {
 // snapshotFunc copies the input the way inputFlags.load reads it.
 func (f *inputFlags) snapshotFunc(stdin io.Reader) func(dir string) error {
 	return func(dir string) error {
-		if f.isLive() {
-			return errors.New("a lab that stays up cannot snapshot a live cluster yet: use moat lab run, or -f manifests")
-		}
 		if len(f.files) == 0 {
 			return lab.SnapshotFS(dir, examples.FS, examples.Quickstart)
 		}
