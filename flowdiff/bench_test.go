@@ -3,19 +3,26 @@ package flowdiff
 import (
 	"math/rand/v2"
 	"net/netip"
+	"slices"
 	"testing"
+
+	networkingv1 "k8s.io/api/networking/v1"
 
 	"github.com/moat-net/moat/internal/clustergen"
 	"github.com/moat-net/moat/policy"
 )
 
-// change edits a cluster as a pull request would: nps NetworkPolicies
-// rewritten (a peer changed or rules dropped), cnps ClusterNetworkPolicies'
-// actions changed, pods pods relabelled.
-func change(c *clustergen.Cluster, seed uint64, nps, cnps, pods int) *clustergen.Cluster {
+// change edits a cluster as a pull request would: the NetworkPolicy in
+// use (one that isolates some pod) is deleted, nps-1
+// random NetworkPolicies are rewritten (a peer changed or rules dropped),
+// cnps ClusterNetworkPolicies' actions changed, pods pods relabelled.
+func change(c *clustergen.Cluster, inUse policy.PolicyRef, seed uint64, nps, cnps, pods int) *clustergen.Cluster {
 	r := rand.New(rand.NewPCG(seed, 7))
 	next := copyCluster(c)
-	for range nps {
+	next.NetworkPolicies = slices.DeleteFunc(next.NetworkPolicies, func(np networkingv1.NetworkPolicy) bool {
+		return np.Namespace == inUse.Namespace && np.Name == inUse.Name
+	})
+	for range nps - 1 {
 		mutations[4+r.IntN(2)](r, next) // a peer changed, or rules dropped
 	}
 	for range cnps {
@@ -47,6 +54,13 @@ func BenchmarkDiff(b *testing.B) {
 			before := policy.Compile(gen.ToCluster(), opts)
 			dopts := Options{Peers: []netip.Addr{netip.MustParseAddr("203.0.113.9")}}
 			c := size.cfg
+			var inUse policy.PolicyRef
+			for _, pp := range before.Policies {
+				if pp != nil && pp.Ingress.NP != nil && len(pp.Ingress.NP.Policies) == 1 {
+					inUse = pp.Ingress.NP.Policies[0]
+					break
+				}
+			}
 			for _, ch := range []struct {
 				name            string
 				nps, cnps, pods int
@@ -55,7 +69,7 @@ func BenchmarkDiff(b *testing.B) {
 				{"one-policy", 1, 0, 0, false},
 				{"large", max(1, c.NetworkPolicies/100), max(1, c.ClusterPolicies/100), max(1, c.Pods/1000), size.full},
 			} {
-				after := policy.Compile(change(gen, 1, ch.nps, ch.cnps, ch.pods).ToCluster(), opts)
+				after := policy.Compile(change(gen, inUse, 1, ch.nps, ch.cnps, ch.pods).ToCluster(), opts)
 				fns := map[string]func(before, after *policy.Program, opts Options) *Result{"compute": Compute}
 				if ch.full {
 					fns["full"] = Full

@@ -13,7 +13,8 @@ set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 source hack/lib/packages.sh
 
-ensure_packages nft:nftables ip:iproute2 podman:podman runc:runc mmdebstrap:mmdebstrap
+# chromium: the HTML matrix test drives it headless.
+ensure_packages nft:nftables ip:iproute2 podman:podman runc:runc mmdebstrap:mmdebstrap chromium:chromium
 if [[ $(id -u) -eq 0 ]]; then
 	mkdir -p /var/run/netns # where the lab and tunnel tests keep named network namespaces
 fi
