@@ -40,8 +40,10 @@ type Agent struct {
 	log     klog.Logger
 	metrics *metrics
 
-	inf   *informers
-	queue workqueue.TypedRateLimitingInterface[string]
+	inf *informers
+	// watches are the informers' list and watch states, for staleness.
+	watches []*watchState
+	queue   workqueue.TypedRateLimitingInterface[string]
 
 	// fullResync asks the next sync to replace the whole table.
 	fullResync atomic.Bool

@@ -56,7 +56,7 @@ func (i *informers) synced() bool {
 func (a *Agent) newInformers() (*informers, error) {
 	core := a.clients.Kube.CoreV1()
 	typed := func(resource string, list func(context.Context, metav1.ListOptions) (runtime.Object, error), watchFn func(context.Context, metav1.ListOptions) (watch.Interface, error), example runtime.Object) cache.SharedIndexInformer {
-		lw := a.countErrors(resource, &cache.ListWatch{ListWithContextFunc: list, WatchFuncWithContext: watchFn})
+		lw := a.listWatch(a.watchState(resource), &cache.ListWatch{ListWithContextFunc: list, WatchFuncWithContext: watchFn})
 		return cache.NewSharedIndexInformerWithOptions(cache.ToListWatcherWithWatchListSemantics(lw, a.clients.Kube), example, cache.SharedIndexInformerOptions{})
 	}
 	inf := &informers{
@@ -136,9 +136,23 @@ func (a *Agent) newInformers() (*informers, error) {
 	return inf, nil
 }
 
+// watchState returns the state of resource's list and watch, made on
+// first use.
+func (a *Agent) watchState(resource string) *watchState {
+	for _, s := range a.watches {
+		if s.resource == resource {
+			return s
+		}
+	}
+	s := newWatchState(resource)
+	a.watches = append(a.watches, s)
+	a.metrics.watchState(s)
+	return s
+}
+
 func (a *Agent) dynamicInformer(gvr schema.GroupVersionResource) cache.SharedIndexInformer {
 	r := a.clients.Dynamic.Resource(gvr)
-	lw := a.countErrors(gvr.Resource, &cache.ListWatch{
+	lw := a.listWatch(a.watchState(gvr.Resource), &cache.ListWatch{
 		ListWithContextFunc: func(ctx context.Context, o metav1.ListOptions) (runtime.Object, error) {
 			return r.List(ctx, o)
 		},
@@ -147,30 +161,6 @@ func (a *Agent) dynamicInformer(gvr schema.GroupVersionResource) cache.SharedInd
 		},
 	})
 	return cache.NewSharedIndexInformerWithOptions(cache.ToListWatcherWithWatchListSemantics(lw, a.clients.Dynamic), &unstructured.Unstructured{}, cache.SharedIndexInformerOptions{})
-}
-
-// countErrors counts failed list and watch calls. The reflectors retry
-// them with backoff by themselves (and retry some, such as a refused
-// connection, without telling anyone), keeping the cache as it was.
-func (a *Agent) countErrors(resource string, lw *cache.ListWatch) *cache.ListWatch {
-	list, watchFn := lw.ListWithContextFunc, lw.WatchFuncWithContext
-	count := func(ctx context.Context, err error) {
-		if err != nil && ctx.Err() == nil {
-			a.metrics.watchErrors.WithLabelValues(resource).Inc()
-		}
-	}
-	return &cache.ListWatch{
-		ListWithContextFunc: func(ctx context.Context, o metav1.ListOptions) (runtime.Object, error) {
-			obj, err := list(ctx, o)
-			count(ctx, err)
-			return obj, err
-		},
-		WatchFuncWithContext: func(ctx context.Context, o metav1.ListOptions) (watch.Interface, error) {
-			w, err := watchFn(ctx, o)
-			count(ctx, err)
-			return w, err
-		},
-	}
 }
 
 // slimPod keeps what policy reads of a pod: identity, labels, node,

@@ -1,6 +1,8 @@
 package agent
 
 import (
+	"time"
+
 	"github.com/prometheus/client_golang/prometheus"
 )
 
@@ -36,6 +38,28 @@ const (
 	resultConntrackError = "conntrack_error"
 )
 
+// watchState adds the staleness series of one resource's cache.
+func (m *metrics) watchState(s *watchState) {
+	labels := prometheus.Labels{"resource": s.resource}
+	m.reg.MustRegister(
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+			Name:        "moat_agent_watch_stale_seconds",
+			Help:        "How long the cache of a resource may have been missing changes: 0 while a watch is open, else the time since the last successful list or watch event (since start if none).",
+			ConstLabels: labels,
+		}, func() float64 { return s.status(time.Now()).Stale.Seconds() }),
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+			Name:        "moat_agent_watch_last_event_timestamp_seconds",
+			Help:        "Unix time of the last successful list, watch start or watch event (bookmarks included) of a resource; 0 before the first.",
+			ConstLabels: labels,
+		}, func() float64 {
+			if c := s.contact.Load(); c != 0 {
+				return float64(c) / 1e9
+			}
+			return 0
+		}),
+	)
+}
+
 func newMetrics() *metrics {
 	m := &metrics{reg: prometheus.NewRegistry()}
 	m.syncDuration = prometheus.NewHistogramVec(prometheus.HistogramOpts{
@@ -66,7 +90,7 @@ func newMetrics() *metrics {
 	}, []string{"kind", "state"})
 	m.watchErrors = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "moat_agent_watch_errors_total",
-		Help: "Failed list or watch calls to the API server, by resource. The caches keep their last content meanwhile.",
+		Help: "Failed list or watch calls to the API server, by resource. The caches keep their last content meanwhile; transient failures are retried every 250 ms to 3 s.",
 	}, []string{"resource"})
 	m.problems = prometheus.NewGaugeVec(prometheus.GaugeOpts{
 		Name: "moat_agent_input_problems",

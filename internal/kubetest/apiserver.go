@@ -78,6 +78,14 @@ func (s *apiServer) stop() error {
 	return s.proc.stop(15 * time.Second)
 }
 
+// kill ends the server at once (SIGKILL), without draining.
+func (s *apiServer) kill() error {
+	if s.proc == nil {
+		return nil
+	}
+	return s.proc.stop(0)
+}
+
 func readyzOK(resp *http.Response) error {
 	if resp.StatusCode == http.StatusOK {
 		return nil

@@ -285,12 +285,14 @@ func (e *Env) LogTail(name string, n int) string {
 	return fmt.Sprintf("(no %s log)", name)
 }
 
-// StopAPIServer stops kube-apiserver and leaves etcd running, so a test can
-// check what clients do while the API is unreachable.
+// StopAPIServer kills kube-apiserver, as a crash or a lost node would, and
+// leaves etcd running, so a test can check what clients do while the API
+// is unreachable. (A graceful stop would take 15 s and more: kube-apiserver
+// waits for open watches to end before it exits.)
 func (e *Env) StopAPIServer() error {
 	e.mu.Lock()
 	defer e.mu.Unlock()
-	return e.apiServer.stop()
+	return e.apiServer.kill()
 }
 
 // RestartAPIServer starts kube-apiserver again on the same address, with the

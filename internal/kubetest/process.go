@@ -72,14 +72,19 @@ func (p *process) exited() bool {
 	}
 }
 
-// stop sends SIGTERM to the process group, then SIGKILL after grace, and
+// stop sends SIGTERM to the process group, then SIGKILL after grace (at
+// once when grace is 0), and
 // waits for the process to be reaped. It is safe to call more than once.
 func (p *process) stop(grace time.Duration) error {
 	if p.exited() {
 		return nil
 	}
 	pgid := p.cmd.Process.Pid
-	if err := syscall.Kill(-pgid, syscall.SIGTERM); err != nil && !errors.Is(err, syscall.ESRCH) {
+	sig := syscall.SIGTERM
+	if grace <= 0 {
+		sig = syscall.SIGKILL
+	}
+	if err := syscall.Kill(-pgid, sig); err != nil && !errors.Is(err, syscall.ESRCH) {
 		return fmt.Errorf("stop %s: %w", p.name, err)
 	}
 	t := time.NewTimer(grace)

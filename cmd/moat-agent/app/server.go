@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"net"
 	"net/http"
 	"strings"
@@ -12,12 +13,15 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
+
+	"github.com/moat-net/moat/agent"
 )
 
 // checker is what the endpoints ask the agent (*agent.Agent).
 type checker interface {
 	Healthy() error
 	Ready() error
+	Watches() []agent.WatchStatus
 	Metrics() prometheus.Gatherer
 }
 
@@ -127,11 +131,24 @@ func addHealth(mux *http.ServeMux, a checker) {
 		}
 		fmt.Fprintln(w, "ok")
 	})
+	// /readyz says below its verdict how current each watch is. Staleness
+	// does not make the agent unready: its rules stay in force, and every
+	// agent turning unready in an API server outage would help no one.
 	mux.HandleFunc("/readyz", func(w http.ResponseWriter, _ *http.Request) {
+		var b strings.Builder
+		code := http.StatusOK
 		if err := a.Ready(); err != nil {
-			http.Error(w, "not ready: "+err.Error(), http.StatusServiceUnavailable)
-			return
+			code = http.StatusServiceUnavailable
+			fmt.Fprintf(&b, "not ready: %v\n", err)
+		} else {
+			b.WriteString("ok\n")
 		}
-		fmt.Fprintln(w, "ok")
+		for _, ws := range a.Watches() {
+			fmt.Fprintln(&b, ws)
+		}
+		w.Header().Set("Content-Type", "text/plain; charset=utf-8")
+		w.Header().Set("X-Content-Type-Options", "nosniff")
+		w.WriteHeader(code)
+		_, _ = io.WriteString(w, b.String())
 	})
 }

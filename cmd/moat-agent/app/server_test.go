@@ -8,8 +8,11 @@ import (
 	"net/http"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/moat-net/moat/agent"
 )
 
 // stubAgent answers the checks as told.
@@ -21,6 +24,12 @@ type stubAgent struct {
 func (s *stubAgent) Healthy() error               { return s.healthy }
 func (s *stubAgent) Ready() error                 { return s.ready }
 func (s *stubAgent) Metrics() prometheus.Gatherer { return s.reg }
+func (s *stubAgent) Watches() []agent.WatchStatus {
+	return []agent.WatchStatus{
+		{Resource: "pods", Watching: true, LastContact: time.Now()},
+		{Resource: "nodes", Stale: 12 * time.Second, LastContact: time.Now().Add(-12 * time.Second), LastError: errors.New("connection refused")},
+	}
+}
 
 func get(t *testing.T, url string) (int, string) {
 	t.Helper()
@@ -65,8 +74,15 @@ func TestEndpoints(t *testing.T) {
 				t.Errorf("/readyz before ready = %d %q", code, body)
 			}
 			a.ready = nil
-			if code, body := get(t, h+"/readyz"); code != http.StatusOK {
+			code, body := get(t, h+"/readyz")
+			if code != http.StatusOK || !strings.HasPrefix(body, "ok\n") {
 				t.Errorf("/readyz = %d %q", code, body)
+			}
+			// A stale watch is detail, not a reason to be unready.
+			for _, want := range []string{"watch pods: current", "watch nodes: stale for 12s", "failing: connection refused"} {
+				if !strings.Contains(body, want) {
+					t.Errorf("/readyz lacks %q:\n%s", want, body)
+				}
 			}
 			if code, _ := get(t, h+"/healthz"); code != http.StatusOK {
 				t.Errorf("/healthz = %d", code)
@@ -75,7 +91,7 @@ func TestEndpoints(t *testing.T) {
 			if code, body := get(t, h+"/healthz"); code != http.StatusServiceUnavailable || !strings.Contains(body, "3m1s") {
 				t.Errorf("/healthz of a hung agent = %d %q", code, body)
 			}
-			code, body := get(t, m+"/metrics")
+			code, body = get(t, m+"/metrics")
 			for _, want := range []string{"moat_agent_test_total 0", "process_resident_memory_bytes", "go_goroutines"} {
 				if code != http.StatusOK || !strings.Contains(body, want) {
 					t.Errorf("/metrics = %d, lacks %q", code, want)
