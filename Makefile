@@ -4,6 +4,7 @@
 build:
 	go build -o bin/ ./cmd/...
 	ln -sf moat bin/kubectl-moat
+	ln -sf moat bin/kubectl_complete-moat
 
 # The three container images, without a registry (docs/install.md).
 images:

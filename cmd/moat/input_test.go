@@ -186,3 +186,21 @@ func TestExamplesThroughCLI(t *testing.T) {
 		t.Error("no example's matrix depends on its --feature-gates")
 	}
 }
+
+func TestInvocation(t *testing.T) {
+	for _, tc := range []struct {
+		argv0      string
+		args, want []string
+		plugin     bool
+	}{
+		{"/usr/bin/moat", []string{"matrix"}, []string{"matrix"}, false},
+		{"/home/u/.krew/bin/kubectl-moat", []string{"matrix", "-n", "x"}, []string{"matrix", "-n", "x"}, true},
+		{"kubectl-moat.exe", nil, nil, true},
+		{"/usr/local/bin/kubectl_complete-moat", []string{"matrix", "-o", ""}, []string{"__complete", "matrix", "-o", ""}, true},
+	} {
+		plugin, args := invocation(tc.argv0, tc.args)
+		if plugin != tc.plugin || strings.Join(args, " ") != strings.Join(tc.want, " ") {
+			t.Errorf("%s %v: plugin %v, args %q", tc.argv0, tc.args, plugin, args)
+		}
+	}
+}

@@ -34,12 +34,29 @@ func (e *exitError) Error() string { return e.err.Error() }
 
 func (e *exitError) Unwrap() error { return e.err }
 
-// pluginName is the executable name kubectl (and krew) look for.
-const pluginName = "kubectl-moat"
+// pluginName is the executable name kubectl (and krew) look for;
+// completeName the one kubectl runs to complete the plugin's arguments.
+const (
+	pluginName   = "kubectl-moat"
+	completeName = "kubectl_complete-moat"
+)
+
+// invocation reads how the binary was called: as moat, as the kubectl
+// plugin, or as the plugin's completion helper (which completes args).
+func invocation(argv0 string, args []string) (plugin bool, _ []string) {
+	switch strings.TrimSuffix(filepath.Base(argv0), ".exe") {
+	case pluginName:
+		return true, args
+	case completeName:
+		return true, append([]string{cobra.ShellCompRequestCmd}, args...)
+	}
+	return false, args
+}
 
 func main() {
-	plugin := strings.TrimSuffix(filepath.Base(os.Args[0]), ".exe") == pluginName
+	plugin, args := invocation(os.Args[0], os.Args[1:])
 	root := newRootCommand(plugin)
+	root.SetArgs(args)
 	if err := root.Execute(); err != nil {
 		name := "moat"
 		if plugin {
