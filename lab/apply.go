@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -23,7 +24,10 @@ import (
 // puts back in step (see Open). If a node fails, every node is put back on
 // the rules before.
 func (l *Lab) Apply(ctx context.Context, prog *policy.Program, snapshot func(dir string) error) ([]nft.Result, error) {
-	topo, err := Plan(l.Name(), prog, l.st.Peers)
+	if l.st.Unenforced {
+		return nil, fmt.Errorf("lab %s is programmed by agents, not by the lab", l.Name())
+	}
+	topo, err := planTopology(l.Name(), prog, l.st.Peers)
 	if err != nil {
 		return nil, err
 	}
@@ -70,6 +74,18 @@ func (l *Lab) Apply(ctx context.Context, prog *policy.Program, snapshot func(dir
 	}
 	l.at("programmed")
 	return res, l.commit(prog)
+}
+
+// WriteResults prints what Apply did on each node: operations, what the
+// node's table holds, and the nft package's warnings.
+func (l *Lab) WriteResults(w io.Writer, results []nft.Result) {
+	for i, r := range results {
+		fmt.Fprintf(w, "node %s: %d operations, %d chains, %d rules, %d sets, %d elements\n",
+			l.st.Topology.Nodes[i].Name, r.Operations, r.Stats.Chains, r.Stats.Rules, r.Stats.Sets, r.Stats.Elements)
+		for _, warn := range r.Warnings {
+			fmt.Fprintf(w, "node %s: warning: %s\n", l.st.Topology.Nodes[i].Name, warn)
+		}
+	}
 }
 
 // rolledBack puts the previous rules back after programming failed with

@@ -55,7 +55,7 @@ func upLab(t *testing.T, prog *policy.Program, opts Options) *Lab {
 	}
 	if opts.Name == "" {
 		var err error
-		if opts.Name, err = NewPrefix(); err != nil {
+		if opts.Name, err = newName(); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -72,7 +72,7 @@ func upLab(t *testing.T, prog *policy.Program, opts Options) *Lab {
 	return l
 }
 
-func (l *Lab) probe(t *testing.T, src, dst string, proto policy.Protocol, port uint16, timeout time.Duration) Outcome {
+func (l *Lab) probe(t *testing.T, src, dst string, proto policy.Protocol, port uint16, timeout time.Duration) outcome {
 	t.Helper()
 	o, err := l.probeErr(src, dst, proto, port, timeout)
 	if err != nil {
@@ -82,15 +82,15 @@ func (l *Lab) probe(t *testing.T, src, dst string, proto policy.Protocol, port u
 }
 
 // probeErr is probe for goroutines other than the test's.
-func (l *Lab) probeErr(src, dst string, proto policy.Protocol, port uint16, timeout time.Duration) (Outcome, error) {
+func (l *Lab) probeErr(src, dst string, proto policy.Protocol, port uint16, timeout time.Duration) (outcome, error) {
 	s, d := netip.MustParseAddr(src), netip.MustParseAddr(dst)
-	place, ok := l.Topology().Locate(s)
+	place, ok := l.st.Topology.Locate(s)
 	if !ok {
-		return Failed, fmt.Errorf("%s is not in the lab", src)
+		return failed, fmt.Errorf("%s is not in the lab", src)
 	}
-	r := ProbeOne(context.Background(), l.ns, Probe{SrcNS: place.NS, Src: s, Dst: d, Proto: proto, Port: port}, timeout)
-	if r.Outcome == Failed {
-		return Failed, fmt.Errorf("probe %s: %w", r.Probe, r.Err)
+	r := (&prober{ns: l.ns}).one(context.Background(), probeSpec{SrcNS: place.NS, Src: s, Dst: d, Proto: proto, Port: port}, timeout)
+	if r.Outcome == failed {
+		return failed, fmt.Errorf("probe %s: %w", r.Probe, r.Err)
 	}
 	return r.Outcome, nil
 }
@@ -100,7 +100,7 @@ func (l *Lab) probeErr(src, dst string, proto policy.Protocol, port uint16, time
 func echoServer(t *testing.T, l *Lab, addr string) {
 	t.Helper()
 	ap := netip.MustParseAddrPort(addr)
-	place, _ := l.Topology().Locate(ap.Addr())
+	place, _ := l.st.Topology.Locate(ap.Addr())
 	h, err := l.ns.Get(place.NS)
 	if err != nil {
 		t.Fatal(err)
@@ -155,7 +155,7 @@ func echoServer(t *testing.T, l *Lab, addr string) {
 func dial(t *testing.T, l *Lab, src, dst string) net.Conn {
 	t.Helper()
 	s := netip.MustParseAddr(src)
-	place, _ := l.Topology().Locate(s)
+	place, _ := l.st.Topology.Locate(s)
 	h, err := l.ns.Get(place.NS)
 	if err != nil {
 		t.Fatal(err)
@@ -255,13 +255,13 @@ func TestEstablishedSurvivesUnrelatedUpdateAndIsCutByDeny(t *testing.T) {
 
 func TestDeniedTCPTimesOutWithoutReset(t *testing.T) {
 	l := upLab(t, behaviour(t, isolateServer, policy.Options{}), Options{})
-	if o := l.probe(t, clientIP4, serverIP4, policy.ProtoTCP, 80, 700*time.Millisecond); o != TimedOut {
+	if o := l.probe(t, clientIP4, serverIP4, policy.ProtoTCP, 80, 700*time.Millisecond); o != timedOut {
 		t.Errorf("denied TCP: %v, want a timeout (drop, not reject)", o)
 	}
-	if o := l.probe(t, clientIP4, serverIP4, policy.ProtoUDP, 53, 700*time.Millisecond); o != TimedOut {
+	if o := l.probe(t, clientIP4, serverIP4, policy.ProtoUDP, 53, 700*time.Millisecond); o != timedOut {
 		t.Errorf("denied UDP: %v, want a timeout", o)
 	}
-	if o := l.probe(t, otherIP4, serverIP4, policy.ProtoTCP, 80, 2*time.Second); o != Reached {
+	if o := l.probe(t, otherIP4, serverIP4, policy.ProtoTCP, 80, 2*time.Second); o != reached {
 		t.Errorf("allowed TCP: %v", o)
 	}
 }

@@ -81,7 +81,7 @@ func BenchmarkConnections(b *testing.B) {
 	for _, sc := range benchScenarios() {
 		b.Run(sc.name, func(b *testing.B) {
 			prog := behaviour(b, sc.yaml, policy.Options{IngressNetworksAndNodes: true})
-			prefix, err := NewPrefix()
+			prefix, err := newName()
 			if err != nil {
 				b.Fatal(err)
 			}
@@ -91,7 +91,7 @@ func BenchmarkConnections(b *testing.B) {
 			}
 			defer l.Close()
 			var elems, rules int
-			for _, rs := range l.Rulesets() {
+			for _, rs := range l.rulesets() {
 				st := rs.Stats()
 				elems += st.Elements
 				rules += st.Rules
@@ -114,7 +114,7 @@ func benchConnections(b *testing.B, l *Lab, proto policy.Protocol) {
 		dst = netip.AddrPortFrom(dst.Addr(), 53)
 	}
 	want := banner(dst.Addr(), dst.Port())
-	place, _ := l.Topology().Locate(src)
+	place, _ := l.st.Topology.Locate(src)
 	h, err := l.ns.Get(place.NS)
 	if err != nil {
 		b.Fatal(err)

@@ -12,13 +12,13 @@ import (
 	"github.com/moat-net/moat/internal/netns"
 )
 
-// Namespaces holds open handles to a lab's namespaces.
-type Namespaces struct {
+// namespaces holds open handles to a lab's namespaces.
+type namespaces struct {
 	handles map[string]*netns.NS
 }
 
 // Get returns a namespace of the lab.
-func (n *Namespaces) Get(name string) (*netns.NS, error) {
+func (n *namespaces) Get(name string) (*netns.NS, error) {
 	h, ok := n.handles[name]
 	if !ok {
 		return nil, fmt.Errorf("lab has no network namespace %s", name)
@@ -27,7 +27,7 @@ func (n *Namespaces) Get(name string) (*netns.NS, error) {
 }
 
 // Close releases the handles (the namespaces stay while named).
-func (n *Namespaces) Close() {
+func (n *namespaces) Close() {
 	for name, h := range n.handles {
 		h.Close()
 		delete(n.handles, name)
@@ -35,8 +35,8 @@ func (n *Namespaces) Close() {
 }
 
 // Open opens the namespaces of a built lab.
-func (t *Topology) Open() (*Namespaces, error) {
-	ns := &Namespaces{handles: map[string]*netns.NS{}}
+func (t *topology) Open() (*namespaces, error) {
+	ns := &namespaces{handles: map[string]*netns.NS{}}
 	for _, name := range t.Namespaces() {
 		h, err := netns.Open(name)
 		if err != nil {
@@ -50,8 +50,8 @@ func (t *Topology) Open() (*Namespaces, error) {
 
 // Build creates the lab's namespaces, links, addresses and routes. On
 // error everything it made is removed again.
-func (t *Topology) Build() (_ *Namespaces, err error) {
-	ns := &Namespaces{handles: map[string]*netns.NS{}}
+func (t *topology) Build() (_ *namespaces, err error) {
+	ns := &namespaces{handles: map[string]*netns.NS{}}
 	var created []string
 	defer func() {
 		if err != nil {
@@ -116,7 +116,7 @@ func (t *Topology) Build() (_ *Namespaces, err error) {
 
 // Teardown deletes every namespace of the lab; links and routes go with
 // them. Missing namespaces are not an error.
-func (t *Topology) Teardown() error {
+func (t *topology) Teardown() error {
 	var errs []error
 	for _, name := range t.Namespaces() {
 		if err := netns.Delete(name); err != nil {
@@ -128,7 +128,7 @@ func (t *Topology) Teardown() error {
 
 // handleIn is the netlink handle of a namespace of the lab (closed with
 // the namespace).
-func handleIn(ns *Namespaces, name string) (*netlink.Handle, error) {
+func handleIn(ns *namespaces, name string) (*netlink.Handle, error) {
 	h, err := ns.Get(name)
 	if err != nil {
 		return nil, err
@@ -186,7 +186,7 @@ func linkUp(nl *netlink.Handle, name string) (netlink.Link, error) {
 
 // buildUnderlay makes the bridge that joins nodes and the outside, and
 // routes between them.
-func (t *Topology) buildUnderlay(ns *Namespaces) error {
+func (t *topology) buildUnderlay(ns *namespaces) error {
 	ul, err := handleIn(ns, t.Underlay)
 	if err != nil {
 		return err
@@ -237,7 +237,7 @@ func (t *Topology) buildUnderlay(ns *Namespaces) error {
 	return t.outsideUnderlay(ns)
 }
 
-func (t *Topology) nodeUnderlay(ns *Namespaces, i int, n *Node) error {
+func (t *topology) nodeUnderlay(ns *namespaces, i int, n *nodeNS) error {
 	nl, err := handleIn(ns, n.NS)
 	if err != nil {
 		return err
@@ -288,14 +288,14 @@ func (t *Topology) nodeUnderlay(ns *Namespaces, i int, n *Node) error {
 }
 
 // src is the node's preferred source towards a of the same family.
-func (n *Node) src(a netip.Addr) netip.Addr {
+func (n *nodeNS) src(a netip.Addr) netip.Addr {
 	if a.Is4() {
 		return n.Src4
 	}
 	return n.Src6
 }
 
-func (t *Topology) outsideUnderlay(ns *Namespaces) error {
+func (t *topology) outsideUnderlay(ns *namespaces) error {
 	nl, err := handleIn(ns, t.Outside.NS)
 	if err != nil {
 		return err
@@ -335,7 +335,7 @@ func (t *Topology) outsideUnderlay(ns *Namespaces) error {
 }
 
 // buildPod links a pod to its node: eth0 in the pod, p<N> in the node.
-func (t *Topology) buildPod(ns *Namespaces, p *Pod) error {
+func (t *topology) buildPod(ns *namespaces, p *podNS) error {
 	n := t.Nodes[p.Node]
 	nodeNL, err := handleIn(ns, n.NS)
 	if err != nil {

@@ -60,10 +60,10 @@ func TestCleanKeepsLiveLabs(t *testing.T) {
 		t.Fatal(err)
 	}
 	up.Close()
-	foreign := fmt.Sprintf("%sforeign-%d", NamePrefix, os.Getpid())
+	foreign := fmt.Sprintf("%sforeign-%d", namePrefix, os.Getpid())
 	ipNetns(t, "add", foreign)
 	defer ipNetns(t, "delete", foreign)
-	dead, _ := NewPrefix()
+	dead, _ := newName()
 	if out, err := runChild(t, "lab-test-run", dead); err == nil || !strings.Contains(err.Error(), "killed") {
 		t.Fatalf("lab run child: %v\n%s", err, out)
 	}
@@ -76,11 +76,11 @@ func TestCleanKeepsLiveLabs(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if names, _ := netns.List(dead + "-"); len(names) > 0 || exists(filepath.Join(StateRoot, dead)) {
+	if names, _ := netns.List(dead + "-"); len(names) > 0 || exists(filepath.Join(stateRoot, dead)) {
 		t.Errorf("the dead run's lab survived: %v", names)
 	}
 	for _, l := range []*Lab{running, up} {
-		if names, _ := netns.List(l.Name() + "-"); len(names) != len(l.Topology().Namespaces()) || !exists(l.dir) {
+		if names, _ := netns.List(l.Name() + "-"); len(names) != len(l.st.Topology.Namespaces()) || !exists(l.dir) {
 			t.Errorf("live lab %s lost namespaces or state: %v", l.Name(), names)
 		}
 	}
@@ -227,7 +227,7 @@ func TestUpKilledEarlyIsCleanable(t *testing.T) {
 	if !netnstest.Isolate(t) {
 		return
 	}
-	name, _ := NewPrefix()
+	name, _ := newName()
 	cmd := exec.Command(os.Args[0], "lab-test-up", name)
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
@@ -253,7 +253,7 @@ func TestUpKilledEarlyIsCleanable(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if names, _ := netns.List(name + "-"); len(names) > 0 || exists(filepath.Join(StateRoot, name)) {
+	if names, _ := netns.List(name + "-"); len(names) > 0 || exists(filepath.Join(stateRoot, name)) {
 		t.Errorf("left after clean: %v", names)
 	}
 }

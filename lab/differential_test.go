@@ -9,8 +9,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/moat-net/moat/internal/randcluster"
 	"github.com/moat-net/moat/internal/testenv"
-	"github.com/moat-net/moat/lab/randcluster"
 	"github.com/moat-net/moat/manifest"
 	"github.com/moat-net/moat/policy"
 )
@@ -87,7 +87,7 @@ func measureScenario(t *testing.T, sc *randcluster.Scenario, opts policy.Options
 		return nil, err
 	}
 	prog := compileBytes(t, y, opts)
-	prefix, err := NewPrefix()
+	prefix, err := newName()
 	if err != nil {
 		return nil, err
 	}

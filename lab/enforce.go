@@ -12,11 +12,11 @@ import (
 // the code path the agent uses on a real node (moat-agent --netns opens a
 // node the same way).
 type enforcer struct {
-	topo    *Topology
+	topo    *topology
 	syncers []*nft.Syncer
 }
 
-func newEnforcer(t *Topology, ns *Namespaces, cutDenied bool) (*enforcer, error) {
+func newEnforcer(t *topology, ns *namespaces, cutDenied bool) (*enforcer, error) {
 	e := &enforcer{topo: t}
 	for _, n := range t.Nodes {
 		h, err := ns.Get(n.NS)

@@ -68,7 +68,7 @@ func TestExamplesInLab(t *testing.T) {
 				t.Fatal(err)
 			}
 			prog := policy.Compile(&res.Cluster, popts)
-			prefix, err := NewPrefix()
+			prefix, err := newName()
 			if err != nil {
 				t.Fatal(err)
 			}

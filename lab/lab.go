@@ -8,11 +8,18 @@
 // its own; one namespace per pod-network pod; host-network pods live in
 // their node's namespace. Nothing is added to the machine's own namespace.
 //
-// Every lab has a name, which starts the names of its namespaces, and a
-// state directory under StateRoot, written before anything else is made.
-// The state names the process that owns the lab: the one that built it,
-// or for a lab that outlives its command (moat lab up) the process that
-// answers on its ports. Clean removes only labs whose owner is gone.
+// One lifecycle: Up builds a lab (Run builds, measures and tears down);
+// Open finds a running one; Apply, Measure and Close or Down work on
+// either. Every lab has a name, which starts the names of its namespaces,
+// and a state directory under /run/moat-lab, written before anything else
+// is made. The state names the process that owns the lab: the one that
+// built it, or for a lab that outlives its command (moat lab up) the
+// process that answers on its ports. Clean removes only labs whose owner
+// is gone.
+//
+// Measure trusts a reply for "allowed" and, for "denied", the kernel's
+// trace record of this probe's packet being dropped by a policy rule, or
+// no reply within the timeout twice (trace.go, docs/lab.md).
 package lab
 
 import (
@@ -36,11 +43,11 @@ import (
 type Lab struct {
 	st  *state
 	dir string
-	ns  *Namespaces
+	ns  *namespaces
 	// prog is what every node is programmed with.
 	prog *policy.Program
 	enf  *enforcer
-	resp *Responders
+	resp *responders
 	// owned: Close tears the lab down.
 	owned    bool
 	warnings []string
@@ -60,14 +67,19 @@ type Options struct {
 	Ports []matrix.PortProto
 	// CutDenied removes established connections a new Program denies.
 	CutDenied bool
-	// Server makes the lab outlive this process (moat lab up): it is the
-	// command line of the process that answers on every port, to which
-	// "--lab NAME" is appended; that process calls Open and Serve and
-	// prints "ready". Snapshot is then required.
+	// Server makes the lab outlive this process (moat lab up): these
+	// arguments, and "--lab NAME", make this program's own executable
+	// answer on every port (it calls Open and Serve, which prints
+	// "ready"). Snapshot is then required.
 	Server []string
 	// Snapshot copies the manifests prog came from into a directory, so
-	// later commands judge what was applied even if the files change.
+	// later commands judge what was applied even if the files change
+	// (see Manifests).
 	Snapshot func(dir string) error
+	// Unenforced leaves the nodes' rules to others: moat-agent processes
+	// started with --netns NodeNetns(node). The lab programs nothing and
+	// refuses Apply; Measure still compares with prog.
+	Unenforced bool
 }
 
 // CheckHost reports why this machine cannot run a lab: not root, or no
@@ -93,12 +105,15 @@ func Up(ctx context.Context, prog *policy.Program, opts Options) (_ *Lab, err er
 	if len(opts.Server) > 0 && opts.Snapshot == nil {
 		return nil, errors.New("a lab that outlives this process needs a snapshot of its manifests")
 	}
+	if len(opts.Server) > 0 && opts.Unenforced {
+		return nil, errors.New("a lab that outlives this process is enforced by the lab")
+	}
 	if opts.Name == "" {
-		if opts.Name, err = NewPrefix(); err != nil {
+		if opts.Name, err = newName(); err != nil {
 			return nil, err
 		}
 	}
-	topo, err := Plan(opts.Name, prog, opts.Peers)
+	topo, err := planTopology(opts.Name, prog, opts.Peers)
 	if err != nil {
 		return nil, err
 	}
@@ -113,9 +128,9 @@ func Up(ctx context.Context, prog *policy.Program, opts Options) (_ *Lab, err er
 	l := &Lab{
 		st: &state{
 			Topology: topo, Peers: opts.Peers, Ports: opts.Ports, Policy: prog.Options,
-			CutDenied: opts.CutDenied, Owner: owner, Detached: len(opts.Server) > 0,
+			CutDenied: opts.CutDenied, Owner: owner, Detached: len(opts.Server) > 0, Unenforced: opts.Unenforced,
 		},
-		dir:   filepath.Join(StateRoot, opts.Name),
+		dir:   filepath.Join(stateRoot, opts.Name),
 		prog:  prog,
 		owned: true,
 	}
@@ -134,15 +149,17 @@ func Up(ctx context.Context, prog *policy.Program, opts Options) (_ *Lab, err er
 			err = errors.Join(err, l.Close())
 		}
 	}()
-	if _, err = l.program(ctx, prog); err != nil {
-		return nil, err
+	if !opts.Unenforced {
+		if _, err = l.program(ctx, prog); err != nil {
+			return nil, err
+		}
 	}
 	if !l.st.Detached {
 		targets, err := targetsFor(topo, probeList(cells))
 		if err != nil {
 			return nil, err
 		}
-		if l.resp, err = StartResponders(l.ns, targets); err != nil {
+		if l.resp, err = startResponders(l.ns, targets); err != nil {
 			return nil, err
 		}
 		return l, nil
@@ -165,8 +182,15 @@ func Up(ctx context.Context, prog *policy.Program, opts Options) (_ *Lab, err er
 // Name is the lab's name.
 func (l *Lab) Name() string { return l.st.Topology.Prefix }
 
-// Topology is the lab's plan: its namespaces and addresses.
-func (l *Lab) Topology() *Topology { return l.st.Topology }
+// NodeNetns is the name of a node's network namespace (under /run/netns),
+// for `ip netns exec` and `moat-agent --netns`.
+func (l *Lab) NodeNetns(node string) (string, error) {
+	i := l.st.Topology.NodeByName(node)
+	if i < 0 {
+		return "", fmt.Errorf("lab %s has no node %q", l.Name(), node)
+	}
+	return l.st.Topology.Nodes[i].NS, nil
+}
 
 // Describe prints the lab's namespaces and addresses, and how to explore
 // and change it.
@@ -193,8 +217,8 @@ func (l *Lab) Describe(w io.Writer) {
 	fmt.Fprintf(w, "remove:   moat lab down --lab %s\n", t.Prefix)
 }
 
-// Rulesets returns each node's programmed ruleset, by node name.
-func (l *Lab) Rulesets() map[string]*nft.Ruleset {
+// rulesets returns each node's programmed ruleset, by node name.
+func (l *Lab) rulesets() map[string]*nft.Ruleset {
 	out := map[string]*nft.Ruleset{}
 	for _, n := range l.st.Topology.Nodes {
 		out[n.Name] = nft.Build(l.prog, n.Name)
@@ -245,11 +269,17 @@ func Run(ctx context.Context, prog *policy.Program, opts Options, popts ProbeOpt
 	if len(opts.Server) > 0 {
 		return nil, errors.New("run tears its lab down: no Server")
 	}
+	if err := popts.check(); err != nil {
+		return nil, err
+	}
 	l, err := Up(ctx, prog, opts)
 	if err != nil {
 		return nil, err
 	}
 	rep, err := l.Measure(ctx, popts)
+	if err != nil && ctx.Err() != nil {
+		err = fmt.Errorf("interrupted; the lab is torn down: %w", err)
+	}
 	return finish(l, rep, err)
 }
 

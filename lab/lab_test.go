@@ -46,9 +46,9 @@ func leftovers(t *testing.T, prefix string) {
 			_ = netns.Delete(n)
 		}
 	}
-	if _, err := os.Stat(filepath.Join(StateRoot, prefix)); err == nil {
+	if _, err := os.Stat(filepath.Join(stateRoot, prefix)); err == nil {
 		t.Errorf("state of lab %s left behind", prefix)
-		_ = os.RemoveAll(filepath.Join(StateRoot, prefix))
+		_ = os.RemoveAll(filepath.Join(stateRoot, prefix))
 	}
 }
 
@@ -57,7 +57,7 @@ func TestRunAgreesWithEvaluator(t *testing.T) {
 	if testing.Short() {
 		t.Skip("lab run: slow")
 	}
-	prefix, err := NewPrefix()
+	prefix, err := newName()
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -103,7 +103,7 @@ spec:
   - from: [{podSelector: {matchLabels: {role: client}}}]
     ports: [{port: 3868, protocol: SCTP}]
 `, policy.Options{})
-	prefix, err := NewPrefix()
+	prefix, err := newName()
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -15,16 +15,16 @@ import (
 // cell is one matrix cell and how to measure it.
 type cell struct {
 	flow     matrix.Flow
-	probe    *Probe
+	probe    *probeSpec
 	reason   string
 	pkt      nft.Packet
-	src, dst Place
+	src, dst place
 	self     bool
 }
 
 // planCells lays out the matrix of prog (the same cells `moat matrix`
 // prints) and the probe that measures each.
-func planCells(t *Topology, prog *policy.Program, peers []netip.Addr, ports []matrix.PortProto) ([]cell, []string, []matrix.PortProto, error) {
+func planCells(t *topology, prog *policy.Program, peers []netip.Addr, ports []matrix.PortProto) ([]cell, []string, []matrix.PortProto, error) {
 	if len(ports) == 0 {
 		ports = matrix.DefaultPorts(prog)
 	}
@@ -57,7 +57,7 @@ func planCells(t *Topology, prog *policy.Program, peers []netip.Addr, ports []ma
 				}
 				switch pp.Protocol {
 				case policy.ProtoTCP, policy.ProtoUDP:
-					c.probe = &Probe{SrcNS: c.src.NS, Src: se.Addr, Dst: de.Addr, Proto: pp.Protocol, Port: pp.Port}
+					c.probe = &probeSpec{SrcNS: c.src.NS, Src: se.Addr, Dst: de.Addr, Proto: pp.Protocol, Port: pp.Port}
 				default:
 					c.reason = fmt.Sprintf("%s sockets are not available in this kernel: verdict read from the programmed rules", pp.Protocol)
 				}
@@ -68,8 +68,8 @@ func planCells(t *Topology, prog *policy.Program, peers []netip.Addr, ports []ma
 	return cells, labels, ports, nil
 }
 
-func probeList(cells []cell) []Probe {
-	var out []Probe
+func probeList(cells []cell) []probeSpec {
+	var out []probeSpec
 	for _, c := range cells {
 		if c.probe != nil {
 			out = append(out, *c.probe)
@@ -83,14 +83,23 @@ func probeList(cells []cell) []Probe {
 // them are probed once more with a longer timeout, so a busy machine does
 // not pass for a dropping rule; a probe that fails for another reason is
 // a lab error.
-func measure(ctx context.Context, t *Topology, ns *Namespaces, rulesets map[string]*nft.Ruleset, prog *policy.Program, peers []netip.Addr, ports []matrix.PortProto, opts ProbeOptions) (*Report, error) {
+func measure(ctx context.Context, t *topology, ns *namespaces, rulesets map[string]*nft.Ruleset, prog *policy.Program, peers []netip.Addr, ports []matrix.PortProto, opts ProbeOptions) (*Report, error) {
 	opts = opts.withDefaults()
 	cells, labels, ports, err := planCells(t, prog, peers, ports)
 	if err != nil {
 		return nil, err
 	}
+	if opts.Only != nil {
+		kept := cells[:0]
+		for _, c := range cells {
+			if opts.Only(c.flow) {
+				kept = append(kept, c)
+			}
+		}
+		cells = kept
+	}
 	var idx []int
-	var probes []Probe
+	var probes []probeSpec
 	for i, c := range cells {
 		if c.probe != nil {
 			idx = append(idx, i)
@@ -118,8 +127,8 @@ func measure(ctx context.Context, t *Topology, ns *Namespaces, rulesets map[stri
 	// probed once more with a longer timeout.
 	var again []int
 	for k, r := range results {
-		retry := (r.Outcome == TimedOut || r.Outcome == DroppedLocally) && cells[idx[k]].flow.Allowed
-		if r.Outcome == TimedOut && pr.tr != nil {
+		retry := (r.Outcome == timedOut || r.Outcome == droppedLocally) && cells[idx[k]].flow.Allowed
+		if r.Outcome == timedOut && pr.tr != nil {
 			retry = true
 		}
 		if retry {
@@ -127,7 +136,7 @@ func measure(ctx context.Context, t *Topology, ns *Namespaces, rulesets map[stri
 		}
 	}
 	if len(again) > 0 {
-		retry := make([]Probe, len(again))
+		retry := make([]probeSpec, len(again))
 		for j, k := range again {
 			retry[j] = probes[k]
 		}
@@ -144,7 +153,7 @@ func measure(ctx context.Context, t *Topology, ns *Namespaces, rulesets map[stri
 		warnings = append(warnings, fmt.Sprintf("trace events were lost %d times (receive buffer full): some denied flows waited out the timeout", pr.tr.overflows()))
 	}
 	rep := &Report{Lab: t.Prefix, Endpoints: labels, Ports: ports, Warnings: warnings}
-	byCell := map[int]ProbeResult{}
+	byCell := map[int]probeResult{}
 	for k, r := range results {
 		byCell[idx[k]] = r
 	}
@@ -155,7 +164,7 @@ func measure(ctx context.Context, t *Topology, ns *Namespaces, rulesets map[stri
 			f.SrcIP, f.DstIP = c.pkt.Src.String(), c.pkt.Dst.String()
 		}
 		if r, ok := byCell[i]; ok {
-			if r.Outcome == Failed {
+			if r.Outcome == failed {
 				errs = append(errs, fmt.Errorf("probe %s (%s -> %s): %w", r.Probe, c.flow.From, c.flow.To, r.Err))
 				f.Reason = "probe failed: " + r.Err.Error()
 			} else {
@@ -174,7 +183,7 @@ func measure(ctx context.Context, t *Topology, ns *Namespaces, rulesets map[stri
 }
 
 // crossed lists the rulesets a cell's packets go through.
-func (t *Topology) crossed(rulesets map[string]*nft.Ruleset, c cell) []*nft.Ruleset {
+func (t *topology) crossed(rulesets map[string]*nft.Ruleset, c cell) []*nft.Ruleset {
 	if c.self {
 		return nil
 	}
@@ -192,7 +201,10 @@ func (t *Topology) crossed(rulesets map[string]*nft.Ruleset, c cell) []*nft.Rule
 // programmed with and compares each with the evaluator. SCTP flows are
 // judged from the rules Apply programmed.
 func (l *Lab) Measure(ctx context.Context, opts ProbeOptions) (*Report, error) {
-	rep, err := measure(ctx, l.st.Topology, l.ns, l.Rulesets(), l.prog, l.st.Peers, l.st.Ports, opts)
+	if err := opts.check(); err != nil {
+		return nil, err
+	}
+	rep, err := measure(ctx, l.st.Topology, l.ns, l.rulesets(), l.prog, l.st.Peers, l.st.Ports, opts)
 	if rep != nil {
 		rep.Warnings = append(rep.Warnings, l.warnings...)
 	}

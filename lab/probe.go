@@ -14,11 +14,12 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/moat-net/moat/matrix"
 	"github.com/moat-net/moat/policy"
 )
 
-// Probe is one attempt to open a connection.
-type Probe struct {
+// probeSpec is one attempt to open a connection.
+type probeSpec struct {
 	// SrcNS is the namespace the connection starts in.
 	SrcNS    string
 	Src, Dst netip.Addr
@@ -26,55 +27,70 @@ type Probe struct {
 	Port     uint16
 }
 
-func (p Probe) String() string {
+func (p probeSpec) String() string {
 	return fmt.Sprintf("%s -> %s %s", p.Src, netip.AddrPortFrom(p.Dst, p.Port), p.Proto)
 }
 
-// Outcome is what a probe saw.
-type Outcome int
+// outcome is what a probe saw.
+type outcome int
 
-// Outcomes. Refused counts as reached: the packet passed every filter and
-// the destination answered (no responder on that port). Dropped is a drop
+// Outcomes. refused counts as reached: the packet passed every filter and
+// the destination answered (no responder on that port). dropped is a drop
 // the kernel reported for exactly this probe's packet (see trace.go).
-// DroppedLocally is a drop in the source's own namespace (a node or
+// droppedLocally is a drop in the source's own namespace (a node or
 // host-network pod): the kernel tells the sender with EPERM instead of
 // letting it time out.
 const (
-	Reached Outcome = iota
-	Refused
-	TimedOut
-	DroppedLocally
-	Failed
-	Dropped
+	reached outcome = iota
+	refused
+	timedOut
+	droppedLocally
+	failed
+	dropped
 )
 
 // Reached reports whether packets got through both ways.
-func (o Outcome) Reached() bool { return o == Reached || o == Refused }
+func (o outcome) Reached() bool { return o == reached || o == refused }
 
-func (o Outcome) String() string {
+func (o outcome) String() string {
 	return [...]string{"reached", "refused", "timed out", "dropped locally", "failed", "dropped"}[o]
 }
 
-// ProbeResult is a probe's outcome; Err explains Failed, Evidence names
+// probeResult is a probe's outcome; Err explains Failed, Evidence names
 // the rule that dropped a Dropped probe.
-type ProbeResult struct {
-	Probe    Probe
-	Outcome  Outcome
+type probeResult struct {
+	Probe    probeSpec
+	Outcome  outcome
 	Err      error
 	Evidence string
 }
 
-// ProbeOptions bound probing.
+// ProbeOptions bound probing; zero values mean the defaults.
 type ProbeOptions struct {
 	// Parallel is the most probes in flight (default 64).
 	Parallel int
 	// Timeout is how long a probe waits for an answer (default 800ms)
 	// when the kernel reports no drop for it.
 	Timeout time.Duration
+	// Only, when set, picks the flows of the matrix to measure (the
+	// report holds only those); it sees each flow as the evaluator
+	// judged it.
+	Only func(matrix.Flow) bool
 
 	// noEvidence makes probes wait for the timeout even when the
 	// kernel reports a drop (benchmarks compare the two).
 	noEvidence bool
+}
+
+// check rejects negative bounds.
+func (o ProbeOptions) check() error {
+	if o.Parallel < 0 {
+		return fmt.Errorf("probes in flight: must not be negative, got %d", o.Parallel)
+	}
+	if o.Timeout < 0 {
+		return fmt.Errorf("probe timeout: must be positive, got %s", o.Timeout)
+	}
+	return nil
 }
 
 func (o ProbeOptions) withDefaults() ProbeOptions {
@@ -90,27 +106,22 @@ func (o ProbeOptions) withDefaults() ProbeOptions {
 // prober runs probes in a lab's namespaces; with a tracer, a denied probe
 // ends when the kernel reports its drop.
 type prober struct {
-	ns *Namespaces
+	ns *namespaces
 	tr *tracer
 }
 
-// ProbeAll runs the probes with bounded parallelism and returns results in
-// the same order. It waits out the timeout for every denied probe (no
-// drop records): Lab.Measure is faster.
-func ProbeAll(ctx context.Context, ns *Namespaces, probes []Probe, opts ProbeOptions) []ProbeResult {
-	return (&prober{ns: ns}).all(ctx, probes, opts)
-}
-
-func (pr *prober) all(ctx context.Context, probes []Probe, opts ProbeOptions) []ProbeResult {
+// all runs the probes with bounded parallelism and returns results in the
+// same order.
+func (pr *prober) all(ctx context.Context, probes []probeSpec, opts ProbeOptions) []probeResult {
 	opts = opts.withDefaults()
-	out := make([]ProbeResult, len(probes))
+	out := make([]probeResult, len(probes))
 	sem := make(chan struct{}, opts.Parallel)
 	var wg sync.WaitGroup
 	for i, p := range probes {
 		select {
 		case sem <- struct{}{}:
 		case <-ctx.Done():
-			out[i] = ProbeResult{Probe: p, Outcome: Failed, Err: ctx.Err()}
+			out[i] = probeResult{Probe: p, Outcome: failed, Err: ctx.Err()}
 			continue
 		}
 		wg.Add(1)
@@ -124,23 +135,19 @@ func (pr *prober) all(ctx context.Context, probes []Probe, opts ProbeOptions) []
 	return out
 }
 
-// ProbeOne opens one connection from inside the source namespace, bound
-// to the source address, and waits for the destination's banner.
-func ProbeOne(ctx context.Context, ns *Namespaces, p Probe, timeout time.Duration) ProbeResult {
-	return (&prober{ns: ns}).one(ctx, p, timeout)
-}
-
 // evidence is the drop record a probe received, if any.
 type evidence struct {
 	rec  atomic.Pointer[dropRecord]
 	stop func()
 }
 
-func (pr *prober) one(ctx context.Context, p Probe, timeout time.Duration) ProbeResult {
-	res := ProbeResult{Probe: p}
+// one opens one connection from inside the source namespace, bound to the
+// source address, and waits for the destination's banner.
+func (pr *prober) one(ctx context.Context, p probeSpec, timeout time.Duration) probeResult {
+	res := probeResult{Probe: p}
 	h, err := pr.ns.Get(p.SrcNS)
 	if err != nil {
-		res.Outcome, res.Err = Failed, err
+		res.Outcome, res.Err = failed, err
 		return res
 	}
 	var network string
@@ -150,7 +157,7 @@ func (pr *prober) one(ctx context.Context, p Probe, timeout time.Duration) Probe
 	case policy.ProtoUDP:
 		network = "udp"
 	default:
-		res.Outcome, res.Err = Failed, fmt.Errorf("cannot probe protocol %s", p.Proto)
+		res.Outcome, res.Err = failed, fmt.Errorf("cannot probe protocol %s", p.Proto)
 		return res
 	}
 	pctx, cancel := context.WithTimeout(ctx, timeout)
@@ -199,17 +206,17 @@ func (pr *prober) one(ctx context.Context, p Probe, timeout time.Duration) Probe
 		return judge(res, err, &ev, ctx)
 	}
 	if got := string(buf[:n]); got != want {
-		res.Outcome, res.Err = Failed, fmt.Errorf("reached the wrong endpoint: got banner %q, want %q", got, want)
+		res.Outcome, res.Err = failed, fmt.Errorf("reached the wrong endpoint: got banner %q, want %q", got, want)
 		return res
 	}
-	res.Outcome = Reached
+	res.Outcome = reached
 	return res
 }
 
 // bind binds the probe's socket to its source address (the kernel picks
 // the port) before the first packet leaves and, with a tracer, watches
 // for a drop of exactly that flow, which cancels the probe.
-func (pr *prober) bind(ctx context.Context, cancel context.CancelFunc, fd int, p Probe, ev *evidence) error {
+func (pr *prober) bind(ctx context.Context, cancel context.CancelFunc, fd int, p probeSpec, ev *evidence) error {
 	var sa unix.Sockaddr
 	if p.Src.Is4() {
 		sa = &unix.SockaddrInet4{Addr: p.Src.As4()}
@@ -249,13 +256,13 @@ func (pr *prober) bind(ctx context.Context, cancel context.CancelFunc, fd int, p
 
 // judge turns a probe's error into its outcome: a drop record wins, then
 // what the kernel told the socket, then the deadline.
-func judge(res ProbeResult, err error, ev *evidence, parent context.Context) ProbeResult {
+func judge(res probeResult, err error, ev *evidence, parent context.Context) probeResult {
 	if d := ev.rec.Load(); d != nil {
-		res.Outcome, res.Evidence = Dropped, d.String()
+		res.Outcome, res.Evidence = dropped, d.String()
 		return res
 	}
 	if parent.Err() != nil {
-		res.Outcome, res.Err = Failed, context.Canceled
+		res.Outcome, res.Err = failed, context.Canceled
 		return res
 	}
 	res.Outcome, res.Err = classify(err)
@@ -277,19 +284,19 @@ func readFull(c net.Conn, buf []byte) (int, error) {
 	return n, nil
 }
 
-func classify(err error) (Outcome, error) {
+func classify(err error) (outcome, error) {
 	var ne net.Error
 	switch {
 	case errors.Is(err, context.Canceled):
-		return Failed, context.Canceled
+		return failed, context.Canceled
 	case errors.Is(err, syscall.ECONNREFUSED):
-		return Refused, nil
+		return refused, nil
 	case errors.Is(err, syscall.EPERM):
-		return DroppedLocally, nil
+		return droppedLocally, nil
 	case errors.Is(err, context.DeadlineExceeded), errors.Is(err, os.ErrDeadlineExceeded), errors.As(err, &ne) && ne.Timeout(),
 		// The deadline closes the connection to end a read.
 		errors.Is(err, net.ErrClosed):
-		return TimedOut, nil
+		return timedOut, nil
 	}
-	return Failed, err
+	return failed, err
 }

@@ -65,25 +65,33 @@ func (r *Report) Matrix() *matrix.Result {
 	return m
 }
 
-// WriteTable prints the measured matrix as `moat matrix` does, cells
-// holding the measured verdict.
-func (r *Report) WriteTable(w io.Writer) error {
-	fmt.Fprintf(w, "lab %s: measured with real packets\n\n", r.Lab)
-	return matrix.WriteTable(w, r.Matrix())
+// Write prints the report to out as "table" (the measured matrix as
+// `moat matrix` prints it) or "json" (the `moat matrix` schema plus what
+// was measured per flow), and its summary to summary.
+func (r *Report) Write(out, summary io.Writer, format string) error {
+	var err error
+	switch format {
+	case "table":
+		fmt.Fprintf(out, "lab %s: measured with real packets\n\n", r.Lab)
+		err = matrix.WriteTable(out, r.Matrix())
+	case "json":
+		enc := json.NewEncoder(out)
+		enc.SetIndent("", "  ")
+		err = enc.Encode(r)
+	default:
+		return fmt.Errorf("report format %q: must be table or json", format)
+	}
+	if err != nil {
+		return err
+	}
+	r.writeSummary(summary)
+	return nil
 }
 
-// WriteJSON prints the report: the `moat matrix` JSON schema plus what
-// was measured, per flow.
-func (r *Report) WriteJSON(w io.Writer) error {
-	enc := json.NewEncoder(w)
-	enc.SetIndent("", "  ")
-	return enc.Encode(r)
-}
-
-// WriteSummary prints how many flows were measured, why the others were
+// writeSummary prints how many flows were measured, why the others were
 // not, the warnings, and every flow where the kernel and the evaluator
 // disagree.
-func (r *Report) WriteSummary(w io.Writer) {
+func (r *Report) writeSummary(w io.Writer) {
 	measured, unmeasured := 0, 0
 	reasons := map[string]int{}
 	for _, f := range r.Flows {

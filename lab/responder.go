@@ -1,7 +1,6 @@
 package lab
 
 import (
-	"context"
 	"errors"
 	"fmt"
 	"net"
@@ -13,15 +12,15 @@ import (
 	"github.com/moat-net/moat/policy"
 )
 
-// Target is one port a responder answers on.
-type Target struct {
+// target is one port a responder answers on.
+type target struct {
 	NS    string
 	Addr  netip.Addr
 	Proto policy.Protocol
 	Port  uint16
 }
 
-func (t Target) String() string {
+func (t target) String() string {
 	return fmt.Sprintf("%s/%s in %s", netip.AddrPortFrom(t.Addr, t.Port), t.Proto, t.NS)
 }
 
@@ -31,20 +30,20 @@ func banner(a netip.Addr, port uint16) string {
 	return "moat " + netip.AddrPortFrom(a, port).String() + "\n"
 }
 
-// Responders answer TCP connections and UDP datagrams on every target.
+// responders answer TCP connections and UDP datagrams on every target.
 // Their sockets are created inside the targets' namespaces; serving them
 // needs no namespace switch afterwards.
-type Responders struct {
+type responders struct {
 	mu      sync.Mutex
 	closers []func() error
 	wg      sync.WaitGroup
 }
 
-// StartResponders opens every target. A port already in use, or an
+// startResponders opens every target. A port already in use, or an
 // address missing from its namespace, fails the whole start.
-func StartResponders(ns *Namespaces, targets []Target) (*Responders, error) {
-	r := &Responders{}
-	seen := map[Target]bool{}
+func startResponders(ns *namespaces, targets []target) (*responders, error) {
+	r := &responders{}
+	seen := map[target]bool{}
 	for _, t := range targets {
 		if seen[t] || !(t.Proto == policy.ProtoTCP || t.Proto == policy.ProtoUDP) {
 			continue
@@ -62,7 +61,7 @@ func StartResponders(ns *Namespaces, targets []Target) (*Responders, error) {
 	return r, nil
 }
 
-func (r *Responders) open(t Target) error {
+func (r *responders) open(t target) error {
 	ap := netip.AddrPortFrom(t.Addr, t.Port)
 	fam := "4"
 	if t.Addr.Is6() {
@@ -113,14 +112,14 @@ func (r *Responders) open(t Target) error {
 	return nil
 }
 
-func (r *Responders) add(f func() error) {
+func (r *responders) add(f func() error) {
 	r.mu.Lock()
 	r.closers = append(r.closers, f)
 	r.mu.Unlock()
 }
 
 // Close stops every responder and waits for them.
-func (r *Responders) Close() {
+func (r *responders) Close() {
 	r.mu.Lock()
 	cs := r.closers
 	r.closers = nil
@@ -131,23 +130,17 @@ func (r *Responders) Close() {
 	r.wg.Wait()
 }
 
-// Wait blocks until ctx ends, then closes the responders.
-func (r *Responders) Wait(ctx context.Context) {
-	<-ctx.Done()
-	r.Close()
-}
-
 // targetsFor lists the responders probes need: each probe's destination.
-func targetsFor(t *Topology, probes []Probe) ([]Target, error) {
-	set := map[Target]bool{}
+func targetsFor(t *topology, probes []probeSpec) ([]target, error) {
+	set := map[target]bool{}
 	for _, p := range probes {
 		place, ok := t.Locate(p.Dst)
 		if !ok {
 			return nil, fmt.Errorf("no namespace holds %s", p.Dst)
 		}
-		set[Target{NS: place.NS, Addr: p.Dst.Unmap(), Proto: p.Proto, Port: p.Port}] = true
+		set[target{NS: place.NS, Addr: p.Dst.Unmap(), Proto: p.Proto, Port: p.Port}] = true
 	}
-	out := make([]Target, 0, len(set))
+	out := make([]target, 0, len(set))
 	for k := range set {
 		out = append(out, k)
 	}

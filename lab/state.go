@@ -22,15 +22,15 @@ import (
 	"github.com/moat-net/moat/policy"
 )
 
-// StateRoot holds one directory per lab: its topology, options, owner, a
+// stateRoot holds one directory per lab: its topology, options, owner, a
 // copy of the manifests last applied (labs made by moat lab up) and the
 // responder process's log. It lives on /run, so a reboot clears it
 // together with the namespaces it describes.
-const StateRoot = "/run/moat-lab"
+const stateRoot = "/run/moat-lab"
 
 // state is what a lab's directory records, in state.json.
 type state struct {
-	Topology  *Topology          `json:"topology"`
+	Topology  *topology          `json:"topology"`
 	Peers     []netip.Addr       `json:"peers,omitempty"`
 	Ports     []matrix.PortProto `json:"ports,omitempty"`
 	Policy    policy.Options     `json:"policy"`
@@ -40,6 +40,8 @@ type state struct {
 	Owner process `json:"owner"`
 	// Detached labs outlive the command that made them (moat lab up).
 	Detached bool `json:"detached,omitempty"`
+	// Unenforced labs are programmed by agents, not by the lab.
+	Unenforced bool `json:"unenforced,omitempty"`
 	// Server is a detached lab's responder process.
 	Server process `json:"server,omitzero"`
 	// Manifests is the directory (under the lab's) holding the copy of
@@ -108,7 +110,7 @@ func manifestsDir(gen int) string { return fmt.Sprintf("manifests-%d", gen) }
 // create makes the lab's directory, which must not exist (the name is
 // taken otherwise), and writes its state.
 func (l *Lab) create() error {
-	if err := os.MkdirAll(StateRoot, 0o755); err != nil {
+	if err := os.MkdirAll(stateRoot, 0o755); err != nil {
 		return fmt.Errorf("lab state: %w", err)
 	}
 	if err := os.Mkdir(l.dir, 0o700); err != nil {
@@ -150,7 +152,7 @@ func (l *Lab) save() error {
 
 // load reads a lab's state.
 func load(name string) (*state, error) {
-	b, err := os.ReadFile(filepath.Join(StateRoot, name, "state.json"))
+	b, err := os.ReadFile(filepath.Join(stateRoot, name, "state.json"))
 	if err != nil {
 		return nil, fmt.Errorf("lab %s: %w", name, err)
 	}
@@ -180,7 +182,7 @@ func (l *Lab) lock() (unlock func(), err error) {
 
 // labNames lists the labs with a state directory.
 func labNames() ([]string, error) {
-	entries, err := os.ReadDir(StateRoot)
+	entries, err := os.ReadDir(stateRoot)
 	if errors.Is(err, os.ErrNotExist) {
 		return nil, nil
 	}
@@ -189,7 +191,7 @@ func labNames() ([]string, error) {
 	}
 	var out []string
 	for _, e := range entries {
-		if e.IsDir() && strings.HasPrefix(e.Name(), NamePrefix) {
+		if e.IsDir() && strings.HasPrefix(e.Name(), namePrefix) {
 			out = append(out, e.Name())
 		}
 	}
@@ -231,7 +233,7 @@ func Open(ctx context.Context, name string) (*Lab, error) {
 	if !st.Owner.alive() {
 		return nil, fmt.Errorf("lab %s is not running (its process %d is gone): remove it with moat lab clean", name, st.Owner.PID)
 	}
-	l := &Lab{st: st, dir: filepath.Join(StateRoot, name)}
+	l := &Lab{st: st, dir: filepath.Join(stateRoot, name)}
 	if l.ns, err = st.Topology.Open(); err != nil {
 		return nil, err
 	}
@@ -277,8 +279,11 @@ func (l *Lab) startServer(ctx context.Context, argv []string) error {
 		return fmt.Errorf("responder log: %w", err)
 	}
 	defer logf.Close()
-	argv = append(append([]string{}, argv...), "--lab", l.Name())
-	cmd := exec.Command(argv[0], argv[1:]...)
+	exe, err := os.Executable()
+	if err != nil {
+		return fmt.Errorf("find this program for the responder process: %w", err)
+	}
+	cmd := exec.Command(exe, append(append([]string{}, argv...), "--lab", l.Name())...)
 	cmd.Stderr = logf
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true}
 	out, err := cmd.StdoutPipe()
@@ -286,7 +291,7 @@ func (l *Lab) startServer(ctx context.Context, argv []string) error {
 		return err
 	}
 	if err := cmd.Start(); err != nil {
-		return fmt.Errorf("start responders (%s): %w", argv[0], err)
+		return fmt.Errorf("start responders (%s): %w", exe, err)
 	}
 	fail := func(err error) error {
 		_ = cmd.Process.Kill()
@@ -353,7 +358,7 @@ func (l *Lab) Serve(ctx context.Context, ready io.Writer) error {
 	if err != nil {
 		return err
 	}
-	r, err := StartResponders(l.ns, targets)
+	r, err := startResponders(l.ns, targets)
 	if err != nil {
 		return err
 	}
@@ -382,8 +387,8 @@ func (l *Lab) Serve(ctx context.Context, ready io.Writer) error {
 // lab state describes. It never touches namespaces of no lab's. It
 // returns one line per lab it removed or kept.
 func Clean(name string, force bool) ([]string, error) {
-	if name != "" && !strings.HasPrefix(name, NamePrefix) {
-		return nil, fmt.Errorf("lab %q: lab names start with %q", name, NamePrefix)
+	if name != "" && !strings.HasPrefix(name, namePrefix) {
+		return nil, fmt.Errorf("lab %q: lab names start with %q", name, namePrefix)
 	}
 	names := []string{name}
 	if name == "" {
@@ -395,7 +400,7 @@ func Clean(name string, force bool) ([]string, error) {
 	var out []string
 	var errs []error
 	for _, n := range names {
-		dir := filepath.Join(StateRoot, n)
+		dir := filepath.Join(stateRoot, n)
 		st, err := load(n)
 		if err != nil {
 			if _, serr := os.Stat(dir); serr == nil {
@@ -428,6 +433,9 @@ func Clean(name string, force bool) ([]string, error) {
 			continue
 		}
 		out = append(out, fmt.Sprintf("removed lab %s (%d namespaces)", n, len(st.Topology.Namespaces())))
+	}
+	if len(out) == 0 && len(errs) == 0 {
+		out = append(out, "nothing to clean")
 	}
 	return out, errors.Join(errs...)
 }

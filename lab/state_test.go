@@ -38,7 +38,7 @@ func TestMain(m *testing.M) {
 }
 
 // serverArgv is the responder command line labs made by tests use.
-func serverArgv() []string { return []string{os.Args[0], "lab-test-serve"} }
+func serverArgv() []string { return []string{"lab-test-serve"} }
 
 // child runs one of the child processes:
 //
@@ -169,14 +169,14 @@ func TestUpApplyMeasureDown(t *testing.T) {
 	name := up.Name()
 	defer leftovers(t, name)
 	defer func() {
-		if _, err := os.Stat(filepath.Join(StateRoot, name)); err == nil {
+		if _, err := os.Stat(filepath.Join(stateRoot, name)); err == nil {
 			_, _ = Clean(name, true)
 		}
 	}()
 	if err := up.Close(); err != nil {
 		t.Fatal(err)
 	}
-	if names, _ := netns.List(name + "-"); len(names) != len(up.Topology().Namespaces()) {
+	if names, _ := netns.List(name + "-"); len(names) != len(up.st.Topology.Namespaces()) {
 		t.Fatalf("closing the lab up made in this process removed namespaces: %v", names)
 	}
 	l, err := Open(ctx, name)
@@ -229,12 +229,12 @@ func TestUpApplyMeasureDown(t *testing.T) {
 
 func TestBuildFailureLeavesOthersAlone(t *testing.T) {
 	testenv.RequirePrivileged(t)
-	prefix, err := NewPrefix()
+	prefix, err := newName()
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer leftovers(t, prefix)
-	topo, err := Plan(prefix, behaviour(t, "", policy.Options{}), nil)
+	topo, err := planTopology(prefix, behaviour(t, "", policy.Options{}), nil)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -10,9 +10,9 @@ import (
 	"github.com/moat-net/moat/policy"
 )
 
-// NamePrefix starts the name of everything a lab creates; `moat lab
+// namePrefix starts the name of everything a lab creates; `moat lab
 // clean` removes whatever carries it.
-const NamePrefix = "moat-"
+const namePrefix = "moat-"
 
 // Addresses the lab itself uses inside its namespaces. They never reach
 // the machine's own namespace.
@@ -27,20 +27,20 @@ var (
 	generated4 = netip.MustParsePrefix("169.254.77.0/24")
 )
 
-// Topology is the plan of a lab: which namespaces exist, which addresses
+// topology is the plan of a lab: which namespaces exist, which addresses
 // live where and how they are routed. It is derived from a Program alone,
 // so `lab up` can store it and later commands reopen the same lab.
-type Topology struct {
-	Prefix   string  `json:"prefix"`
-	Underlay string  `json:"underlay"`
-	Nodes    []*Node `json:"nodes"`
-	Pods     []*Pod  `json:"pods"`
-	Outside  Outside `json:"outside"`
+type topology struct {
+	Prefix   string    `json:"prefix"`
+	Underlay string    `json:"underlay"`
+	Nodes    []*nodeNS `json:"nodes"`
+	Pods     []*podNS  `json:"pods"`
+	Outside  outsideNS `json:"outside"`
 }
 
-// Node is a node's namespace: a router for its pods, joined to the other
+// nodeNS is a node's namespace: a router for its pods, joined to the other
 // nodes by the underlay.
-type Node struct {
+type nodeNS struct {
 	// Name is the Kubernetes node name ("" for pods without one).
 	Name string `json:"name"`
 	NS   string `json:"ns"`
@@ -55,8 +55,8 @@ type Node struct {
 	LinkLocal netip.Addr `json:"linkLocal"`
 }
 
-// Pod is a pod-network pod's namespace.
-type Pod struct {
+// podNS is a pod-network pod's namespace.
+type podNS struct {
 	Key  string       `json:"key"`
 	NS   string       `json:"ns"`
 	Node int          `json:"node"`
@@ -64,35 +64,35 @@ type Pod struct {
 	IPs  []netip.Addr `json:"ips"`
 }
 
-// Outside is the namespace standing for the world outside the cluster.
-type Outside struct {
+// outsideNS is the namespace standing for the world outside the cluster.
+type outsideNS struct {
 	NS        string       `json:"ns"`
 	Addrs     []netip.Addr `json:"addrs"`
 	LinkLocal netip.Addr   `json:"linkLocal"`
 }
 
-// Place says where an address lives in the lab.
-type Place struct {
+// place says where an address lives in the lab.
+type place struct {
 	NS string
 	// Node is the index of the node whose rules the address's traffic
 	// crosses, -1 outside the cluster.
 	Node int
 }
 
-// NewPrefix returns a fresh per-run prefix such as "moat-1a2b3c".
-func NewPrefix() (string, error) {
+// newName returns a fresh per-run prefix such as "moat-1a2b3c".
+func newName() (string, error) {
 	var b [3]byte
 	if _, err := rand.Read(b[:]); err != nil {
 		return "", fmt.Errorf("random lab prefix: %w", err)
 	}
-	return NamePrefix + hex.EncodeToString(b[:]), nil
+	return namePrefix + hex.EncodeToString(b[:]), nil
 }
 
-// Plan lays out a lab for a Program and extra peer addresses. It fails
+// planTopology lays out a lab for a Program and extra peer addresses. It fails
 // on input the lab cannot build: clashing addresses, or a peer that is a
 // pod's address.
-func Plan(prefix string, prog *policy.Program, peers []netip.Addr) (*Topology, error) {
-	t := &Topology{Prefix: prefix, Underlay: prefix + "-ul", Outside: Outside{NS: prefix + "-out", LinkLocal: netip.MustParseAddr("fe80::77:ff")}}
+func planTopology(prefix string, prog *policy.Program, peers []netip.Addr) (*topology, error) {
+	t := &topology{Prefix: prefix, Underlay: prefix + "-ul", Outside: outsideNS{NS: prefix + "-out", LinkLocal: netip.MustParseAddr("fe80::77:ff")}}
 	owner := map[netip.Addr]string{}
 	claim := func(a netip.Addr, who string) error {
 		a = a.Unmap()
@@ -112,7 +112,7 @@ func Plan(prefix string, prog *policy.Program, peers []netip.Addr) (*Topology, e
 		}
 		i := len(t.Nodes)
 		nodeIdx[name] = i
-		t.Nodes = append(t.Nodes, &Node{Name: name, NS: fmt.Sprintf("%s-n%d", prefix, i)})
+		t.Nodes = append(t.Nodes, &nodeNS{Name: name, NS: fmt.Sprintf("%s-n%d", prefix, i)})
 		return i
 	}
 	for _, n := range prog.Nodes {
@@ -145,7 +145,7 @@ func Plan(prefix string, prog *policy.Program, peers []netip.Addr) (*Topology, e
 			}
 			continue
 		}
-		pod := &Pod{Key: p.Key(), NS: fmt.Sprintf("%s-p%d", prefix, len(t.Pods)), Node: i, Link: fmt.Sprintf("p%d", len(t.Pods))}
+		pod := &podNS{Key: p.Key(), NS: fmt.Sprintf("%s-p%d", prefix, len(t.Pods)), Node: i, Link: fmt.Sprintf("p%d", len(t.Pods))}
 		for _, a := range p.IPs {
 			if err := claim(a, "pod "+p.Key()); err != nil {
 				return nil, err
@@ -202,7 +202,7 @@ func appendNew(list []netip.Addr, a netip.Addr) []netip.Addr {
 }
 
 // Namespaces lists every namespace of the lab, underlay first.
-func (t *Topology) Namespaces() []string {
+func (t *topology) Namespaces() []string {
 	out := []string{t.Underlay, t.Outside.NS}
 	for _, n := range t.Nodes {
 		out = append(out, n.NS)
@@ -214,32 +214,32 @@ func (t *Topology) Namespaces() []string {
 }
 
 // Locate finds the namespace holding an address.
-func (t *Topology) Locate(a netip.Addr) (Place, bool) {
+func (t *topology) Locate(a netip.Addr) (place, bool) {
 	a = a.Unmap()
 	for _, p := range t.Pods {
 		for _, x := range p.IPs {
 			if x == a {
-				return Place{NS: p.NS, Node: p.Node}, true
+				return place{NS: p.NS, Node: p.Node}, true
 			}
 		}
 	}
 	for i, n := range t.Nodes {
 		for _, x := range n.Addrs {
 			if x == a {
-				return Place{NS: n.NS, Node: i}, true
+				return place{NS: n.NS, Node: i}, true
 			}
 		}
 	}
 	for _, x := range t.Outside.Addrs {
 		if x == a {
-			return Place{NS: t.Outside.NS, Node: -1}, true
+			return place{NS: t.Outside.NS, Node: -1}, true
 		}
 	}
-	return Place{}, false
+	return place{}, false
 }
 
 // NodeByName returns a node's index, -1 if the lab has no such node.
-func (t *Topology) NodeByName(name string) int {
+func (t *topology) NodeByName(name string) int {
 	for i, n := range t.Nodes {
 		if n.Name == name {
 			return i

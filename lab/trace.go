@@ -63,7 +63,7 @@ type tracer struct {
 
 // startTracer installs the lab's trace table in every node and starts
 // listening. Without it probes fall back to timeouts.
-func startTracer(ctx context.Context, t *Topology, ns *Namespaces) (_ *tracer, err error) {
+func startTracer(ctx context.Context, t *topology, ns *namespaces) (_ *tracer, err error) {
 	tr := &tracer{waiters: map[flowKey]chan dropRecord{}}
 	defer func() {
 		if err != nil {

@@ -21,33 +21,33 @@ func TestDropRecordsEndDeniedProbes(t *testing.T) {
 	prog := behaviour(t, isolateServer+"---\n"+denyClientV6, policy.Options{IngressNetworksAndNodes: true})
 	l := upLab(t, prog, Options{})
 	ctx := context.Background()
-	tr, err := startTracer(ctx, l.Topology(), l.ns)
+	tr, err := startTracer(ctx, l.st.Topology, l.ns)
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer tr.close()
 	pr := &prober{ns: l.ns, tr: tr}
-	at := func(src, dst string, proto policy.Protocol, port uint16) Probe {
+	at := func(src, dst string, proto policy.Protocol, port uint16) probeSpec {
 		s := netip.MustParseAddr(src)
-		place, _ := l.Topology().Locate(s)
-		return Probe{SrcNS: place.NS, Src: s, Dst: netip.MustParseAddr(dst), Proto: proto, Port: port}
+		place, _ := l.st.Topology.Locate(s)
+		return probeSpec{SrcNS: place.NS, Src: s, Dst: netip.MustParseAddr(dst), Proto: proto, Port: port}
 	}
 	for _, tc := range []struct {
-		probe Probe
-		want  Outcome
+		probe probeSpec
+		want  outcome
 	}{
-		{at(clientIP4, serverIP4, policy.ProtoTCP, 80), Dropped},
-		{at(clientIP4, serverIP4, policy.ProtoUDP, 53), Dropped},
-		{at(clientIP6, serverIP6, policy.ProtoTCP, 80), Dropped},
-		{at(otherIP4, serverIP4, policy.ProtoTCP, 80), Reached},
-		{at(clientIP4, otherIP4, policy.ProtoTCP, 80), Reached},
+		{at(clientIP4, serverIP4, policy.ProtoTCP, 80), dropped},
+		{at(clientIP4, serverIP4, policy.ProtoUDP, 53), dropped},
+		{at(clientIP6, serverIP6, policy.ProtoTCP, 80), dropped},
+		{at(otherIP4, serverIP4, policy.ProtoTCP, 80), reached},
+		{at(clientIP4, otherIP4, policy.ProtoTCP, 80), reached},
 	} {
 		r := pr.one(ctx, tc.probe, 30*time.Second)
 		if r.Outcome != tc.want {
 			t.Errorf("%s: %v (%v), want %v", tc.probe, r.Outcome, r.Err, tc.want)
 			continue
 		}
-		if tc.want == Dropped && !strings.Contains(r.Evidence, "node n-b, chain ") {
+		if tc.want == dropped && !strings.Contains(r.Evidence, "node n-b, chain ") {
 			t.Errorf("%s: evidence %q does not name the server's node and a chain", tc.probe, r.Evidence)
 		}
 	}

@@ -10,7 +10,7 @@ import (
 
 	"sigs.k8s.io/knftables"
 
-	"github.com/moat-net/moat/lab/randcluster"
+	"github.com/moat-net/moat/internal/randcluster"
 	"github.com/moat-net/moat/policy"
 )
 

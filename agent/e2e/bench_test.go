@@ -29,7 +29,6 @@ import (
 	"github.com/moat-net/moat/internal/clustergen"
 	"github.com/moat-net/moat/internal/kubetest"
 	"github.com/moat-net/moat/internal/testenv"
-	"github.com/moat-net/moat/lab"
 )
 
 // BenchmarkAgentScale loads the scale cluster (clustergen.Scale:
@@ -100,7 +99,7 @@ func BenchmarkAgentScale(b *testing.B) {
 	populate(ctx, b, env, gen, benchNP)
 	b.Logf("populated the API server in %s", time.Since(start).Round(time.Second))
 
-	nsName := fmt.Sprintf("%sbench-%d", lab.NamePrefix, os.Getpid())
+	nsName := fmt.Sprintf("moat-bench-%d", os.Getpid())
 	if out, err := exec.Command("ip", "netns", "add", nsName).CombinedOutput(); err != nil {
 		b.Fatalf("ip netns add: %v %s", err, out)
 	}

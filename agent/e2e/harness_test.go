@@ -21,6 +21,7 @@ import (
 	"github.com/moat-net/moat/internal/kubetest"
 	"github.com/moat-net/moat/internal/testenv"
 	"github.com/moat-net/moat/lab"
+	"github.com/moat-net/moat/matrix"
 	"github.com/moat-net/moat/policy"
 )
 
@@ -72,10 +73,8 @@ func agentBinary(t testing.TB) string {
 type cluster struct {
 	t          *testing.T
 	env        *kubetest.Env
-	topo       *lab.Topology
-	ns         *lab.Namespaces
+	lab        *lab.Lab
 	kubeconfig string
-	pods       map[string]*lab.Pod // by namespace/name
 	agents     map[string]*agentProc
 }
 
@@ -107,37 +106,21 @@ func newCluster(ctx context.Context, t *testing.T, env *kubetest.Env, namespaces
 	for _, p := range pods {
 		pc.Pods = append(pc.Pods, policy.Pod{Namespace: p.ns, Name: p.name, NodeName: p.node, Labels: p.labels, IPs: []netip.Addr{netip.MustParseAddr(p.ip)}})
 	}
-	prefix, err := lab.NewPrefix()
-	if err != nil {
-		t.Fatal(err)
+	// Agents program the nodes; the lab answers on every pod's ports.
+	var pp []matrix.PortProto
+	for _, port := range ports {
+		pp = append(pp, matrix.PortProto{Port: port, Protocol: policy.ProtoTCP})
 	}
-	topo, err := lab.Plan(prefix, policy.Compile(&pc, policy.Options{}), nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	ns, err := topo.Build()
+	l, err := lab.Up(ctx, policy.Compile(&pc, policy.Options{}), lab.Options{Ports: pp, Unenforced: true})
 	if err != nil {
 		t.Fatalf("build lab: %v", err)
 	}
-	c := &cluster{t: t, env: env, topo: topo, ns: ns, pods: map[string]*lab.Pod{}, agents: map[string]*agentProc{}}
+	c := &cluster{t: t, env: env, lab: l, agents: map[string]*agentProc{}}
 	t.Cleanup(func() {
-		ns.Close()
-		if err := topo.Teardown(); err != nil {
-			t.Errorf("tear down lab %s: %v", prefix, err)
+		if err := l.Close(); err != nil {
+			t.Errorf("tear down lab %s: %v", l.Name(), err)
 		}
 	})
-	var targets []lab.Target
-	for _, p := range topo.Pods {
-		c.pods[p.Key] = p
-		for _, port := range ports {
-			targets = append(targets, lab.Target{NS: p.NS, Addr: p.IPs[0], Proto: policy.ProtoTCP, Port: port})
-		}
-	}
-	resp, err := lab.StartResponders(ns, targets)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(resp.Close)
 
 	for name, labels := range namespaces {
 		fixture.CreateNamespace(ctx, t, env, fixture.Namespace(name, labels))
@@ -178,9 +161,9 @@ func freePort(t testing.TB) int {
 func (c *cluster) startAgent(node string, extra ...string) *agentProc {
 	t := c.t
 	t.Helper()
-	i := c.topo.NodeByName(node)
-	if i < 0 {
-		t.Fatalf("lab has no node %s", node)
+	netns, err := c.lab.NodeNetns(node)
+	if err != nil {
+		t.Fatal(err)
 	}
 	p := &agentProc{node: node, health: fmt.Sprintf("127.0.0.1:%d", freePort(t)), done: make(chan error, 1)}
 	p.log = filepath.Join(t.TempDir(), "moat-agent-"+node+".log")
@@ -191,7 +174,7 @@ func (c *cluster) startAgent(node string, extra ...string) *agentProc {
 	args := append([]string{
 		"--node-name=" + node,
 		"--kubeconfig=" + c.kubeconfig,
-		"--netns=" + c.topo.Nodes[i].NS,
+		"--netns=" + netns,
 		"--metrics-bind-address=127.0.0.1:0",
 		"--health-bind-address=" + p.health,
 		"--v=2",
@@ -277,21 +260,27 @@ const probeTimeout = 600 * time.Millisecond
 // probe opens the connections and reports which got through.
 func (c *cluster) probe(ctx context.Context, flows ...flow) []bool {
 	c.t.Helper()
-	probes := make([]lab.Probe, len(flows))
+	index := map[flow]int{}
 	for i, f := range flows {
-		src, dst := c.pods[f.src], c.pods[f.dst]
-		if src == nil || dst == nil {
-			c.t.Fatalf("probe %s: unknown pod", f)
-		}
-		probes[i] = lab.Probe{SrcNS: src.NS, Src: src.IPs[0], Dst: dst.IPs[0], Proto: policy.ProtoTCP, Port: f.port}
+		index[f] = i
 	}
-	res := lab.ProbeAll(ctx, c.ns, probes, lab.ProbeOptions{Timeout: probeTimeout})
-	out := make([]bool, len(res))
-	for i, r := range res {
-		if r.Outcome == lab.Failed {
-			c.t.Fatalf("probe %s failed: %v", flows[i], r.Err)
+	rep, err := c.lab.Measure(ctx, lab.ProbeOptions{Timeout: probeTimeout, Only: func(m matrix.Flow) bool {
+		_, ok := index[flow{src: m.From, dst: m.To, port: m.Port}]
+		return ok
+	}})
+	if err != nil {
+		c.t.Fatalf("probe %v: %v", flows, err)
+	}
+	out := make([]bool, len(flows))
+	seen := 0
+	for _, m := range rep.Flows {
+		if i, ok := index[flow{src: m.From, dst: m.To, port: m.Port}]; ok && m.Measured {
+			out[i] = m.Allowed
+			seen++
 		}
-		out[i] = r.Outcome.Reached()
+	}
+	if seen != len(flows) {
+		c.t.Fatalf("probe %v: %d of %d flows measured (unknown pods?)", flows, seen, len(flows))
 	}
 	return out
 }

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -16,423 +17,233 @@ import (
 	"github.com/moat-net/moat/lab"
 )
 
-// exitDisagree is the status of a lab run in which the kernel and the
-// evaluator disagree on some flow.
-const exitDisagree = 3
-
-// newLabCommand is `moat lab`: pods as network namespaces on this machine,
-// policies enforced by the agent's nftables code, real packets.
+// newLabCommand is `moat lab`: pods as network namespaces, the agent's
+// nftables rules, real packets (docs/lab.md).
 func newLabCommand() *cobra.Command {
 	c := &cobra.Command{
 		Use:   "lab",
 		Short: "Enforce policies with real nftables in network namespaces and probe with real packets (needs root)",
-		Long: `lab builds the input's nodes and pods as Linux network namespaces on this
-machine: a namespace per node routing for its pods, a namespace per pod with
-the pod's addresses, host-network pods in their node's namespace, and an
-"outside" namespace holding the --peer addresses. Each node namespace gets the
-nftables rules the agent would program on that node. Every pod answers on its
-ports (TCP and UDP); probes measure every flow of the matrix and compare it
-with the evaluator. SCTP cannot be probed on this kernel: such flows are
-reported with "measured": false and judged from the programmed rules.
-
-Nothing is added to the machine's own network namespace. The lab needs root
-and the nft binary (Debian: apt-get install nftables).
-
-  moat lab run      build, measure, compare, tear down (exit 0 agree, 3 disagree, 1 error)
-  moat lab up       build a lab that stays up; apply, probe and down work on it
-  moat lab clean    remove labs whose process is gone (a crashed run, a killed up)`,
+		Long: `lab builds the input's nodes and pods as network namespaces on this
+machine, programs each node with the agent's nftables rules and measures
+every flow of the matrix with real TCP and UDP packets against the evaluator
+(docs/lab.md). Needs root and nft; the machine's own namespace is not touched.`,
 	}
-	c.AddCommand(newLabRunCommand(), newLabUpCommand(), newLabApplyCommand(), newLabProbeCommand(),
-		newLabDownCommand(), newLabCleanCommand(), newLabServeCommand())
+	run := labCommand("run -f FILE... [--port N/PROTO]... [--peer IP]... [-o table|json]",
+		"Build a lab, measure every flow with real packets, compare with the evaluator, tear down", "imp", labRun)
+	run.Long = `run builds a lab, measures every flow in parallel, prints the measured matrix
+and tears the lab down, also on Ctrl-C. Allowed means the destination's reply
+came back; denied, that the kernel reported this probe's packet dropped by a
+policy rule ("dropped", with node and chain), that the sender's namespace
+refused it, or that no reply came twice (docs/lab.md). Teardown problems are
+warnings. Exit status: 0 every flow agrees with the evaluator, 3 some
+disagree, 1 error. -o json adds "measured", "predicted", "agree", "outcome".`
+	clean := labCommand("clean [--lab NAME] [--force]", "Remove labs whose process is gone (a crashed run, a killed up; --force: also live ones), never namespaces no lab made", "nf", labClean)
+	serve := labCommand("serve --lab NAME", "Answer on every port of a running lab (the process lab up starts)", "n", labServe)
+	serve.Hidden = true
+	_ = serve.MarkFlagRequired("lab")
+	c.AddCommand(run, clean, serve,
+		labCommand("up -f FILE... [--port N/PROTO]... [--peer IP]...",
+			"Build a lab that stays up (explore it with ip netns exec; change it with lab apply)", "imc", labUp),
+		labCommand("apply [--lab NAME] -f FILE...",
+			"Program a running lab with changed policies or labels (the pods and addresses must stay)", "in", labApply),
+		labCommand("probe [--lab NAME] [-o table|json]",
+			"Measure every flow of a running lab and compare with the evaluator (exit 0 agree, 3 disagree)", "pn", labProbe),
+		labCommand("down [--lab NAME]", "Tear a running lab down", "n", labDown))
 	return c
 }
 
-// labFlags are the flags of commands that build or measure.
+// labFlags are the lab commands' flags.
 type labFlags struct {
+	in           inputFlags
 	ports, peers []string
-	output       string
+	output, name string
 	parallel     int
 	timeout      time.Duration
 	cutDenied    bool
-	name         string
+	force        bool // clean: also labs whose process runs
 }
 
-func (f *labFlags) registerMatrix(cmd *cobra.Command) {
-	cmd.Flags().StringArrayVar(&f.ports, "port", nil, "port to probe, N or N/PROTO (repeatable; default: every container port)")
-	cmd.Flags().StringArrayVar(&f.peers, "peer", nil, "extra endpoint outside the pod network, an IP address (repeatable)")
+// labCommand makes a lab subcommand; flags picks the flag groups: i
+// input, m --port and --peer, p probing, n --lab, c
+// --cut-denied-established, f --force. Errors exit with status 1; run
+// gets a context that Ctrl-C and SIGTERM end.
+func labCommand(use, short, flags string, run func(context.Context, *cobra.Command, *labFlags) error) *cobra.Command {
+	f := &labFlags{}
+	cmd := &cobra.Command{Use: use, Short: short, Args: cobra.NoArgs, RunE: func(cmd *cobra.Command, _ []string) error {
+		// Ctrl-C and SIGTERM end the context, so labs are torn down.
+		ctx, stop := signal.NotifyContext(cmd.Context(), os.Interrupt, syscall.SIGTERM)
+		defer stop()
+		err := run(ctx, cmd, f)
+		if ee := (*exitError)(nil); err == nil || errors.As(err, &ee) {
+			return err
+		}
+		return &exitError{1, err}
+	}}
+	fl := cmd.Flags()
+	for _, g := range flags {
+		switch g {
+		case 'i':
+			f.in.register(cmd)
+		case 'm':
+			fl.StringArrayVar(&f.ports, "port", nil, "port to probe, N or N/PROTO (repeatable; default: every container port)")
+			fl.StringArrayVar(&f.peers, "peer", nil, "extra endpoint outside the pod network, an IP address (repeatable)")
+		case 'p':
+			fl.StringVarP(&f.output, "output", "o", "table", "table or json")
+			fl.IntVar(&f.parallel, "parallel", 64, "probes in flight at once (0: the default)")
+			fl.DurationVar(&f.timeout, "timeout", 800*time.Millisecond, "how long a probe waits for a reply when the kernel reports no drop")
+		case 'n':
+			fl.StringVar(&f.name, "lab", "", "the lab (default: the only one running; for clean: every lab)")
+		case 'c':
+			fl.BoolVar(&f.cutDenied, "cut-denied-established", true, "remove established connections that updated rules deny (conntrack)")
+		case 'f':
+			fl.BoolVar(&f.force, "force", false, "also remove labs whose process still runs")
+		}
+	}
+	return cmd
 }
 
-func (f *labFlags) registerProbe(cmd *cobra.Command) {
-	cmd.Flags().StringVarP(&f.output, "output", "o", "table", "table or json")
-	cmd.Flags().IntVar(&f.parallel, "parallel", 64, "probes in flight at once")
-	cmd.Flags().DurationVar(&f.timeout, "timeout", 800*time.Millisecond, "how long a probe waits before calling the flow dropped")
+// options checks the flags and returns the lab's and the probes' options.
+func (f *labFlags) options() (lab.Options, lab.ProbeOptions, error) {
+	m, err := parseMatrixOptions(f.ports, f.peers)
+	switch {
+	case err != nil:
+	case f.output != "table" && f.output != "json" && f.output != "":
+		err = fmt.Errorf("-o: must be table or json, got %q", f.output)
+	case f.parallel < 0 || f.timeout < 0:
+		err = fmt.Errorf("--parallel %d, --timeout %s: must not be negative", f.parallel, f.timeout)
+	}
+	return lab.Options{Peers: m.Peers, Ports: m.Ports, CutDenied: f.cutDenied}, lab.ProbeOptions{Parallel: f.parallel, Timeout: f.timeout}, err
 }
 
-func (f *labFlags) registerName(cmd *cobra.Command, what string) {
-	cmd.Flags().StringVar(&f.name, "lab", "", what)
-}
-
-func (f *labFlags) options() (lab.Options, error) {
-	opts, err := parseMatrixOptions(f.ports, f.peers)
+// snapshot reads stdin once, so that -f - can be compiled and then
+// copied, and returns what copies the input for lab up and apply. A live
+// cluster is refused: its copy works for files only yet.
+func (f *labFlags) snapshot(cmd *cobra.Command) (func(dir string) error, error) {
+	if f.in.isLive() {
+		return nil, errors.New("lab up and apply keep a copy of their input for later commands, which works for files only: save the cluster (kubectl get -A -o yaml namespaces,nodes,pods,networkpolicies,clusternetworkpolicies) and pass it with -f; lab run reads a live cluster")
+	}
+	if len(f.in.files) == 0 {
+		return lab.Manifests(examples.FS, nil, examples.Quickstart), nil
+	}
+	b, err := io.ReadAll(cmd.InOrStdin())
 	if err != nil {
-		return lab.Options{}, err
+		return nil, fmt.Errorf("read stdin: %w", err)
 	}
-	return lab.Options{Peers: opts.Peers, Ports: opts.Ports, CutDenied: f.cutDenied}, nil
+	stdin := bytes.NewReader(b)
+	cmd.SetIn(stdin)
+	return lab.Manifests(nil, stdin, f.in.files...), nil
 }
 
-func (f *labFlags) probeOptions() (lab.ProbeOptions, error) {
-	if f.output != "table" && f.output != "json" {
-		return lab.ProbeOptions{}, fmt.Errorf("-o: must be table or json, got %q", f.output)
-	}
-	if f.parallel < 1 {
-		return lab.ProbeOptions{}, fmt.Errorf("--parallel: must be at least 1, got %d", f.parallel)
-	}
-	if f.timeout <= 0 {
-		return lab.ProbeOptions{}, fmt.Errorf("--timeout: must be positive, got %s", f.timeout)
-	}
-	return lab.ProbeOptions{Parallel: f.parallel, Timeout: f.timeout}, nil
-}
-
-// signalContext ends on Ctrl-C or SIGTERM, so labs are torn down.
-func signalContext(cmd *cobra.Command) (context.Context, context.CancelFunc) {
-	ctx := cmd.Context()
-	if ctx == nil {
-		ctx = context.Background()
-	}
-	return signal.NotifyContext(ctx, os.Interrupt, syscall.SIGTERM)
-}
-
-// failed wraps an error for exit status 1.
-func failed(err error) error {
-	var ee *exitError
-	if err == nil || errors.As(err, &ee) {
+// writeReport prints a measured matrix and its summary; some flow on
+// which the kernel and the evaluator disagree makes the exit status 3.
+func writeReport(cmd *cobra.Command, rep *lab.Report, format string) error {
+	if err := rep.Write(cmd.OutOrStdout(), cmd.ErrOrStderr(), format); err != nil {
 		return err
 	}
-	return &exitError{1, err}
-}
-
-func newLabRunCommand() *cobra.Command {
-	var (
-		in inputFlags
-		lf labFlags
-	)
-	cmd := &cobra.Command{
-		Use:   "run -f FILE... [--port N/PROTO]... [--peer IP]... [-o table|json]",
-		Short: "Build a lab, measure every flow with real packets, compare with the evaluator, tear down",
-		Long: `run builds the lab, programs every node, probes every flow of the matrix in
-parallel, prints the measured matrix and tears everything down, also on
-Ctrl-C. A flow is allowed only when the destination's reply comes back; it is
-denied when the kernel reports the drop of exactly this probe's packet by a
-policy rule (outcome "dropped", with the node and chain), when the sender's
-own namespace refuses it, or when no reply comes within --timeout twice (the
-second time four times longer). See docs/lab.md. A namespace that cannot be
-removed is a warning: it changes neither the measured flows nor the exit
-status.
-Exit status: 0 when every flow agrees with the evaluator, 3 when some flow
-disagrees (they are listed), 1 on error. -o json prints the moat matrix
-schema with "measured", "predicted" and "agree" per flow.`,
-		Args: cobra.NoArgs,
-		RunE: func(cmd *cobra.Command, _ []string) error {
-			opts, err := lf.options()
-			if err != nil {
-				return failed(err)
-			}
-			popts, err := lf.probeOptions()
-			if err != nil {
-				return failed(err)
-			}
-			if err := lab.CheckHost(); err != nil {
-				return failed(err)
-			}
-			prog, err := in.compile(cmd)
-			if err != nil {
-				return err
-			}
-			ctx, stop := signalContext(cmd)
-			defer stop()
-			rep, err := lab.Run(ctx, prog, opts, popts)
-			if err != nil && ctx.Err() != nil {
-				return failed(fmt.Errorf("interrupted; the lab was torn down: %w", err))
-			}
-			if err != nil {
-				return failed(err)
-			}
-			return writeReport(cmd, rep, lf.output)
-		},
-	}
-	in.register(cmd)
-	lf.registerMatrix(cmd)
-	lf.registerProbe(cmd)
-	return cmd
-}
-
-// writeReport prints a measured matrix and its summary, and returns exit
-// status 3 when some flow disagrees.
-func writeReport(cmd *cobra.Command, rep *lab.Report, format string) error {
-	write := rep.WriteTable
-	if format == "json" {
-		write = rep.WriteJSON
-	}
-	if err := write(cmd.OutOrStdout()); err != nil {
-		return failed(err)
-	}
-	rep.WriteSummary(cmd.ErrOrStderr())
 	if n := len(rep.Disagreements()); n > 0 {
-		return &exitError{exitDisagree, fmt.Errorf("%d flows disagree with the evaluator", n)}
+		return &exitError{3, fmt.Errorf("%d flows disagree with the evaluator", n)}
 	}
 	return nil
 }
 
-// snapshotFunc copies the input the way inputFlags.load reads it.
-func (f *inputFlags) snapshotFunc(stdin io.Reader) func(dir string) error {
-	return func(dir string) error {
-		if len(f.files) == 0 {
-			return lab.SnapshotFS(dir, examples.FS, examples.Quickstart)
-		}
-		return lab.SnapshotFiles(dir, f.files, stdin)
-	}
-}
-
-// bufferStdin lets -f - be read twice: once to compile, once to copy.
-// It also refuses a live cluster as input: up and apply keep a copy of
-// their input, which is only done for files yet.
-func bufferStdin(cmd *cobra.Command, in *inputFlags) error {
-	if in.isLive() {
-		return errors.New("lab up and apply keep a copy of their input for later commands, which works for files only: save the cluster (kubectl get -A -o yaml namespaces,nodes,pods,networkpolicies,clusternetworkpolicies) and pass it with -f; lab run reads a live cluster")
-	}
-	for _, p := range in.files {
-		if p == "-" {
-			b, err := io.ReadAll(cmd.InOrStdin())
-			if err != nil {
-				return fmt.Errorf("read stdin: %w", err)
-			}
-			cmd.SetIn(&replayReader{data: b})
-			return nil
-		}
-	}
-	return nil
-}
-
-// replayReader reads the same bytes again after reaching the end once.
-type replayReader struct {
-	data []byte
-	off  int
-}
-
-func (r *replayReader) Read(p []byte) (int, error) {
-	if r.off >= len(r.data) {
-		r.off = 0
-		return 0, io.EOF
-	}
-	n := copy(p, r.data[r.off:])
-	r.off += n
-	return n, nil
-}
-
-func newLabUpCommand() *cobra.Command {
-	var (
-		in inputFlags
-		lf labFlags
-	)
-	cmd := &cobra.Command{
-		Use:   "up -f FILE... [--port N/PROTO]... [--peer IP]...",
-		Short: "Build a lab that stays up (explore it with ip netns exec; change it with lab apply)",
-		Args:  cobra.NoArgs,
-		RunE: func(cmd *cobra.Command, _ []string) error {
-			opts, err := lf.options()
-			if err != nil {
-				return failed(err)
-			}
-			if err := lab.CheckHost(); err != nil {
-				return failed(err)
-			}
-			if err := bufferStdin(cmd, &in); err != nil {
-				return failed(err)
-			}
-			prog, err := in.compile(cmd)
-			if err != nil {
-				return err
-			}
-			exe, err := os.Executable()
-			if err != nil {
-				return failed(fmt.Errorf("find the moat binary for the responder process: %w", err))
-			}
-			opts.Server = []string{exe, "lab", "serve"}
-			opts.Snapshot = in.snapshotFunc(cmd.InOrStdin())
-			ctx, stop := signalContext(cmd)
-			defer stop()
-			l, err := lab.Up(ctx, prog, opts)
-			if err != nil {
-				return failed(err)
-			}
-			defer l.Close()
-			l.Describe(cmd.OutOrStdout())
-			return nil
-		},
-	}
-	in.register(cmd)
-	lf.registerMatrix(cmd)
-	cmd.Flags().BoolVar(&lf.cutDenied, "cut-denied-established", true, "remove established connections that updated rules deny (conntrack)")
-	return cmd
-}
-
-// openLab finds a running lab for apply, probe and down.
-func openLab(cmd *cobra.Command, name string) (*lab.Lab, context.Context, context.CancelFunc, error) {
-	ctx, stop := signalContext(cmd)
-	l, err := lab.Open(ctx, name)
+func labRun(ctx context.Context, cmd *cobra.Command, f *labFlags) error {
+	opts, popts, err := f.options()
 	if err != nil {
-		stop()
-		return nil, nil, nil, failed(err)
+		return err
 	}
-	return l, ctx, stop, nil
+	prog, err := f.in.compile(cmd)
+	if err != nil {
+		return err
+	}
+	rep, err := lab.Run(ctx, prog, opts, popts)
+	if err != nil {
+		return err
+	}
+	return writeReport(cmd, rep, f.output)
 }
 
-func newLabApplyCommand() *cobra.Command {
-	var (
-		in inputFlags
-		lf labFlags
-	)
-	cmd := &cobra.Command{
-		Use:   "apply [--lab NAME] -f FILE...",
-		Short: "Program a running lab with changed policies or labels (the pods and addresses must stay)",
-		Args:  cobra.NoArgs,
-		RunE: func(cmd *cobra.Command, _ []string) error {
-			if err := bufferStdin(cmd, &in); err != nil {
-				return failed(err)
-			}
-			prog, err := in.compile(cmd)
-			if err != nil {
-				return err
-			}
-			l, ctx, stop, err := openLab(cmd, lf.name)
-			if err != nil {
-				return err
-			}
-			defer stop()
-			defer l.Close()
-			results, err := l.Apply(ctx, prog, in.snapshotFunc(cmd.InOrStdin()))
-			if err != nil {
-				return failed(err)
-			}
-			for i, r := range results {
-				fmt.Fprintf(cmd.OutOrStdout(), "node %s: %d operations, %d chains, %d rules, %d sets, %d elements\n",
-					l.Topology().Nodes[i].Name, r.Operations, r.Stats.Chains, r.Stats.Rules, r.Stats.Sets, r.Stats.Elements)
-				for _, w := range r.Warnings {
-					fmt.Fprintln(cmd.ErrOrStderr(), "warning:", w)
-				}
-			}
-			return nil
-		},
+func labUp(ctx context.Context, cmd *cobra.Command, f *labFlags) error {
+	opts, _, err := f.options()
+	if err != nil {
+		return err
 	}
-	in.register(cmd)
-	lf.registerName(cmd, "the lab (default: the only one running)")
-	return cmd
+	if opts.Snapshot, err = f.snapshot(cmd); err != nil {
+		return err
+	}
+	prog, err := f.in.compile(cmd)
+	if err != nil {
+		return err
+	}
+	opts.Server = []string{"lab", "serve"}
+	l, err := lab.Up(ctx, prog, opts)
+	if err != nil {
+		return err
+	}
+	defer l.Close()
+	l.Describe(cmd.OutOrStdout())
+	return nil
 }
 
-func newLabProbeCommand() *cobra.Command {
-	var lf labFlags
-	cmd := &cobra.Command{
-		Use:   "probe [--lab NAME] [-o table|json]",
-		Short: "Measure every flow of a running lab and compare with the evaluator (exit 0 agree, 3 disagree)",
-		Args:  cobra.NoArgs,
-		RunE: func(cmd *cobra.Command, _ []string) error {
-			popts, err := lf.probeOptions()
-			if err != nil {
-				return failed(err)
-			}
-			l, ctx, stop, err := openLab(cmd, lf.name)
-			if err != nil {
-				return err
-			}
-			defer stop()
-			defer l.Close()
-			rep, err := l.Measure(ctx, popts)
-			if err != nil {
-				return failed(err)
-			}
-			return writeReport(cmd, rep, lf.output)
-		},
+// withLab opens a running lab for apply, probe, down and serve.
+func withLab(ctx context.Context, f *labFlags, do func(*lab.Lab) error) error {
+	l, err := lab.Open(ctx, f.name)
+	if err != nil {
+		return err
 	}
-	lf.registerProbe(cmd)
-	lf.registerName(cmd, "the lab (default: the only one running)")
-	return cmd
+	defer l.Close()
+	return do(l)
 }
 
-func newLabDownCommand() *cobra.Command {
-	var lf labFlags
-	cmd := &cobra.Command{
-		Use:   "down [--lab NAME]",
-		Short: "Tear a running lab down",
-		Args:  cobra.NoArgs,
-		RunE: func(cmd *cobra.Command, _ []string) error {
-			l, _, stop, err := openLab(cmd, lf.name)
-			if err != nil {
-				return err
-			}
-			defer stop()
-			if err := l.Down(); err != nil {
-				return failed(err)
-			}
-			fmt.Fprintf(cmd.OutOrStdout(), "lab %s removed\n", l.Name())
-			return nil
-		},
+func labApply(ctx context.Context, cmd *cobra.Command, f *labFlags) error {
+	snapshot, err := f.snapshot(cmd)
+	if err != nil {
+		return err
 	}
-	lf.registerName(cmd, "the lab (default: the only one running)")
-	return cmd
+	prog, err := f.in.compile(cmd)
+	if err != nil {
+		return err
+	}
+	return withLab(ctx, f, func(l *lab.Lab) error {
+		results, err := l.Apply(ctx, prog, snapshot)
+		l.WriteResults(cmd.OutOrStdout(), results)
+		return err
+	})
 }
 
-func newLabCleanCommand() *cobra.Command {
-	var (
-		lf    labFlags
-		force bool
-	)
-	cmd := &cobra.Command{
-		Use:   "clean [--lab NAME] [--force]",
-		Short: "Remove labs whose process is gone: responder processes, namespaces, state",
-		Long: `clean removes what labs left behind when their process died (a crashed or
-killed lab run, a lab up killed while building, a lab whose responder process
-ended): their namespaces, responder process and state. A lab whose process
-still runs is kept unless --force. Namespaces that no lab recorded are never
-removed, whatever their name, except those named after --lab with --force.`,
-		Args: cobra.NoArgs,
-		RunE: func(cmd *cobra.Command, _ []string) error {
-			msgs, err := lab.Clean(lf.name, force)
-			for _, m := range msgs {
-				fmt.Fprintln(cmd.OutOrStdout(), m)
-			}
-			if len(msgs) == 0 && err == nil {
-				fmt.Fprintln(cmd.OutOrStdout(), "nothing to clean")
-			}
-			return failed(err)
-		},
+func labProbe(ctx context.Context, cmd *cobra.Command, f *labFlags) error {
+	_, popts, err := f.options()
+	if err != nil {
+		return err
 	}
-	lf.registerName(cmd, "only this lab (default: every lab)")
-	cmd.Flags().BoolVar(&force, "force", false, "also remove labs whose process still runs")
-	return cmd
+	return withLab(ctx, f, func(l *lab.Lab) error {
+		rep, err := l.Measure(ctx, popts)
+		if err != nil {
+			return err
+		}
+		return writeReport(cmd, rep, f.output)
+	})
 }
 
-// newLabServeCommand is the responder process `lab up` starts; it is not
-// meant to be run by hand.
-func newLabServeCommand() *cobra.Command {
-	var lf labFlags
-	cmd := &cobra.Command{
-		Use:    "serve --lab NAME",
-		Short:  "Answer on every port of a running lab (started by lab up)",
-		Hidden: true,
-		Args:   cobra.NoArgs,
-		RunE: func(cmd *cobra.Command, _ []string) error {
-			if lf.name == "" {
-				return failed(errors.New("--lab is required"))
-			}
-			l, ctx, stop, err := openLab(cmd, lf.name)
-			if err != nil {
-				return err
-			}
-			defer stop()
-			defer l.Close()
-			return failed(l.Serve(ctx, cmd.OutOrStdout()))
-		},
+func labDown(ctx context.Context, cmd *cobra.Command, f *labFlags) error {
+	return withLab(ctx, f, func(l *lab.Lab) error {
+		if err := l.Down(); err != nil {
+			return err
+		}
+		fmt.Fprintf(cmd.OutOrStdout(), "lab %s removed\n", l.Name())
+		return nil
+	})
+}
+
+func labClean(_ context.Context, cmd *cobra.Command, f *labFlags) error {
+	msgs, err := lab.Clean(f.name, f.force)
+	for _, m := range msgs {
+		fmt.Fprintln(cmd.OutOrStdout(), m)
 	}
-	lf.registerName(cmd, "the lab")
-	return cmd
+	return err
+}
+
+func labServe(ctx context.Context, cmd *cobra.Command, f *labFlags) error {
+	return withLab(ctx, f, func(l *lab.Lab) error {
+		return l.Serve(ctx, cmd.OutOrStdout())
+	})
 }
