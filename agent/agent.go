@@ -14,7 +14,6 @@ import (
 	"k8s.io/client-go/util/workqueue"
 	"k8s.io/klog/v2"
 
-	"github.com/moat-net/moat/features"
 	"github.com/moat-net/moat/nft"
 	"github.com/moat-net/moat/policy"
 )
@@ -344,7 +343,7 @@ func (a *Agent) compile() (*policy.Program, *snapshot, bool) {
 	}
 	if full {
 		a.snap = a.takeSnapshot()
-		a.compiler = policy.NewCompiler(&a.snap.cluster, policy.Options{DenyNodeLocal: !a.cfg.AllowNodeLocal, IngressNetworksAndNodes: a.cfg.Features.Enabled(features.IngressNetworksAndNodes)})
+		a.compiler = policy.NewCompiler(&a.snap.cluster, a.policyOptions())
 		a.metrics.compiles.WithLabelValues("full").Inc()
 	} else if len(relabeled) > 0 {
 		a.metrics.compiles.WithLabelValues("relabel").Inc()

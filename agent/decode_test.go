@@ -31,7 +31,7 @@ func TestDecodeCNP(t *testing.T) {
 		name                 string
 		spec                 string
 		gate                 bool
-		unknown, bad, gated  []string
+		unknown, bad, gated  []string // bad: parts decoding could not read
 		ingressRules, egress int
 		wantAccepted         bool
 		wantReason           string
@@ -48,7 +48,7 @@ func TestDecodeCNP(t *testing.T) {
 	}, {
 		name: "priority of the wrong type",
 		spec: `spec: {tier: Admin, priority: "high", subject: {namespaces: {}}, ingress: [{action: Deny, from: [{namespaces: {}}]}]}`,
-		bad:  []string{"spec.priority"}, ingressRules: 1, wantReason: ReasonUnknownField,
+		bad:  []string{"spec.priority"}, ingressRules: 1, wantReason: ReasonInvalidSpec,
 		check: func(t *testing.T, d *decodedCNP) {
 			if d.Spec.Ingress[0].Action != "Deny" || d.Spec.Subject.Namespaces == nil {
 				t.Errorf("the parts that decode were lost: %+v", d.Spec)
@@ -57,7 +57,7 @@ func TestDecodeCNP(t *testing.T) {
 	}, {
 		name: "one rule of the wrong type keeps its index",
 		spec: `spec: {tier: Admin, priority: 5, subject: {namespaces: {}}, ingress: [{action: Accept, from: [{namespaces: {}}]}, {action: 7}]}`,
-		bad:  []string{"spec.ingress[1]"}, ingressRules: 2, wantReason: ReasonUnknownField,
+		bad:  []string{"spec.ingress[1]"}, ingressRules: 2, wantReason: ReasonInvalidSpec,
 		check: func(t *testing.T, d *decodedCNP) {
 			if d.Spec.Ingress[0].Action != "Accept" || d.Spec.Ingress[1].Action != "" {
 				t.Errorf("rules = %+v", d.Spec.Ingress)
@@ -66,18 +66,19 @@ func TestDecodeCNP(t *testing.T) {
 	}, {
 		name: "rule list that is not a list",
 		spec: `spec: {tier: Admin, priority: 5, subject: {namespaces: {}}, egress: "all"}`,
-		bad:  []string{"spec.egress[0]"}, egress: 1, wantReason: ReasonUnknownField,
+		bad:  []string{"spec.egress[0]"}, egress: 1, wantReason: ReasonInvalidSpec,
 	}, {
 		name: "spec that is not an object",
 		spec: `spec: 42`,
-		bad:  []string{"spec", "spec.egress[0]", "spec.ingress[0]", "spec.subject"}, ingressRules: 1, egress: 1, wantReason: ReasonUnknownField,
+		bad:  []string{"spec", "spec.egress[0]", "spec.ingress[0]", "spec.subject"}, ingressRules: 1, egress: 1, wantReason: ReasonInvalidSpec,
 	}, {
 		name:  "NPEP-127 ingress peers with the gate off",
 		spec:  `spec: {tier: Admin, priority: 5, subject: {namespaces: {}}, ingress: [{action: Deny, from: [{networks: [10.0.0.0/8]}, {nodes: {}}, {namespaces: {}}]}]}`,
 		gated: []string{"spec.ingress[0].from[0].networks", "spec.ingress[0].from[1].nodes"}, ingressRules: 1, wantReason: ReasonUnknownField,
 		check: func(t *testing.T, d *decodedCNP) {
+			// Decoding keeps them; the compiler gates them.
 			p := d.Spec.Ingress[0].From
-			if p[0].Networks != nil || p[1].Nodes != nil || p[2].Namespaces == nil {
+			if p[0].Networks == nil || p[1].Nodes == nil || p[2].Namespaces == nil {
 				t.Errorf("peers = %+v", p)
 			}
 		},
@@ -87,28 +88,26 @@ func TestDecodeCNP(t *testing.T) {
 		gate: true, ingressRules: 1, wantAccepted: true,
 	}} {
 		t.Run(tc.name, func(t *testing.T) {
-			d := decodeCNP(unstructuredFrom(t, cnpHead+tc.spec), tc.gate)
+			d := decodeCNP(unstructuredFrom(t, cnpHead+tc.spec))
 			if d.Name != "p" || d.UID != "u1" || d.Generation != 3 || d.ResourceVersion != "7" {
 				t.Errorf("identity lost: %+v", d.ObjectMeta)
 			}
-			slices.Sort(d.Undecodable)
-			if !slices.Equal(d.Undecodable, tc.bad) {
-				t.Errorf("undecodable = %v, want %v", d.Undecodable, tc.bad)
+			bad := undecodable(d.Invalid)
+			slices.Sort(bad)
+			if !slices.Equal(bad, tc.bad) {
+				t.Errorf("undecodable = %v, want %v", bad, tc.bad)
 			}
-			if !slices.Equal(d.Gated, tc.gated) {
-				t.Errorf("gated = %v, want %v", d.Gated, tc.gated)
+			opts := policy.Options{IngressNetworksAndNodes: tc.gate}
+			if gated := policy.GatedFields(&d.ClusterNetworkPolicy, opts); !slices.Equal(gated, tc.gated) {
+				t.Errorf("gated = %v, want %v", gated, tc.gated)
 			}
-			wantUnknown := append(append(append([]string(nil), tc.unknown...), tc.bad...), tc.gated...)
-			got := append([]string(nil), d.UnknownFields...)
-			slices.Sort(got)
-			slices.Sort(wantUnknown)
-			if !slices.Equal(got, wantUnknown) {
-				t.Errorf("UnknownFields = %v, want %v", got, wantUnknown)
+			if !slices.Equal(d.UnknownFields, tc.unknown) {
+				t.Errorf("UnknownFields = %v, want %v", d.UnknownFields, tc.unknown)
 			}
 			if len(d.Spec.Ingress) != tc.ingressRules || len(d.Spec.Egress) != tc.egress {
 				t.Errorf("rules: %d ingress, %d egress; want %d, %d", len(d.Spec.Ingress), len(d.Spec.Egress), tc.ingressRules, tc.egress)
 			}
-			prog := policy.Compile(&policy.Cluster{ClusterNetworkPolicies: []policy.ClusterNetworkPolicy{d.ClusterNetworkPolicy}}, policy.Options{IngressNetworksAndNodes: tc.gate})
+			prog := policy.Compile(&policy.Cluster{ClusterNetworkPolicies: []policy.ClusterNetworkPolicy{d.ClusterNetworkPolicy}}, opts)
 			if len(prog.Status) != 1 {
 				t.Fatalf("status = %+v", prog.Status)
 			}
@@ -120,7 +119,7 @@ func TestDecodeCNP(t *testing.T) {
 				tc.check(t, d)
 			}
 			cp := d.DeepCopyObject().(*decodedCNP)
-			if !slices.Equal(cp.UnknownFields, d.UnknownFields) || !slices.Equal(cp.Gated, d.Gated) || cp.ClusterNetworkPolicy.ClusterNetworkPolicy == d.ClusterNetworkPolicy.ClusterNetworkPolicy {
+			if !slices.Equal(cp.UnknownFields, d.UnknownFields) || len(cp.Invalid) != len(d.Invalid) || cp.ClusterNetworkPolicy.ClusterNetworkPolicy == d.ClusterNetworkPolicy.ClusterNetworkPolicy {
 				t.Errorf("DeepCopyObject lost decoding results or shares the object")
 			}
 		})
@@ -152,12 +151,11 @@ metadata: {name: np, namespace: a, generation: 2}
 			if d.Name != "np" || d.Namespace != "a" || d.Generation != 2 {
 				t.Errorf("identity lost: %+v", d.ObjectMeta)
 			}
-			if !slices.Equal(d.Undecodable, tc.bad) {
-				t.Errorf("undecodable = %v, want %v", d.Undecodable, tc.bad)
+			if bad := undecodable(d.Invalid); !slices.Equal(bad, tc.bad) {
+				t.Errorf("undecodable = %v, want %v", bad, tc.bad)
 			}
-			want := append(append([]string(nil), tc.unknown...), tc.bad...)
-			if !slices.Equal(d.UnknownFields, want) {
-				t.Errorf("UnknownFields = %v, want %v", d.UnknownFields, want)
+			if !slices.Equal(d.UnknownFields, tc.unknown) {
+				t.Errorf("UnknownFields = %v, want %v", d.UnknownFields, tc.unknown)
 			}
 			if len(d.Spec.Ingress) != tc.ingressRules {
 				t.Errorf("%d ingress rules, want %d", len(d.Spec.Ingress), tc.ingressRules)

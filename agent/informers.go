@@ -15,11 +15,11 @@ import (
 	"k8s.io/client-go/tools/cache"
 
 	"github.com/moat-net/moat/api/v1alpha2"
-	"github.com/moat-net/moat/features"
 )
 
 // Resources the agent reads through dynamic informers: policies are
-// decoded strictly from their JSON (see decode.go).
+// decoded strictly from the informers' maps by package decode, as files
+// are (see decode.go).
 var (
 	networkPolicyGVR        = schema.GroupVersionResource{Group: "networking.k8s.io", Version: "v1", Resource: "networkpolicies"}
 	clusterNetworkPolicyGVR = v1alpha2.SchemeGroupVersion.WithResource("clusternetworkpolicies")
@@ -80,7 +80,6 @@ func (a *Agent) newInformers() (*informers, error) {
 		nps:  a.dynamicInformer(networkPolicyGVR),
 		cnps: a.dynamicInformer(clusterNetworkPolicyGVR),
 	}
-	ingressPeers := a.cfg.Features.Enabled(features.IngressNetworksAndNodes)
 	transforms := []cache.TransformFunc{
 		slimPod, slimNamespace, slimNode,
 		func(o any) (any, error) {
@@ -91,7 +90,7 @@ func (a *Agent) newInformers() (*informers, error) {
 		},
 		func(o any) (any, error) {
 			if u, ok := o.(*unstructured.Unstructured); ok {
-				return decodeCNP(u, ingressPeers), nil
+				return decodeCNP(u), nil
 			}
 			return o, nil
 		},

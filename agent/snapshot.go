@@ -95,8 +95,8 @@ func (a *Agent) takeSnapshot() *snapshot {
 		if np, ok := o.(*decodedNP); ok {
 			s.nps[np.Namespace+"/"+np.Name] = np
 			c.NetworkPolicies = append(c.NetworkPolicies, np.NetworkPolicy)
-			if len(np.Undecodable) > 0 {
-				s.problems["NetworkPolicy "+np.Namespace+"/"+np.Name] = problem{problemUndecodablePolicy, "cannot decode " + strings.Join(np.Undecodable, ", ") + ": enforced fail-closed"}
+			if bad := undecodable(np.Invalid); len(bad) > 0 {
+				s.problems["NetworkPolicy "+np.Namespace+"/"+np.Name] = problem{problemUndecodablePolicy, "cannot decode " + strings.Join(bad, ", ") + ": enforced fail-closed"}
 			}
 		}
 	}
@@ -104,8 +104,8 @@ func (a *Agent) takeSnapshot() *snapshot {
 		if cnp, ok := o.(*decodedCNP); ok {
 			s.cnps[cnp.Name] = cnp
 			c.ClusterNetworkPolicies = append(c.ClusterNetworkPolicies, cnp.ClusterNetworkPolicy)
-			if len(cnp.Undecodable) > 0 {
-				s.problems["ClusterNetworkPolicy "+cnp.Name] = problem{problemUndecodablePolicy, "cannot decode " + strings.Join(cnp.Undecodable, ", ") + ": enforced fail-closed"}
+			if bad := undecodable(cnp.Invalid); len(bad) > 0 {
+				s.problems["ClusterNetworkPolicy "+cnp.Name] = problem{problemUndecodablePolicy, "cannot decode " + strings.Join(bad, ", ") + ": enforced fail-closed"}
 			}
 		}
 	}

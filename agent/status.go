@@ -211,13 +211,12 @@ func (w *statusWriter) write(ctx context.Context) (again bool) {
 	return again
 }
 
-// desiredCondition is the Accepted condition for a compiled policy.
-func desiredCondition(cnp *decodedCNP, st policy.PolicyStatus) metav1.Condition {
+// desiredCondition is the Accepted condition for a compiled policy. The
+// compiler's status already says what is wrong (wrongly typed parts
+// included); fields a disabled feature gate hides get a hint naming it.
+func desiredCondition(cnp *decodedCNP, st policy.PolicyStatus, opts policy.Options) metav1.Condition {
 	c := metav1.Condition{Type: ConditionAccepted, ObservedGeneration: cnp.Generation}
 	switch {
-	case len(cnp.Undecodable) > 0:
-		c.Status, c.Reason = metav1.ConditionFalse, ReasonInvalidSpec
-		c.Message = fmt.Sprintf("cannot decode %s (wrong type): enforced fail-closed", strings.Join(cnp.Undecodable, ", "))
 	case st.Accepted:
 		c.Status, c.Reason, c.Message = metav1.ConditionTrue, ReasonAccepted, "enforced as written"
 	default:
@@ -225,8 +224,8 @@ func desiredCondition(cnp *decodedCNP, st policy.PolicyStatus) metav1.Condition 
 		if c.Reason == "" {
 			c.Reason = ReasonInvalidSpec
 		}
-		if len(cnp.Gated) > 0 {
-			c.Message += fmt.Sprintf(" (%s: these fields need moat-agent --feature-gates=%s=true)", strings.Join(cnp.Gated, ", "), features.IngressNetworksAndNodes)
+		if gated := policy.GatedFields(&cnp.ClusterNetworkPolicy, opts); len(gated) > 0 {
+			c.Message += fmt.Sprintf(" (%s: these fields need moat-agent --feature-gates=%s=true)", strings.Join(gated, ", "), features.IngressNetworksAndNodes)
 		}
 	}
 	c.Message = truncate(c.Message)
@@ -253,7 +252,7 @@ func (w *statusWriter) writeCNP(ctx context.Context, compiled *decodedCNP, st po
 		// Changed since it was compiled: the next sync reports on it.
 		return false
 	}
-	want := desiredCondition(compiled, st)
+	want := desiredCondition(compiled, st, w.a.policyOptions())
 	conds := append([]metav1.Condition(nil), cur.Status.Conditions...)
 	if old := meta.FindStatusCondition(conds, ConditionAccepted); old != nil &&
 		old.Status == want.Status && old.Reason == want.Reason && old.Message == want.Message && old.ObservedGeneration == want.ObservedGeneration {

@@ -70,11 +70,11 @@ func TestHealthzDetectsAHungSync(t *testing.T) {
 }
 
 func TestDesiredCondition(t *testing.T) {
-	cnp := func(y string, gate bool) *decodedCNP {
-		return decodeCNP(fixture.YAML(t, cnpHead+y), gate)
+	cnp := func(y string) *decodedCNP {
+		return decodeCNP(fixture.YAML(t, cnpHead+y))
 	}
-	compile := func(d *decodedCNP) policy.PolicyStatus {
-		return policy.Compile(&policy.Cluster{ClusterNetworkPolicies: []policy.ClusterNetworkPolicy{d.ClusterNetworkPolicy}}, policy.Options{}).Status[0]
+	compile := func(d *decodedCNP, opts policy.Options) policy.PolicyStatus {
+		return policy.Compile(&policy.Cluster{ClusterNetworkPolicies: []policy.ClusterNetworkPolicy{d.ClusterNetworkPolicy}}, opts).Status[0]
 	}
 	for _, tc := range []struct {
 		name, spec     string
@@ -86,11 +86,13 @@ func TestDesiredCondition(t *testing.T) {
 		{"invalid", `spec: {tier: Admin, priority: 5000, subject: {namespaces: {}}}`, false, "False", ReasonInvalidSpec, "spec.priority"},
 		{"unknown", `spec: {tier: Admin, priority: 1, subject: {namespaces: {}}, egress: [{action: Deny, to: [{fqdn: x}]}]}`, false, "False", ReasonUnknownField, "spec.egress[0].to[0].fqdn"},
 		{"gated", `spec: {tier: Admin, priority: 1, subject: {namespaces: {}}, ingress: [{action: Deny, from: [{nodes: {}}]}]}`, false, "False", ReasonUnknownField, "--feature-gates=IngressNetworksAndNodes=true"},
-		{"undecodable", `spec: {tier: Admin, priority: [1], subject: {namespaces: {}}}`, false, "False", ReasonInvalidSpec, "cannot decode spec.priority"},
+		{"undecodable", `spec: {tier: Admin, priority: [1], subject: {namespaces: {}}}`, false, "False", ReasonInvalidSpec, "spec.priority: Invalid value: wrong type: want an integer, got a list; cannot decode the priority"},
+		{"gate on", `spec: {tier: Admin, priority: 1, subject: {namespaces: {}}, ingress: [{action: Deny, from: [{nodes: {}}]}]}`, true, "True", ReasonAccepted, "enforced as written"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			d := cnp(tc.spec, tc.gate)
-			c := desiredCondition(d, compile(d))
+			d := cnp(tc.spec)
+			opts := policy.Options{IngressNetworksAndNodes: tc.gate}
+			c := desiredCondition(d, compile(d, opts), opts)
 			if string(c.Status) != tc.status || c.Reason != tc.reason || !strings.Contains(c.Message, tc.msg) || c.ObservedGeneration != 3 || c.Type != ConditionAccepted {
 				t.Errorf("condition = %+v, want %s/%s with %q, generation 3", c, tc.status, tc.reason, tc.msg)
 			}
@@ -156,14 +158,15 @@ func FuzzDecodeCNP(f *testing.F) {
 		if json.Unmarshal([]byte(js), &obj) != nil || obj == nil {
 			return
 		}
-		d := decodeCNP(&unstructured.Unstructured{Object: obj}, gate)
+		d := decodeCNP(&unstructured.Unstructured{Object: obj})
+		opts := policy.Options{IngressNetworksAndNodes: gate}
 		prog := policy.Compile(&policy.Cluster{
 			Pods:                   []policy.Pod{{Namespace: "a", Name: "x", NodeName: "n", IPs: []netip.Addr{netip.MustParseAddr("10.0.0.1")}}},
 			ClusterNetworkPolicies: []policy.ClusterNetworkPolicy{d.ClusterNetworkPolicy},
-		}, policy.Options{})
-		if len(d.UnknownFields) > 0 && prog.Status[0].Accepted {
-			t.Fatalf("unknown or undecodable fields %v but accepted", d.UnknownFields)
+		}, opts)
+		if (len(d.UnknownFields) > 0 || len(d.Invalid) > 0) && prog.Status[0].Accepted {
+			t.Fatalf("unknown fields %v or undecodable parts %v but accepted", d.UnknownFields, d.Invalid)
 		}
-		_ = desiredCondition(d, prog.Status[0])
+		_ = desiredCondition(d, prog.Status[0], opts)
 	})
 }

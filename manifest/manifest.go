@@ -1,12 +1,11 @@
 // Package manifest reads Kubernetes manifests (files, directories, stdin;
 // multi-document YAML, JSON, kind: List) into a policy.Cluster. It is the
 // file source of Moat's data flow; the agent's informers are the other.
+// Both decode objects through package decode, so a file and the API server
+// can never disagree about what a manifest means.
 package manifest
 
 import (
-	"bufio"
-	"bytes"
-	"errors"
 	"fmt"
 	"io"
 	"io/fs"
@@ -15,27 +14,11 @@ import (
 	"sort"
 	"strings"
 
-	"k8s.io/apimachinery/pkg/util/yaml"
-	sigsyaml "sigs.k8s.io/yaml"
-
-	"github.com/moat-net/moat/policy"
+	"github.com/moat-net/moat/decode"
 )
 
-// Result is what loading produced.
-type Result struct {
-	Cluster policy.Cluster
-	// Diagnostics are problems found while decoding: unknown or duplicate
-	// fields, duplicate objects, unusable values. Objects with such
-	// problems are still loaded where possible so the compiler can fail
-	// closed on them.
-	Diagnostics []policy.Diagnostic
-	// Dropped names objects that could not be loaded at all (wrong
-	// apiVersion, undecodable). Leaving out a policy could widen access,
-	// so commands that judge traffic refuse to run when this is not empty.
-	Dropped []string
-	// Skipped lists objects of kinds Moat does not read, for -v.
-	Skipped []string
-}
+// Result is what loading produced: see decode.Result.
+type Result = decode.Result
 
 // Loader reads manifests. The zero value reads from the file system, with
 // "-" meaning standard input.
@@ -50,22 +33,22 @@ type Loader struct {
 // *.json) or "-". Input that cannot be parsed at all is an error naming the
 // file; everything else becomes a diagnostic.
 func (l *Loader) Load(paths ...string) (*Result, error) {
-	d := newDecoder()
+	res := &Result{}
 	for _, p := range paths {
-		if err := l.loadPath(d, p); err != nil {
+		if err := l.loadPath(res, p); err != nil {
 			return nil, err
 		}
 	}
-	return d.result(), nil
+	return res, nil
 }
 
-func (l *Loader) loadPath(d *decoder, p string) error {
+func (l *Loader) loadPath(d *Result, p string) error {
 	if p == "-" {
 		in := l.Stdin
 		if in == nil {
 			in = os.Stdin
 		}
-		return d.decodeStream("<stdin>", in)
+		return decodeStream(d, "<stdin>", in)
 	}
 	files, err := Files(l.FS, p)
 	if err != nil {
@@ -128,7 +111,7 @@ func IsManifestName(path string) bool {
 	}
 	return false
 }
-func (l *Loader) loadFile(d *decoder, p string) error {
+func (l *Loader) loadFile(d *Result, p string) error {
 	var f io.ReadCloser
 	var err error
 	if l.FS != nil {
@@ -140,45 +123,6 @@ func (l *Loader) loadFile(d *decoder, p string) error {
 		return fmt.Errorf("read %s: %w", p, err)
 	}
 	defer f.Close()
-	return d.decodeStream(p, f)
+	return decodeStream(d, p, f)
 }
 
-// decodeStream splits a YAML or JSON stream into documents.
-func (d *decoder) decodeStream(name string, r io.Reader) error {
-	reader := yaml.NewYAMLReader(bufio.NewReader(r))
-	for doc := 1; ; doc++ {
-		raw, err := reader.Read()
-		if errors.Is(err, io.EOF) {
-			return nil
-		}
-		if err != nil {
-			return fmt.Errorf("%s: document %d: %w", name, doc, err)
-		}
-		if len(bytes.TrimSpace(stripComments(raw))) == 0 {
-			continue
-		}
-		js, err := sigsyaml.YAMLToJSONStrict(raw)
-		if err != nil {
-			return fmt.Errorf("%s: document %d: invalid YAML: %w", name, doc, err)
-		}
-		if bytes.Equal(bytes.TrimSpace(js), []byte("null")) {
-			continue
-		}
-		if err := d.decodeObject(fmt.Sprintf("%s#%d", name, doc), js); err != nil {
-			return fmt.Errorf("%s: document %d: %w", name, doc, err)
-		}
-	}
-}
-
-func stripComments(b []byte) []byte {
-	var out []byte
-	for _, line := range bytes.Split(b, []byte("\n")) {
-		t := bytes.TrimSpace(line)
-		if len(t) == 0 || t[0] == '#' || bytes.Equal(t, []byte("---")) {
-			continue
-		}
-		out = append(out, line...)
-		out = append(out, '\n')
-	}
-	return out
-}

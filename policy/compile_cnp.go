@@ -43,7 +43,7 @@ type cnpPeerFields struct {
 
 func (k *compiler) compileCNP(cnp *ClusterNetworkPolicy) *cnpCompiled {
 	ref := PolicyRef{Kind: "ClusterNetworkPolicy", Name: cnp.Name}
-	bad, status := k.check(ref, cnp.Source, ValidateClusterNetworkPolicy(cnp.ClusterNetworkPolicy), k.unknownCNPFields(cnp))
+	bad, status := k.check(ref, cnp.Source, validateCNP(cnp), k.unknownCNPFields(cnp))
 	out := &cnpCompiled{ref: ref, status: status}
 	spec := &cnp.Spec
 

@@ -37,7 +37,7 @@ type npRule struct {
 
 func (k *compiler) compileNP(np *NetworkPolicy) *npCompiled {
 	ref := PolicyRef{Kind: "NetworkPolicy", Namespace: np.Namespace, Name: np.Name}
-	bad, status := k.check(ref, np.Source, ValidateNetworkPolicy(np.NetworkPolicy), np.UnknownFields)
+	bad, status := k.check(ref, np.Source, validateNP(np), np.UnknownFields)
 	out := &npCompiled{ref: ref, status: status}
 	spec := &np.Spec
 

@@ -4,6 +4,7 @@ import (
 	"net/netip"
 
 	networkingv1 "k8s.io/api/networking/v1"
+	"k8s.io/apimachinery/pkg/util/validation/field"
 
 	"github.com/moat-net/moat/api/v1alpha2"
 )
@@ -64,6 +65,11 @@ type NetworkPolicy struct {
 	// that the decoder found but Moat's types do not have. The compiler
 	// fails closed on the parts they belong to.
 	UnknownFields []string
+	// Invalid are problems decoding found that the typed object cannot
+	// show: a wrongly typed or repeated value (at the path of the part
+	// decoding replaced by its empty value) and required fields that were
+	// missing. The compiler treats them as validation errors.
+	Invalid field.ErrorList
 	// Source names where the object came from (file:line or "api").
 	Source string
 }
@@ -74,6 +80,8 @@ type ClusterNetworkPolicy struct {
 	*v1alpha2.ClusterNetworkPolicy
 	// UnknownFields: see NetworkPolicy.UnknownFields.
 	UnknownFields []string
+	// Invalid: see NetworkPolicy.Invalid.
+	Invalid field.ErrorList
 	// Source names where the object came from.
 	Source string
 }

@@ -3,6 +3,8 @@ package policy
 import (
 	"fmt"
 	"regexp"
+	"slices"
+	"strings"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/validation/field"
@@ -253,4 +255,36 @@ func portNumber(n int32, p *field.Path) field.ErrorList {
 		return field.ErrorList{field.Invalid(p, n, "must be between 1 and 65535")}
 	}
 	return nil
+}
+
+// validateCNP is what the compiler checks of a ClusterNetworkPolicy: what
+// decoding found (Invalid: wrongly typed parts, missing required fields)
+// first, then the CRD's rules.
+func validateCNP(cnp *ClusterNetworkPolicy) field.ErrorList {
+	return withDecodeErrors(cnp.Invalid, ValidateClusterNetworkPolicy(cnp.ClusterNetworkPolicy))
+}
+
+// withDecodeErrors puts what decoding found before validation's errors,
+// leaving out what would say the same twice: validation of the empty
+// value that replaced a part decoding could not read, and a missing
+// required field (decoding reports it; the typed object cannot tell
+// missing from empty).
+func withDecodeErrors(decoded, validated field.ErrorList) field.ErrorList {
+	errs := append(field.ErrorList(nil), decoded...)
+	for _, e := range validated {
+		if !slices.ContainsFunc(decoded, func(d *field.Error) bool { return coveredBy(e, d) }) {
+			errs = append(errs, e)
+		}
+	}
+	return errs
+}
+
+func coveredBy(e, d *field.Error) bool {
+	switch d.Type {
+	case field.ErrorTypeRequired:
+		return e.Type == field.ErrorTypeRequired && e.Field == d.Field
+	case field.ErrorTypeTypeInvalid, field.ErrorTypeDuplicate:
+		return e.Field == d.Field || strings.HasPrefix(e.Field, d.Field+".") || strings.HasPrefix(e.Field, d.Field+"[")
+	}
+	return false
 }

@@ -169,3 +169,9 @@ func validateIPBlock(b *networkingv1.IPBlock, p *field.Path) field.ErrorList {
 func strictSubset(inner, outer netip.Prefix) bool {
 	return inner.Addr().Is4() == outer.Addr().Is4() && inner.Bits() > outer.Bits() && outer.Contains(inner.Addr())
 }
+
+// validateNP is what the compiler checks of a NetworkPolicy: what decoding
+// found (Invalid) first, then the API server's validation.
+func validateNP(np *NetworkPolicy) field.ErrorList {
+	return withDecodeErrors(np.Invalid, ValidateNetworkPolicy(np.NetworkPolicy))
+}

@@ -1,0 +1,450 @@
+package decode
+
+import (
+	"fmt"
+	"slices"
+	"strings"
+	"sync"
+
+	corev1 "k8s.io/api/core/v1"
+	networkingv1 "k8s.io/api/networking/v1"
+	networkingv1beta1 "k8s.io/api/networking/v1beta1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/util/validation/field"
+
+	"github.com/moat-net/moat/api/v1alpha2"
+	"github.com/moat-net/moat/policy"
+)
+
+// start picks the body decoder for an object's apiVersion and kind.
+func (x *decoder) start(h header) body {
+	switch {
+	case h.bad != "":
+		field, msg, _ := strings.Cut(h.bad, ": ")
+		return &otherBody{kind: h.kind, drop: true, field: field, msg: msg}
+	case !h.haveKind || h.kind == "":
+		return &otherBody{kind: "<unknown kind>", drop: true, field: "kind", msg: "missing kind"}
+	case strings.HasSuffix(h.kind, "List"):
+		return &listBody{kind: h.kind}
+	}
+	want, read := readKinds[h.kind]
+	if !read {
+		group := groupOf(h.apiVersion)
+		switch {
+		case group == policyGroup && unsupportedPolicyKinds[h.kind]:
+			return &otherBody{kind: h.kind, warn: "policy kind not enforced by Moat (use ClusterNetworkPolicy, policy.networking.k8s.io/v1alpha2): ignored"}
+		case readsGroup(group) && !knownKind(group, h.kind):
+			return &otherBody{kind: h.kind, drop: true, field: "kind", msg: unknownKindMessage(h)}
+		}
+		return &otherBody{kind: h.kind}
+	}
+	if h.apiVersion != want {
+		return &otherBody{kind: h.kind, drop: true, field: "apiVersion", msg: fmt.Sprintf("unsupported apiVersion %q for kind %s (want %q)", h.apiVersion, h.kind, want)}
+	}
+	switch h.kind {
+	case "Pod":
+		return &podBody{}
+	case "Node":
+		return &nodeBody{}
+	case "Namespace":
+		return &namespaceBody{}
+	case "NetworkPolicy":
+		return &npBody{}
+	}
+	return &cnpBody{}
+}
+
+const policyGroup = "policy.networking.k8s.io"
+
+// unsupportedPolicyKinds are policy kinds users may expect Moat to read;
+// they get a warning rather than a silent skip.
+var unsupportedPolicyKinds = map[string]bool{"AdminNetworkPolicy": true, "BaselineAdminNetworkPolicy": true}
+
+func groupOf(apiVersion string) string {
+	g, _, found := strings.Cut(apiVersion, "/")
+	if !found {
+		return "" // "v1": the core group
+	}
+	return g
+}
+
+// readsGroup reports whether Moat reads kinds of group: there, a kind it
+// does not know is most likely a misspelling of one it reads, and leaving
+// the object out could widen access.
+func readsGroup(group string) bool {
+	return group == "" || group == "networking.k8s.io" || group == policyGroup
+}
+
+var (
+	kindsOnce sync.Once
+	kinds     map[string]bool // "group/Kind" of every kind the API defines in the groups Moat reads
+)
+
+// knownKind reports whether group defines kind (in any version): the core
+// and networking.k8s.io kinds of k8s.io/api, and the network-policy-api
+// kinds.
+func knownKind(group, kind string) bool {
+	kindsOnce.Do(func() {
+		kinds = map[string]bool{
+			policyGroup + "/ClusterNetworkPolicy": true, policyGroup + "/AdminNetworkPolicy": true, policyGroup + "/BaselineAdminNetworkPolicy": true,
+		}
+		s := runtime.NewScheme()
+		for _, add := range []func(*runtime.Scheme) error{corev1.AddToScheme, networkingv1.AddToScheme, networkingv1beta1.AddToScheme} {
+			if err := add(s); err != nil {
+				panic(err) // static registration
+			}
+		}
+		for gvk := range s.AllKnownTypes() {
+			kinds[gvk.Group+"/"+gvk.Kind] = true
+		}
+	})
+	return kinds[group+"/"+kind]
+}
+
+func unknownKindMessage(h header) string {
+	msg := fmt.Sprintf("unknown kind %q in apiVersion %q", h.kind, h.apiVersion)
+	for k := range readKinds {
+		if strings.EqualFold(k, h.kind) || strings.EqualFold(k+"s", h.kind) || strings.EqualFold(strings.TrimSuffix(k, "y")+"ies", h.kind) {
+			return msg + fmt.Sprintf(" (did you mean %s?)", k)
+		}
+	}
+	return msg + " (Moat reads Namespace, Pod, Node, NetworkPolicy and ClusterNetworkPolicy)"
+}
+
+// ref names an object as diagnostics do.
+func ref(kind string, m *metav1.ObjectMeta) string {
+	switch kind {
+	case "Pod", "NetworkPolicy":
+		ns := m.Namespace
+		if ns == "" {
+			ns = defaultNamespace
+		}
+		return kind + " " + ns + "/" + m.Name
+	}
+	return kind + " " + m.Name
+}
+
+func (o *Object) diag(sev policy.Severity, fieldPath, msg string) {
+	o.Diagnostics = append(o.Diagnostics, policy.Diagnostic{Severity: sev, Object: o.Ref, Field: fieldPath, Message: msg, Source: o.Source})
+}
+
+func (o *Object) drop(fieldPath, msg string) {
+	o.diag(policy.SeverityError, fieldPath, msg+": object not loaded")
+	o.Dropped = true
+}
+
+// identity is the metadata every body reads, and whether it could be
+// read.
+type identity struct {
+	meta    metav1.ObjectMeta
+	bad     []problem
+	hasMeta bool
+}
+
+func (id *identity) read(d *dec, labels bool) error {
+	m := d.mark()
+	if id.hasMeta && d.strict {
+		d.problems = append(d.problems, problem{path: "metadata", msg: "duplicate field", dup: true})
+	}
+	id.hasMeta = true
+	d.push("metadata")
+	err := d.meta(&id.meta, labels)
+	d.pop()
+	id.bad = append(id.bad, d.since(m)...)
+	d.problems = d.problems[:m]
+	return err
+}
+
+// check drops an object whose identity is unknown; it returns false then.
+func (id *identity) check(o *Object) bool {
+	switch {
+	case len(id.bad) > 0:
+		o.drop(id.bad[0].path, "cannot decode: "+id.bad[0].msg)
+	case id.meta.Name == "":
+		o.drop("metadata.name", "Required value")
+	default:
+		return true
+	}
+	return false
+}
+
+// otherBody reads only the identity of objects Moat does not read.
+type otherBody struct {
+	kind       string
+	id         identity
+	drop       bool
+	field, msg string
+	warn       string
+}
+
+func (b *otherBody) member(d *dec, key []byte) error {
+	if string(key) == "metadata" {
+		return b.id.read(d, false)
+	}
+	return d.src.skip()
+}
+
+func (b *otherBody) finish(_ *dec, o *Object) {
+	o.Ref = ref(b.kind, &b.id.meta)
+	switch {
+	case b.drop:
+		o.drop(b.field, b.msg)
+	case b.warn != "":
+		o.diag(policy.SeverityWarning, "kind", b.warn)
+		o.Skipped = b.warn
+	default:
+		o.Skipped = "kind not used by Moat"
+	}
+}
+
+// listBody is a List whose items were read, or are still to come.
+type listBody struct {
+	kind string
+	// cont is metadata.continue, for paginated lists.
+	cont string
+}
+
+var listMetaSchema = schema{fields: []string{"continue"}}
+
+func (b *listBody) member(d *dec, key []byte) error {
+	switch string(key) {
+	case "metadata":
+		_, err := d.object(&listMetaSchema, func(int) error { return d.str(&b.cont) })
+		return err
+	case "items":
+		k, err := d.src.peek()
+		if err != nil {
+			return err
+		}
+		return fmt.Errorf("%s: items: must be a list, got %s", b.kind, k)
+	}
+	return d.src.skip()
+}
+
+// finish is reached only for a List without items.
+func (b *listBody) finish(_ *dec, o *Object) {
+	o.Ref = b.kind
+	o.Skipped = "empty list"
+}
+
+type podBody struct {
+	pod corev1.Pod
+	id  identity
+}
+
+func (b *podBody) member(d *dec, key []byte) error {
+	switch i := podSchema.member(key); i {
+	case 0:
+		return b.id.read(d, true)
+	case 1, 2:
+		d.push(podSchema.fields[i])
+		defer d.pop()
+		return d.podMember(&b.pod, i)
+	}
+	return d.src.skip()
+}
+
+func (b *podBody) finish(d *dec, o *Object) {
+	b.pod.ObjectMeta = b.id.meta
+	o.Ref = ref("Pod", &b.pod.ObjectMeta)
+	if !b.id.check(o) {
+		return
+	}
+	if len(d.problems) > 0 {
+		o.drop(d.problems[0].path, "cannot decode: "+d.problems[0].msg)
+		return
+	}
+	if b.pod.Namespace == "" {
+		b.pod.Namespace = defaultNamespace
+	}
+	if p := b.pod.Status.Phase; p == corev1.PodSucceeded || p == corev1.PodFailed {
+		// As the agent: a finished pod's address may already be reused.
+		o.Skipped = "phase " + string(p)
+		return
+	}
+	pod, diags := policy.PodFromAPI(&b.pod)
+	o.Pod = &pod
+	for _, x := range diags {
+		x.Source = o.Source
+		o.Diagnostics = append(o.Diagnostics, x)
+	}
+}
+
+type nodeBody struct {
+	node corev1.Node
+	id   identity
+}
+
+func (b *nodeBody) member(d *dec, key []byte) error {
+	switch i := nodeSchema.member(key); i {
+	case 0:
+		return b.id.read(d, true)
+	case 1:
+		d.push("status")
+		defer d.pop()
+		return d.nodeMember(&b.node, i)
+	}
+	return d.src.skip()
+}
+
+func (b *nodeBody) finish(d *dec, o *Object) {
+	b.node.ObjectMeta = b.id.meta
+	o.Ref = ref("Node", &b.node.ObjectMeta)
+	if !b.id.check(o) {
+		return
+	}
+	if len(d.problems) > 0 {
+		o.drop(d.problems[0].path, "cannot decode: "+d.problems[0].msg)
+		return
+	}
+	node, diags := policy.NodeFromAPI(&b.node)
+	o.Node = &node
+	for _, x := range diags {
+		x.Source = o.Source
+		o.Diagnostics = append(o.Diagnostics, x)
+	}
+}
+
+type namespaceBody struct {
+	id identity
+}
+
+func (b *namespaceBody) member(d *dec, key []byte) error {
+	if string(key) == "metadata" {
+		return b.id.read(d, true)
+	}
+	return d.src.skip()
+}
+
+func (b *namespaceBody) finish(_ *dec, o *Object) {
+	o.Ref = ref("Namespace", &b.id.meta)
+	if !b.id.check(o) {
+		return
+	}
+	ns := policy.NamespaceFromAPI(&corev1.Namespace{ObjectMeta: b.id.meta})
+	o.Namespace = &ns
+}
+
+// policyBody holds what both policy kinds share: strict top-level members.
+type policyBody struct {
+	id      identity
+	hasSpec bool
+}
+
+// topLevel handles a member that is neither metadata nor spec: apiVersion
+// and kind never get here, status is read by the caller; anything else is
+// unknown, and (outside spec) fails the whole policy closed.
+func unknownTop(d *dec, key []byte) error {
+	d.unknown = append(d.unknown, string(key))
+	return d.src.skip()
+}
+
+type npBody struct {
+	policyBody
+	np networkingv1.NetworkPolicy
+}
+
+func (b *npBody) member(d *dec, key []byte) error {
+	switch string(key) {
+	case "metadata":
+		return b.id.read(d, false)
+	case "spec":
+		if b.hasSpec {
+			d.problems = append(d.problems, problem{path: "spec", msg: "duplicate field", dup: true})
+		}
+		b.hasSpec = true
+		d.push("spec")
+		defer d.pop()
+		return d.npSpec(&b.np.Spec)
+	}
+	return unknownTop(d, key)
+}
+
+func (b *npBody) finish(d *dec, o *Object) {
+	b.np.ObjectMeta = b.id.meta
+	o.Ref = ref("NetworkPolicy", &b.np.ObjectMeta)
+	if !b.id.check(o) {
+		return
+	}
+	if b.np.Namespace == "" {
+		b.np.Namespace = defaultNamespace
+	}
+	b.np.TypeMeta = metav1.TypeMeta{}
+	d.foldTopLevel(func() {
+		b.np.Spec = networkingv1.NetworkPolicySpec{Ingress: make([]networkingv1.NetworkPolicyIngressRule, 1), Egress: make([]networkingv1.NetworkPolicyEgressRule, 1)}
+		d.invalid = append(d.invalid, unreadable("spec.podSelector"), unreadable("spec.ingress[0]"), unreadable("spec.egress[0]"))
+	})
+	o.NetworkPolicy = &policy.NetworkPolicy{NetworkPolicy: &b.np, UnknownFields: sortedUnique(d.unknown), Invalid: sortErrors(d.invalid), Source: o.Source}
+}
+
+// foldTopLevel turns problems left outside any part (a repeated spec)
+// into a failure of the whole spec, replaced by broken().
+func (d *dec) foldTopLevel(broken func()) {
+	if len(d.problems) == 0 {
+		return
+	}
+	ps := d.problems
+	broken()
+	d.failUnit("spec", ps, "the whole policy")
+	d.problems = nil
+}
+
+type cnpBody struct {
+	policyBody
+	cnp v1alpha2.ClusterNetworkPolicy
+}
+
+func (b *cnpBody) member(d *dec, key []byte) error {
+	switch string(key) {
+	case "metadata":
+		return b.id.read(d, false)
+	case "spec":
+		if b.hasSpec {
+			d.problems = append(d.problems, problem{path: "spec", msg: "duplicate field", dup: true})
+		}
+		b.hasSpec = true
+		d.push("spec")
+		defer d.pop()
+		return d.cnpSpec(&b.cnp.Spec)
+	case "status":
+		d.push("status")
+		defer d.pop()
+		return d.cnpStatus(&b.cnp.Status)
+	}
+	return unknownTop(d, key)
+}
+
+func (b *cnpBody) finish(d *dec, o *Object) {
+	b.cnp.ObjectMeta = b.id.meta
+	o.Ref = ref("ClusterNetworkPolicy", &b.cnp.ObjectMeta)
+	if !b.id.check(o) {
+		return
+	}
+	b.cnp.TypeMeta = metav1.TypeMeta{}
+	if root := requiredSchema(&cnpRootSchema, ""); root.required&(1<<1) != 0 && !b.hasSpec {
+		// The CRD requires spec: without it nothing is known.
+		d.brokenCNPSpec(&b.cnp.Spec, "spec")
+		d.invalid = append(d.invalid, field.Required(field.NewPath("spec"), "the policy is enforced fail-closed"))
+	}
+	d.foldTopLevel(func() { d.brokenCNPSpec(&b.cnp.Spec, "spec") })
+	o.ClusterNetworkPolicy = &policy.ClusterNetworkPolicy{ClusterNetworkPolicy: &b.cnp, UnknownFields: sortedUnique(d.unknown), Invalid: sortErrors(d.invalid), Source: o.Source}
+}
+
+func sortedUnique(s []string) []string {
+	if len(s) == 0 {
+		return nil
+	}
+	slices.Sort(s)
+	return slices.Compact(s)
+}
+
+// sortErrors orders errors by path, so files (document order) and
+// informers (name order) report alike.
+func sortErrors(errs field.ErrorList) field.ErrorList {
+	if len(errs) == 0 {
+		return nil
+	}
+	slices.SortStableFunc(errs, func(a, b *field.Error) int { return strings.Compare(a.Field, b.Field) })
+	return errs
+}

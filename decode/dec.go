@@ -1,0 +1,387 @@
+package decode
+
+import (
+	"fmt"
+	"math"
+	"strconv"
+	"strings"
+
+	"k8s.io/apimachinery/pkg/util/validation/field"
+)
+
+// dec decodes one object at a time from a source, keeping the JSON path of
+// the value being read so that every finding names its field.
+type dec struct {
+	src  source
+	path []seg
+	// strict records unknown fields and duplicate fields (policies).
+	// Inventory objects (pods, nodes, namespaces) are read leniently: only
+	// the fields policy needs, the rest is skipped.
+	strict bool
+
+	// Findings about the object being decoded.
+	unknown []string
+	// problems are wrongly typed values and duplicate fields at their
+	// exact paths; the kind decoders fold them into the part (unit) that
+	// fails closed.
+	problems []problem
+	invalid  field.ErrorList
+}
+
+type seg struct {
+	name string
+	idx  int // -1 for a named member
+}
+
+type problem struct {
+	path, msg string
+	dup       bool
+}
+
+func (d *dec) reset(src source, strict bool) {
+	d.src, d.strict = src, strict
+	d.path = d.path[:0]
+	d.unknown, d.problems, d.invalid = nil, nil, nil
+}
+
+func (d *dec) push(name string) { d.path = append(d.path, seg{name, -1}) }
+func (d *dec) pushIdx(i int)    { d.path = append(d.path, seg{idx: i}) }
+func (d *dec) pop()             { d.path = d.path[:len(d.path)-1] }
+
+// pathString renders the current path as Kubernetes field paths do:
+// spec.ingress[0].from[1].
+func (d *dec) pathString() string {
+	var b strings.Builder
+	for i, s := range d.path {
+		if s.idx >= 0 {
+			b.WriteByte('[')
+			b.WriteString(strconv.Itoa(s.idx))
+			b.WriteByte(']')
+			continue
+		}
+		if i > 0 {
+			b.WriteByte('.')
+		}
+		b.WriteString(s.name)
+	}
+	return b.String()
+}
+
+func (d *dec) child(name string) string {
+	if p := d.pathString(); p != "" {
+		return p + "." + name
+	}
+	return name
+}
+
+// wrong records a value of the wrong type at the current path and skips
+// it.
+func (d *dec) wrong(want string, got vkind) error {
+	d.problems = append(d.problems, problem{path: d.pathString(), msg: fmt.Sprintf("wrong type: want %s, got %s", want, got)})
+	return d.src.skip()
+}
+
+func (d *dec) badValue(msg string) {
+	d.problems = append(d.problems, problem{path: d.pathString(), msg: msg})
+}
+
+// mark and since delimit the problems found while decoding one part.
+func (d *dec) mark() int { return len(d.problems) }
+
+func (d *dec) since(m int) []problem { return d.problems[m:] }
+
+// describe summarises problems found inside the part at unit, with paths
+// relative to it.
+func describe(unit string, ps []problem) string {
+	rel := strings.TrimPrefix(strings.TrimPrefix(ps[0].path, unit), ".")
+	msg := ps[0].msg
+	if rel != "" {
+		msg = rel + ": " + msg
+	}
+	if len(ps) > 1 {
+		msg += fmt.Sprintf(" (and %d more)", len(ps)-1)
+	}
+	return msg
+}
+
+// failUnit records that the part at path (a rule, a spec field, the spec)
+// was replaced by its zero value because of problems inside it, so that
+// the compiler fails closed on exactly that part. what names the part.
+func (d *dec) failUnit(path string, ps []problem, what string) {
+	typ := field.ErrorTypeTypeInvalid
+	if ps[0].dup {
+		typ = field.ErrorTypeDuplicate
+	}
+	d.invalid = append(d.invalid, &field.Error{Type: typ, Field: path, BadValue: field.OmitValueType{}, Detail: describe(path, ps) + "; cannot decode " + what})
+}
+
+// schema is what a decoder knows of one JSON object type: its members,
+// and which of them the CRD requires (bit i for fields[i]).
+type schema struct {
+	fields   []string
+	required uint64
+}
+
+// member looks a key up in s.fields.
+func (s *schema) member(key []byte) int {
+	for i, f := range s.fields {
+		if string(key) == f {
+			return i
+		}
+	}
+	return -1
+}
+
+// object reads an object of schema s, calling fn for each known member
+// with the path already extended by its name. Unknown members are
+// recorded (strict) and skipped; a member given twice is a problem (the
+// last value is kept, as encoding/json does); missing required members are
+// validation errors. null is an absent object. It returns whether an
+// object was read.
+func (d *dec) object(s *schema, fn func(i int) error) (bool, error) {
+	k, err := d.src.peek()
+	if err != nil {
+		return false, err
+	}
+	switch k {
+	case kNull:
+		return false, d.src.skip()
+	case kObject:
+	default:
+		return false, d.wrong("an object", k)
+	}
+	if err := d.src.enterObject(); err != nil {
+		return false, err
+	}
+	var seen uint64
+	for {
+		key, ok, err := d.src.key()
+		if err != nil {
+			return false, err
+		}
+		if !ok {
+			break
+		}
+		i := s.member(key)
+		if i < 0 {
+			if d.strict {
+				d.unknown = append(d.unknown, d.child(string(key)))
+			}
+			if err := d.src.skip(); err != nil {
+				return false, err
+			}
+			continue
+		}
+		d.push(s.fields[i])
+		if seen&(1<<i) != 0 && d.strict {
+			d.problems = append(d.problems, problem{path: d.pathString(), msg: "duplicate field", dup: true})
+		}
+		seen |= 1 << i
+		err = fn(i)
+		d.pop()
+		if err != nil {
+			return false, err
+		}
+	}
+	if missing := s.required &^ seen; missing != 0 {
+		for i, f := range s.fields {
+			if missing&(1<<i) != 0 {
+				d.invalid = append(d.invalid, field.Required(field.NewPath(d.child(f)), ""))
+			}
+		}
+	}
+	return true, nil
+}
+
+// str reads a string; null leaves dst as it is (encoding/json does the
+// same).
+func (d *dec) str(dst *string) error {
+	k, err := d.src.peek()
+	if err != nil {
+		return err
+	}
+	switch k {
+	case kString:
+		*dst, err = d.src.str()
+		return err
+	case kNull:
+		return d.src.skip()
+	}
+	return d.wrong("a string", k)
+}
+
+// istr is str with interning, for values many objects share (label keys
+// and values, node and namespace names).
+func (d *dec) istr(dst *string) error {
+	k, err := d.src.peek()
+	if err != nil {
+		return err
+	}
+	switch k {
+	case kString:
+		*dst, err = d.src.istr()
+		return err
+	case kNull:
+		return d.src.skip()
+	}
+	return d.wrong("a string", k)
+}
+
+func (d *dec) integer(lo, hi int64) (int64, bool, error) {
+	k, err := d.src.peek()
+	if err != nil {
+		return 0, false, err
+	}
+	switch k {
+	case kNumber:
+		v, ok, text, err := d.src.integer()
+		if err != nil {
+			return 0, false, err
+		}
+		if !ok || v < lo || v > hi {
+			if ok {
+				text = strconv.FormatInt(v, 10)
+			}
+			d.badValue(fmt.Sprintf("wrong type: want an integer between %d and %d, got %s", lo, hi, text))
+			return 0, false, nil
+		}
+		return v, true, nil
+	case kNull:
+		return 0, false, d.src.skip()
+	}
+	return 0, false, d.wrong("an integer", k)
+}
+
+func (d *dec) int32(dst *int32) error {
+	v, ok, err := d.integer(math.MinInt32, math.MaxInt32)
+	if ok {
+		*dst = int32(v)
+	}
+	return err
+}
+
+func (d *dec) int64(dst *int64) error {
+	v, ok, err := d.integer(math.MinInt64, math.MaxInt64)
+	if ok {
+		*dst = v
+	}
+	return err
+}
+
+func (d *dec) bool(dst *bool) error {
+	k, err := d.src.peek()
+	if err != nil {
+		return err
+	}
+	switch k {
+	case kBool:
+		*dst, err = d.src.boolean()
+		return err
+	case kNull:
+		return d.src.skip()
+	}
+	return d.wrong("a boolean", k)
+}
+
+// stringMap reads a map of strings (labels, matchLabels). Keys given twice
+// are problems when strict.
+func (d *dec) stringMap(dst *map[string]string) error {
+	k, err := d.src.peek()
+	if err != nil {
+		return err
+	}
+	switch k {
+	case kNull:
+		return d.src.skip()
+	case kObject:
+	default:
+		return d.wrong("a map of strings", k)
+	}
+	if err := d.src.enterObject(); err != nil {
+		return err
+	}
+	m := *dst
+	if m == nil {
+		m = map[string]string{}
+	}
+	for {
+		key, ok, err := d.src.key()
+		if err != nil {
+			return err
+		}
+		if !ok {
+			break
+		}
+		name := internKey(d, key)
+		d.push(name)
+		if _, dup := m[name]; dup && d.strict {
+			d.problems = append(d.problems, problem{path: d.pathString(), msg: "duplicate field", dup: true})
+		}
+		v := ""
+		if err := d.istr(&v); err != nil {
+			return err
+		}
+		m[name] = v
+		d.pop()
+	}
+	*dst = m
+	return nil
+}
+
+// internKey turns a member name into a string, interned when the source
+// interns.
+func internKey(d *dec, key []byte) string {
+	if s, ok := d.src.(*scanner); ok && s.intern != nil {
+		if v, ok := s.intern[string(key)]; ok {
+			return v
+		}
+		v := string(key)
+		s.intern[v] = v
+		return v
+	}
+	return string(key)
+}
+
+// list reads a list whose elements elem decodes. An empty list is an
+// empty slice and null leaves dst nil, as with encoding/json.
+func list[T any](d *dec, dst *[]T, elem func(*T) error) error {
+	k, err := d.src.peek()
+	if err != nil {
+		return err
+	}
+	switch k {
+	case kNull:
+		*dst = nil
+		return d.src.skip()
+	case kArray:
+	default:
+		return d.wrong("a list", k)
+	}
+	if err := d.src.enterArray(); err != nil {
+		return err
+	}
+	out := make([]T, 0, 1)
+	for i := 0; ; i++ {
+		ok, err := d.src.elem()
+		if err != nil {
+			return err
+		}
+		if !ok {
+			break
+		}
+		out = append(out, *new(T))
+		d.pushIdx(i)
+		err = elem(&out[i])
+		d.pop()
+		if err != nil {
+			return err
+		}
+	}
+	*dst = out
+	return nil
+}
+
+// strList reads a list of strings.
+func (d *dec) strList(dst *[]string) error {
+	return list(d, dst, d.istr)
+}

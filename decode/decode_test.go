@@ -1,0 +1,215 @@
+package decode
+
+import (
+	"bytes"
+	"encoding/json"
+	"strings"
+	"testing"
+	"testing/iotest"
+
+	"github.com/moat-net/moat/policy"
+)
+
+func decodeString(t *testing.T, js string) *Result {
+	t.Helper()
+	var r Result
+	if err := r.DecodeJSON("t", strings.NewReader(js)); err != nil {
+		t.Fatalf("decode: %v", err)
+	}
+	return &r
+}
+
+func diagStrings(ds []policy.Diagnostic) string {
+	var s []string
+	for _, d := range ds {
+		s = append(s, d.String())
+	}
+	return strings.Join(s, "\n")
+}
+
+// Issue 9.5: in a group Moat reads, a kind it does not know is an error
+// (most likely a misspelling of one it reads); elsewhere it is skipped.
+func TestKinds(t *testing.T) {
+	for _, tc := range []struct {
+		apiVersion, kind string
+		dropped          bool
+		diag, skipped    string
+	}{
+		{"networking.k8s.io/v1", "Networkpolicy", true, `Networkpolicy p: kind: unknown kind "Networkpolicy" in apiVersion "networking.k8s.io/v1" (did you mean NetworkPolicy?): object not loaded`, ""},
+		{"policy.networking.k8s.io/v1alpha2", "ClusterNetworkPolicies", true, "did you mean ClusterNetworkPolicy?", ""},
+		{"policy.networking.k8s.io/v1alpha2", "NetworkPolicy", true, "unsupported apiVersion", ""},
+		{"v1", "pod", true, "did you mean Pod?", ""},
+		{"v1", "Nodes", true, "did you mean Node?", ""},
+		{"v1", "Widget", true, "Moat reads Namespace, Pod, Node, NetworkPolicy and ClusterNetworkPolicy", ""},
+		{"networking.k8s.io/v1beta1", "NetworkPolicy", true, `unsupported apiVersion "networking.k8s.io/v1beta1" for kind NetworkPolicy (want "networking.k8s.io/v1")`, ""},
+		{"v1", "ConfigMap", false, "", "kind not used by Moat"},
+		{"v1", "Service", false, "", "kind not used by Moat"},
+		{"networking.k8s.io/v1", "Ingress", false, "", "kind not used by Moat"},
+		{"networking.k8s.io/v1beta1", "IngressClass", false, "", "kind not used by Moat"},
+		{"apps/v1", "Deployment", false, "", "kind not used by Moat"},
+		{"example.com/v1", "Networkpolicy", false, "", "kind not used by Moat"},
+		{"policy.networking.k8s.io/v1alpha1", "AdminNetworkPolicy", false, "policy kind not enforced by Moat", "policy kind not enforced"},
+	} {
+		t.Run(tc.apiVersion+" "+tc.kind, func(t *testing.T) {
+			r := decodeString(t, `{"apiVersion":"`+tc.apiVersion+`","kind":"`+tc.kind+`","metadata":{"name":"p"},"spec":{}}`)
+			if (len(r.Dropped) > 0) != tc.dropped {
+				t.Errorf("dropped = %v, want %v", r.Dropped, tc.dropped)
+			}
+			if d := diagStrings(r.Diagnostics); !strings.Contains(d, tc.diag) || (tc.diag == "" && d != "") {
+				t.Errorf("diagnostics %q, want %q", d, tc.diag)
+			}
+			if s := strings.Join(r.Skipped, "\n"); !strings.Contains(s, tc.skipped) || (tc.skipped == "" && s != "") {
+				t.Errorf("skipped %q, want %q", s, tc.skipped)
+			}
+		})
+	}
+}
+
+// Objects come as kubectl prints them (a List, keys in any order, kind
+// after items), as the API server lists them (a PodList whose items carry
+// no kind), or one after another.
+func TestListsAndOrder(t *testing.T) {
+	for _, tc := range []struct {
+		name, js string
+		pods     int
+		cont     string
+	}{
+		{"kubectl List, kind last", `{"apiVersion":"v1","items":[{"apiVersion":"v1","kind":"Pod","metadata":{"name":"a"}},{"kind":"Pod","metadata":{"name":"b"},"apiVersion":"v1"}],"kind":"List","metadata":{"resourceVersion":""}}`, 2, ""},
+		{"kind after the body", `{"spec":{"nodeName":"n"},"metadata":{"name":"a"},"status":{"podIP":"10.0.0.1"},"kind":"Pod","apiVersion":"v1"}`, 1, ""},
+		{"typed list page", `{"kind":"PodList","apiVersion":"v1","metadata":{"resourceVersion":"5","continue":"abc"},"items":[{"metadata":{"name":"a"}},{"metadata":{"name":"b"}}]}`, 2, "abc"},
+		{"nested lists", `{"apiVersion":"v1","kind":"List","items":[{"apiVersion":"v1","kind":"List","items":[{"apiVersion":"v1","kind":"Pod","metadata":{"name":"a"}}]}]}`, 1, ""},
+		{"a stream of values", `{"apiVersion":"v1","kind":"Pod","metadata":{"name":"a"}} {"apiVersion":"v1","kind":"Pod","metadata":{"name":"b"}}`, 2, ""},
+		{"empty list", `{"apiVersion":"v1","kind":"List","items":[]}`, 0, ""},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			var r Result
+			cont, err := r.DecodeListPage("t", strings.NewReader(tc.js))
+			if err != nil {
+				t.Fatal(err)
+			}
+			if len(r.Cluster.Pods) != tc.pods || cont != tc.cont || len(r.Dropped) > 0 {
+				t.Errorf("pods %+v, continue %q, dropped %v %v", r.Cluster.Pods, cont, r.Dropped, r.Diagnostics)
+			}
+		})
+	}
+}
+
+// Input that is not JSON, or not objects, fails the whole stream with a
+// message naming the place.
+func TestSyntaxErrors(t *testing.T) {
+	for _, tc := range []struct{ js, want string }{
+		{`{"apiVersion":"v1","kind":"Pod","metadata":{"name":"a"},}`, "invalid character '}' looking for an object key"},
+		{`{"apiVersion":"v1","kind":"Pod" "metadata":{}}`, "after object member"},
+		{"{\"apiVersion\":\"v1\",\"kind\":\"Pod\",\"metadata\":{\"name\":\"a\x01\"}}", "control character"},
+		{`{"apiVersion":"v1","kind":"Pod","metadata":{"name":"a\q"}}`, `invalid escape \q`},
+		{`{"apiVersion":"v1","kind":"Pod","spec":{"x":[1,2,]}}`, "looking for a value"},
+		{`{"apiVersion":"v1","kind":"Pod","spec":{"x":01}}`, `invalid number "01"`},
+		{`{"apiVersion":"v1","kind":"Pod","spec":{"x":-}}`, "invalid number"},
+		{`{"apiVersion":"v1","kind":"Pod","spec":{"x":tru}}`, "looking for a value"},
+		{`{"apiVersion":"v1","kind":"Pod","spec":{"x":"abc`, "unterminated string"},
+		{`{"apiVersion":"v1","kind":"Pod","spec":{"x":[}}`, "looking for a value"},
+		{`{"apiVersion":"v1","kind":"Pod","spec":{"x":{]}}`, "looking for an object key"},
+		{`["a"]`, "not a Kubernetes object"},
+		{`{"apiVersion":"v1","kind":"List","items":[1]}`, "items[0]: not a Kubernetes object"},
+		{`{"apiVersion":"v1","kind":"List","items":{}}`, "items: must be a list"},
+	} {
+		var r Result
+		err := r.DecodeJSON("t", strings.NewReader(tc.js))
+		if err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("%s: err = %v, want %q", tc.js, err, tc.want)
+		}
+	}
+}
+
+// Strings decode as encoding/json decodes them: escapes, surrogate pairs,
+// lone surrogates and invalid UTF-8 replaced.
+func TestStrings(t *testing.T) {
+	for _, raw := range []string{`"plain"`, `"a\"b\\c\/d\b\f\n\r\t"`, `"\u00e9\u4e2d"`, `"\ud83d\ude00"`, `"\ud83d"`, `"\ud83dx"`, `"\ude00\ud83d"`, "\"\xff\xfe\"", `"\u0000"`} {
+		var want string
+		if err := json.Unmarshal([]byte(raw), &want); err != nil {
+			t.Fatal(err)
+		}
+		r := decodeString(t, `{"apiVersion":"v1","kind":"Namespace","metadata":{"name":"n","labels":{"k":`+raw+`}}}`)
+		if got := r.Cluster.Namespaces[0].Labels["k"]; got != want {
+			t.Errorf("%s: got %q, want %q", raw, got, want)
+		}
+	}
+}
+
+// A reader that gives one byte at a time decodes like one that gives all:
+// tokens straddle every refill of the window.
+func TestStreamingOneByteAtATime(t *testing.T) {
+	var b bytes.Buffer
+	b.WriteString(`{"apiVersion":"v1","kind":"List","items":[`)
+	for i := range 50 {
+		if i > 0 {
+			b.WriteByte(',')
+		}
+		b.WriteString(`{"apiVersion":"networking.k8s.io/v1","kind":"NetworkPolicy","metadata":{"name":"p` + strings.Repeat("x", i*37) + `","namespace":"a","annotations":{"big":"` + strings.Repeat(`\u00e9\"`, i*101) + `"}},"spec":{"podSelector":{"matchLabels":{"a":"b"}},"ingress":[{"ports":[{"port":80,"endPort":-1.5e3}]}],"bogus":true}}`)
+	}
+	b.WriteString(`]}`)
+	var whole, bytewise Result
+	if err := whole.DecodeJSON("t", bytes.NewReader(b.Bytes())); err != nil {
+		t.Fatal(err)
+	}
+	if err := bytewise.DecodeJSON("t", iotest.OneByteReader(bytes.NewReader(b.Bytes()))); err != nil {
+		t.Fatal(err)
+	}
+	if len(whole.Cluster.NetworkPolicies) != 50 {
+		t.Fatalf("%d policies", len(whole.Cluster.NetworkPolicies))
+	}
+	for i := range whole.Cluster.NetworkPolicies {
+		w, g := whole.Cluster.NetworkPolicies[i], bytewise.Cluster.NetworkPolicies[i]
+		if w.Name != g.Name || strings.Join(w.UnknownFields, ",") != strings.Join(g.UnknownFields, ",") || w.Invalid.ToAggregate().Error() != g.Invalid.ToAggregate().Error() {
+			t.Fatalf("policy %d differs: %+v %+v", i, w, g)
+		}
+	}
+	np := whole.Cluster.NetworkPolicies[3]
+	if np.UnknownFields[0] != "spec.bogus" || np.Invalid[0].Field != "spec.ingress[0]" {
+		t.Errorf("unknown %v, invalid %v", np.UnknownFields, np.Invalid)
+	}
+}
+
+// FuzzScanner: the scanner accepts exactly the documents encoding/json
+// accepts, and decoding never panics.
+func FuzzScanner(f *testing.F) {
+	for _, s := range []string{`{}`, `{"a":[1,2.5e-3,"x\u00e9",true,false,null,{}]}`, `{"apiVersion":"v1","kind":"Pod","metadata":{"name":"a"},"spec":{"containers":[{"ports":[{"containerPort":80}]}]}}`, `[`, `{"a":01}`, `"\ud800"`} {
+		f.Add([]byte(s))
+	}
+	f.Fuzz(func(t *testing.T, b []byte) {
+		s := newBytesScanner(b, nil)
+		err := s.skip()
+		if err == nil {
+			if _, more, _ := s.ws(); more {
+				err = s.errorf("trailing data")
+			}
+		}
+		if (err == nil) != json.Valid(b) {
+			t.Fatalf("scanner err %v, json.Valid %v: %q", err, json.Valid(b), b)
+		}
+		var r Result
+		_ = r.DecodeJSON("f", bytes.NewReader(b))
+	})
+}
+
+// What the dynamic client lists (an UnstructuredList's content with its
+// items) decodes like the same JSON.
+func TestDecodeUnstructuredList(t *testing.T) {
+	list := map[string]any{"apiVersion": "v1", "kind": "List", "items": []any{
+		map[string]any{"apiVersion": "v1", "kind": "Pod", "metadata": map[string]any{"name": "a", "namespace": "n"}, "status": map[string]any{"podIP": "10.0.0.1"}},
+		map[string]any{"apiVersion": "networking.k8s.io/v1", "kind": "NetworkPolicy", "metadata": map[string]any{"name": "p", "namespace": "n"}, "spec": map[string]any{"podSelector": map[string]any{}, "ingress": "x"}},
+	}}
+	var r Result
+	if err := r.DecodeUnstructured("api", list); err != nil {
+		t.Fatal(err)
+	}
+	if len(r.Cluster.Pods) != 1 || len(r.Cluster.NetworkPolicies) != 1 || r.Cluster.NetworkPolicies[0].Invalid[0].Field != "spec.ingress[0]" {
+		t.Errorf("cluster %+v", r.Cluster)
+	}
+	if err := r.DecodeUnstructured("api", map[string]any{"apiVersion": "v1", "kind": "Pod", "metadata": map[string]any{"name": "a", "namespace": "n"}}); err != nil {
+		t.Fatal(err)
+	}
+	if len(r.Dropped) != 1 || !strings.Contains(r.Diagnostics[0].Message, "duplicate object") {
+		t.Errorf("a second n/a: dropped %v, %v", r.Dropped, r.Diagnostics)
+	}
+}

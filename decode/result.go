@@ -1,0 +1,154 @@
+package decode
+
+import (
+	"fmt"
+	"io"
+
+	"github.com/moat-net/moat/policy"
+)
+
+// Result collects decoded objects into the compiler's input. Every source
+// (files, stdin, a live cluster) fills one the same way. The zero value is
+// ready to use; a Result is not safe for concurrent use.
+type Result struct {
+	Cluster policy.Cluster
+	// Diagnostics are problems found while decoding: duplicate fields,
+	// duplicate objects, unusable values, kinds and versions Moat cannot
+	// read. Objects with such problems are still loaded where possible so
+	// the compiler can fail closed on them.
+	Diagnostics []policy.Diagnostic
+	// Dropped names objects that could not be loaded at all (wrong
+	// apiVersion, an unknown kind in a group Moat reads, unreadable
+	// metadata). Leaving out a policy could widen access, so commands that
+	// judge traffic refuse to run when this is not empty.
+	Dropped []string
+	// Skipped lists objects Moat does not use, for -v: "<Ref> (<source>):
+	// <why>".
+	Skipped []string
+
+	seen map[string]string
+	dec  *decoder
+}
+
+func (r *Result) decoder() *decoder {
+	if r.dec == nil {
+		r.dec = newDecoder()
+		r.seen = map[string]string{}
+	}
+	return r.dec
+}
+
+// Add puts one decoded object into the result. An object whose Ref was
+// added before is dropped: which copy a cluster holds depends on how it
+// was applied, and judging traffic with either could be wrong.
+func (r *Result) Add(o *Object) {
+	r.decoder()
+	r.Diagnostics = append(r.Diagnostics, o.Diagnostics...)
+	switch {
+	case o.Dropped:
+		r.Dropped = append(r.Dropped, o.Ref)
+		return
+	case o.Skipped != "":
+		r.Skipped = append(r.Skipped, fmt.Sprintf("%s (%s): %s", o.Ref, o.Source, o.Skipped))
+		return
+	}
+	if prev, dup := r.seen[o.Ref]; dup {
+		r.Diagnostics = append(r.Diagnostics, policy.Diagnostic{Severity: policy.SeverityError, Object: o.Ref, Source: o.Source, Message: "duplicate object, also defined at " + prev + ": object not loaded"})
+		r.Dropped = append(r.Dropped, o.Ref)
+		return
+	}
+	r.seen[o.Ref] = o.Source
+	c := &r.Cluster
+	switch {
+	case o.Namespace != nil:
+		c.Namespaces = append(c.Namespaces, *o.Namespace)
+	case o.Pod != nil:
+		c.Pods = append(c.Pods, *o.Pod)
+	case o.Node != nil:
+		c.Nodes = append(c.Nodes, *o.Node)
+	case o.NetworkPolicy != nil:
+		c.NetworkPolicies = append(c.NetworkPolicies, *o.NetworkPolicy)
+	case o.ClusterNetworkPolicy != nil:
+		c.ClusterNetworkPolicies = append(c.ClusterNetworkPolicies, *o.ClusterNetworkPolicy)
+	}
+}
+
+// DecodeJSON reads a stream of JSON values (whitespace between them), each
+// an object or a List of objects, such as `kubectl get -A -o json` prints
+// or the API server returns for a list. It streams: memory holds the
+// decoded objects, not the input. source names the stream in diagnostics
+// ("<source>#<n>" for the n-th value, " items[i]" for list items). Input
+// that is not JSON, or a value that is not an object, is an error naming
+// it; everything else becomes a diagnostic.
+func (r *Result) DecodeJSON(source string, in io.Reader) error {
+	_, err := r.decodeJSON(source, in)
+	return err
+}
+
+// DecodeListPage reads one page of a list from the API server (a
+// PodList, NetworkPolicyList...) and returns its metadata.continue, empty
+// on the last page. Items without apiVersion and kind take them from the
+// list's kind.
+func (r *Result) DecodeListPage(source string, in io.Reader) (cont string, err error) {
+	return r.decodeJSON(source, in)
+}
+
+func (r *Result) decodeJSON(source string, in io.Reader) (string, error) {
+	x := r.decoder()
+	s := newScanner(in, x.intern)
+	x.cont = ""
+	for doc := 1; ; doc++ {
+		_, ok, err := s.ws()
+		if err != nil {
+			return "", fmt.Errorf("%s: %w", source, err)
+		}
+		if !ok {
+			return x.cont, nil
+		}
+		name := fmt.Sprintf("%s#%d", source, doc)
+		if err := x.value(s, name, header{}, func(o *Object) { r.Add(o) }); err != nil {
+			return "", fmt.Errorf("%s: %w", name, err)
+		}
+	}
+}
+
+// DecodeJSONBytes decodes one JSON value already in memory (a YAML
+// document converted to JSON), named source. Its error does not repeat
+// source.
+func (r *Result) DecodeJSONBytes(source string, js []byte) error {
+	x := r.decoder()
+	s := newBytesScanner(js, x.intern)
+	if err := x.value(s, source, header{}, func(o *Object) { r.Add(o) }); err != nil {
+		return err
+	}
+	if _, more, err := s.ws(); err != nil || more {
+		return s.errorf("data after the JSON value")
+	}
+	return nil
+}
+
+// DecodeUnstructured reads one object, or a List, held as the maps of
+// client-go's unstructured objects (u.Object): what the dynamic client and
+// informers give.
+func (r *Result) DecodeUnstructured(source string, obj map[string]any) error {
+	x := r.decoder()
+	if err := x.value(newTree(obj), source, header{}, func(o *Object) { r.Add(o) }); err != nil {
+		return fmt.Errorf("%s: %w", source, err)
+	}
+	return nil
+}
+
+// Unstructured decodes one object held as an unstructured map (an
+// informer's), with the same rules as files. It fails only when obj is a
+// List (informers never hold one).
+func Unstructured(source string, obj map[string]any) (*Object, error) {
+	x := &decoder{} // no interning: the object lives alone in a cache
+	var out []*Object
+	if err := x.value(newTree(obj), source, header{}, func(o *Object) { out = append(out, o) }); err != nil {
+		return nil, err
+	}
+	if len(out) != 1 {
+		return nil, fmt.Errorf("%s: want one object, got a list of %d", source, len(out))
+	}
+	return out[0], nil
+}
