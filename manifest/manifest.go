@@ -125,4 +125,3 @@ func (l *Loader) loadFile(d *Result, p string) error {
 	defer f.Close()
 	return decodeStream(d, p, f)
 }
-
