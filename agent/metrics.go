@@ -19,6 +19,7 @@ type metrics struct {
 	programmed   *prometheus.GaugeVec
 	policies     *prometheus.GaugeVec
 	watchErrors  *prometheus.CounterVec
+	watchEvents  *prometheus.CounterVec
 	problems     *prometheus.GaugeVec
 	statusWrites *prometheus.CounterVec
 	conntrack    prometheus.Counter
@@ -38,8 +39,10 @@ const (
 	resultConntrackError = "conntrack_error"
 )
 
-// watchState adds the staleness series of one resource's cache.
+// watchState adds the event count and staleness series of one
+// resource's cache.
 func (m *metrics) watchState(s *watchState) {
+	s.events = m.watchEvents.WithLabelValues(s.resource)
 	labels := prometheus.Labels{"resource": s.resource}
 	m.reg.MustRegister(
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
@@ -92,6 +95,10 @@ func newMetrics() *metrics {
 		Name: "moat_agent_watch_errors_total",
 		Help: "Failed list or watch calls to the API server, by resource. The caches keep their last content meanwhile; transient failures are retried every 250 ms to 3 s.",
 	}, []string{"resource"})
+	m.watchEvents = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "moat_agent_watch_events_total",
+		Help: "Watch events received from the API server, by resource (bookmarks included; the initial lists are not events).",
+	}, []string{"resource"})
 	m.problems = prometheus.NewGaugeVec(prometheus.GaugeOpts{
 		Name: "moat_agent_input_problems",
 		Help: "Objects in the last snapshot that policy cannot use fully, by problem (pod_without_ip, duplicate_pod_ip, invalid_pod_field, node_without_address, invalid_node_address, undecodable_policy, duplicate_local_address).",
@@ -116,7 +123,7 @@ func newMetrics() *metrics {
 		Name: "moat_agent_leader",
 		Help: "1 while this agent holds the status-writer Lease.",
 	})
-	m.reg.MustRegister(m.syncDuration, m.syncs, m.compiles, m.operations, m.programmed, m.policies, m.watchErrors,
+	m.reg.MustRegister(m.syncDuration, m.syncs, m.compiles, m.operations, m.programmed, m.policies, m.watchErrors, m.watchEvents,
 		m.problems, m.statusWrites, m.conntrack, m.lastSuccess, m.ready, m.leader)
 	for _, r := range []string{resultSuccess, resultError, resultConntrackError} {
 		for _, k := range []string{"full", "diff"} {
