@@ -274,6 +274,7 @@ func (a *Agent) connect(ctx context.Context) error {
 		MaxQueue:    a.cfg.MaxQueue,
 		DialTimeout: a.cfg.DialTimeout,
 		Dial:        a.dialNodeSide,
+		Pool:        a.pool,
 		Metrics:     a.metrics,
 		Log:         a.log.With("serverID", t.serverID),
 	})

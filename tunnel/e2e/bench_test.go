@@ -13,6 +13,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
@@ -248,7 +249,7 @@ func BenchmarkConnect(b *testing.B) {
 		b.Run(mode, func(b *testing.B) {
 			st := newBenchStack(b, mode)
 			one := make([]byte, 1)
-			start := time.Now()
+			start, c0 := time.Now(), cpuTime()
 			b.ResetTimer()
 			for range b.N {
 				c, err := st.dial(context.Background())
@@ -263,6 +264,7 @@ func BenchmarkConnect(b *testing.B) {
 				c.Close()
 			}
 			b.ReportMetric(float64(b.N)/time.Since(start).Seconds(), "conns/s")
+			b.ReportMetric(float64((cpuTime()-c0).Microseconds())/float64(b.N), "cpu-µs/conn")
 		})
 	}
 }
@@ -393,7 +395,7 @@ func BenchmarkCeiling(b *testing.B) {
 		stacks[m] = newBenchStack(b, m)
 	}
 	const size = 64 << 20
-	took := map[string]time.Duration{}
+	took, cpu := map[string]time.Duration{}, map[string]time.Duration{}
 	b.ResetTimer()
 	for i := range b.N {
 		for j := range modes {
@@ -402,12 +404,13 @@ func BenchmarkCeiling(b *testing.B) {
 			if err != nil {
 				b.Fatal(err)
 			}
-			t0 := time.Now()
+			t0, c0 := time.Now(), cpuTime()
 			c.Write(header('Z', size, 0))
 			if _, err := io.CopyN(io.Discard, c, size); err != nil {
 				b.Fatal(err)
 			}
 			took[m] += time.Since(t0)
+			cpu[m] += cpuTime() - c0
 			c.Close()
 		}
 	}
@@ -415,7 +418,17 @@ func BenchmarkCeiling(b *testing.B) {
 	rate := func(m string) float64 { return float64(b.N) * size / took[m].Seconds() / 1e6 }
 	for _, m := range modes {
 		b.ReportMetric(rate(m), m+"-MB/s")
+		// CPU per byte of the whole process (client, proxies, backend):
+		// what the path costs, less at the mercy of other load than MB/s.
+		b.ReportMetric(float64(cpu[m].Nanoseconds())/float64(b.N)/size, m+"-cpu-ns/B")
 	}
 	b.ReportMetric(rate("http-connect-uds")/rate("relay-tls"), "http-connect-uds/ceiling")
 	b.ReportMetric(rate("grpc-uds")/rate("relay-tls"), "grpc-uds/ceiling")
+}
+
+// cpuTime is the user and system CPU time this process has used.
+func cpuTime() time.Duration {
+	var ru syscall.Rusage
+	syscall.Getrusage(syscall.RUSAGE_SELF, &ru)
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
 }

@@ -453,6 +453,11 @@ func udsConnect(uds, address string) (net.Conn, error) {
 	if err != nil {
 		return nil, err
 	}
+	return connectOn(nc, address)
+}
+
+// connectOn sends CONNECT address on nc and waits for the 200.
+func connectOn(nc net.Conn, address string) (net.Conn, error) {
 	fmt.Fprintf(nc, "CONNECT %s HTTP/1.1\r\nHost: %s\r\n\r\n", address, address)
 	br := newBufReader(nc)
 	resp, err := http.ReadResponse(br, &http.Request{Method: http.MethodConnect})

@@ -13,15 +13,20 @@ import (
 	"sync/atomic"
 	"time"
 
+	"google.golang.org/grpc/mem"
 	"sigs.k8s.io/apiserver-network-proxy/konnectivity-client/proto/client"
 
+	"github.com/moat-net/moat/tunnel/grpcbuf"
 	"github.com/moat-net/moat/tunnel/proto"
 )
 
-// Stream is one bidirectional Packet stream (an AgentService/Connect call).
+// Stream is one bidirectional Packet stream (an AgentService/Connect call),
+// with a codec that understands proto.OutData and proto.Frame
+// (grpcbuf.Codec): SendMsg takes a *client.Packet or a *proto.OutData,
+// RecvMsg fills a *proto.Frame.
 type Stream interface {
-	Send(*client.Packet) error
-	Recv() (*client.Packet, error)
+	SendMsg(m any) error
+	RecvMsg(m any) error
 }
 
 // DialFunc makes the real TCP dial for a DIAL_REQ received from the peer.
@@ -50,6 +55,9 @@ type Config struct {
 	Dial DialFunc
 	// OnDrain is called when the peer sends DRAIN.
 	OnDrain func()
+	// Pool provides the buffers sockets are read into (default: a
+	// grpcbuf.Pool); it should be the stream's transport pool.
+	Pool mem.BufferPool
 	// Metrics may be nil.
 	Metrics *Metrics
 	// Log may be nil.
@@ -74,6 +82,9 @@ func (c *Config) defaults() {
 	}
 	if c.Log == nil {
 		c.Log = slog.New(slog.DiscardHandler)
+	}
+	if c.Pool == nil {
+		c.Pool = grpcbuf.New()
 	}
 }
 
@@ -205,26 +216,31 @@ func (s *Session) send(p *client.Packet) error {
 
 // sendData sends a DATA packet of c unless c's close has been queued
 // already: nothing of a connection may follow its CLOSE_REQ or CLOSE_RSP.
-func (s *Session) sendData(c *Conn, p *client.Packet) error {
+// The payload is handed over (freed here if it is not sent).
+func (s *Session) sendData(c *Conn, d *proto.OutData) error {
 	s.sendMu.Lock()
 	defer s.sendMu.Unlock()
-	if err := s.flushLocked(); err != nil {
-		return err
+	err := s.flushLocked()
+	if err == nil && c.closeQueued.Load() {
+		err = ErrClosed
 	}
-	if c.closeQueued.Load() {
-		return ErrClosed
+	if err == nil {
+		err = s.sendMsg(d, "DATA")
 	}
-	return s.sendLocked(p)
+	d.Payload.Free() // nil once the codec took it
+	return err
 }
 
-func (s *Session) sendLocked(p *client.Packet) error {
+func (s *Session) sendLocked(p *client.Packet) error { return s.sendMsg(p, p.Type.String()) }
+
+func (s *Session) sendMsg(m any, what string) error {
 	select {
 	case <-s.done:
 		return ErrSessionClosed
 	default:
 	}
-	if err := s.st.Send(p); err != nil {
-		return fmt.Errorf("send %s: %w", p.Type, err)
+	if err := s.st.SendMsg(m); err != nil {
+		return fmt.Errorf("send %s: %w", what, err)
 	}
 	return nil
 }
@@ -285,11 +301,15 @@ func (s *Session) writeLoop() {
 
 func (s *Session) readLoop() error {
 	for {
-		p, err := s.st.Recv()
-		if err != nil {
+		var f proto.Frame
+		if err := s.st.RecvMsg(&f); err != nil {
 			return err
 		}
-		s.handle(p)
+		if f.Packet == nil { // a DATA packet that kept its buffers
+			s.handleData(f.ConnectID, f.Ext, f.Payload)
+			continue
+		}
+		s.handle(f.Packet)
 	}
 }
 
@@ -317,7 +337,11 @@ func (s *Session) handle(p *client.Packet) {
 	case client.PacketType_DIAL_CLS:
 		s.handleDialCls(p.GetCloseDial(), ext)
 	case client.PacketType_DATA:
-		s.handleData(p.GetData(), ext)
+		var payload mem.BufferSlice
+		if d := p.GetData().Data; len(d) > 0 {
+			payload = mem.BufferSlice{mem.SliceBuffer(d)} // decoded into its own slice
+		}
+		s.handleData(p.GetData().ConnectID, ext, payload)
 	case client.PacketType_CLOSE_REQ:
 		s.handleCloseReq(p.GetCloseRequest(), ext)
 	case client.PacketType_CLOSE_RSP:
@@ -422,7 +446,13 @@ func (s *Session) dialFor(ctx context.Context, cancel context.CancelFunc, peer p
 	s.conns[c.key] = c
 	s.mu.Unlock()
 	s.cfg.Metrics.dial(peer, "ok", time.Since(start))
-	s.queue(proto.DialRsp(peer, random, c.key.id, ""))
+	// Sent from here rather than queued for the writer: one goroutine
+	// handoff less on every new connection's critical path.
+	if err := s.send(proto.DialRsp(peer, random, c.key.id, "")); err != nil {
+		c.fail(err)
+		nc.Close()
+		return
+	}
 	go Pipe(nc, c)
 }
 
@@ -538,10 +568,12 @@ func (s *Session) handleDialCls(r *client.CloseDial, ext proto.Ext) {
 	}
 }
 
-func (s *Session) handleData(d *client.Data, ext proto.Ext) {
-	k := key{ext.Origin, d.ConnectID}
+// handleData delivers a DATA packet's payload, which it takes over.
+func (s *Session) handleData(id int64, ext proto.Ext, payload mem.BufferSlice) {
+	k := key{ext.Origin, id}
 	c, closed := s.lookupOrClosed(k)
 	if c == nil {
+		payload.Free()
 		if closed {
 			// In flight when this side closed it: the peer has our
 			// CLOSE_RSP on its way and releases its end on it.
@@ -554,14 +586,16 @@ func (s *Session) handleData(d *client.Data, ext proto.Ext) {
 		return
 	}
 	if ext.Credit != 0 {
+		payload.Free()
 		c.addCredit(ext.Credit)
 		return
 	}
-	if len(d.Data) == 0 {
+	n := payload.Len()
+	if n == 0 {
 		return
 	}
-	s.cfg.Metrics.bytes(ext.Origin, "received", len(d.Data))
-	c.push(d.Data)
+	s.cfg.Metrics.bytes(ext.Origin, "received", n)
+	c.push(payload)
 }
 
 // replyUnknown answers a packet for a connection this side does not know, so

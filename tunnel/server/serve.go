@@ -70,7 +70,7 @@ func (s *Server) Serve(ctx context.Context, l Listeners) error {
 	}
 	var stops []func()
 	var frontStops []func()
-	pool := grpcbuf.New()
+	pool := s.pool
 
 	if l.Agent != nil {
 		if l.AgentTLS == nil {

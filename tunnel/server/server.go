@@ -21,6 +21,7 @@ import (
 	"sigs.k8s.io/apiserver-network-proxy/konnectivity-client/proto/client"
 
 	"github.com/moat-net/moat/tunnel/dest"
+	"github.com/moat-net/moat/tunnel/grpcbuf"
 	"github.com/moat-net/moat/tunnel/mux"
 	"github.com/moat-net/moat/tunnel/proto"
 )
@@ -57,6 +58,9 @@ type Server struct {
 	metrics  *mux.Metrics
 	refused  prometheus.Counter
 	log      *slog.Logger
+	// pool backs every gRPC buffer of both hops, so that buffers move
+	// between the agent stream and the frontends without copies.
+	pool *grpcbuf.Pool
 }
 
 // New returns a server; cfg.Registry defaults to a private registry.
@@ -91,6 +95,7 @@ func New(cfg Config) *Server {
 		metrics:  mux.NewMetrics(cfg.Registry),
 		refused:  refused,
 		log:      cfg.Log,
+		pool:     grpcbuf.New(),
 	}
 }
 
@@ -151,6 +156,7 @@ func (s *Server) Connect(st proto.AgentService_ConnectServer) error {
 		DialTimeout: s.cfg.DialTimeout,
 		Dial:        s.dialNode,
 		OnDrain:     func() { s.log.Info("agent draining", "agentID", agentID) },
+		Pool:        s.pool,
 		Metrics:     s.metrics,
 		Log:         s.log.With("agentID", agentID),
 	})
