@@ -259,6 +259,7 @@ func (a *Agent) sync(ctx context.Context) error {
 	a.status.publish(snap, prog)
 	if full {
 		a.countPolicies(prog)
+		a.metrics.outOfScope.Set(float64(snap.outOfScope))
 	}
 
 	if a.fullResync.Swap(false) {

@@ -2,13 +2,15 @@ package agent
 
 import (
 	"fmt"
-	"runtime"
+	goruntime "runtime"
 	"testing"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/tools/cache"
 
@@ -70,9 +72,9 @@ func BenchmarkPodCacheMemory(b *testing.B) {
 		b.Run(tc.name, func(b *testing.B) {
 			var perPod float64
 			for b.Loop() {
-				runtime.GC()
-				var before, after runtime.MemStats
-				runtime.ReadMemStats(&before)
+				goruntime.GC()
+				var before, after goruntime.MemStats
+				goruntime.ReadMemStats(&before)
 				store := cache.NewIndexer(cache.MetaNamespaceKeyFunc, cache.Indexers{})
 				for i := range gen.Pods {
 					o, err := tc.transform(realisticPod(gen.Pods[i], i))
@@ -83,12 +85,70 @@ func BenchmarkPodCacheMemory(b *testing.B) {
 						b.Fatal(err)
 					}
 				}
-				runtime.GC()
-				runtime.ReadMemStats(&after)
+				goruntime.GC()
+				goruntime.ReadMemStats(&after)
 				perPod = float64(after.HeapAlloc-before.HeapAlloc) / float64(len(gen.Pods))
-				runtime.KeepAlive(store)
+				goruntime.KeepAlive(store)
 			}
 			b.ReportMetric(perPod, "bytes/pod")
+		})
+	}
+}
+
+// BenchmarkPolicyCacheMemory measures what a NetworkPolicy and a
+// ClusterNetworkPolicy of the generated mix cost in the agent's caches
+// (strictly decoded, as the informers store them).
+//
+//	go test -run '^$' -bench BenchmarkPolicyCacheMemory -benchtime 1x ./agent/
+func BenchmarkPolicyCacheMemory(b *testing.B) {
+	gen := clustergen.Generate(clustergen.Config{Nodes: 100, Namespaces: 1000, Pods: 1000, NetworkPolicies: 5000, ClusterPolicies: 1000, Seed: 1})
+	var nps, cnps []*unstructured.Unstructured
+	for i := range gen.NetworkPolicies {
+		o, err := runtime.DefaultUnstructuredConverter.ToUnstructured(&gen.NetworkPolicies[i])
+		if err != nil {
+			b.Fatal(err)
+		}
+		u := &unstructured.Unstructured{Object: o}
+		u.SetAPIVersion("networking.k8s.io/v1")
+		u.SetKind("NetworkPolicy")
+		nps = append(nps, u)
+	}
+	for i := range gen.ClusterNetworkPolicies {
+		o, err := runtime.DefaultUnstructuredConverter.ToUnstructured(&gen.ClusterNetworkPolicies[i])
+		if err != nil {
+			b.Fatal(err)
+		}
+		u := &unstructured.Unstructured{Object: o}
+		u.SetAPIVersion("policy.networking.k8s.io/v1alpha2")
+		u.SetKind("ClusterNetworkPolicy")
+		cnps = append(cnps, u)
+	}
+	for _, tc := range []struct {
+		name   string
+		objs   []*unstructured.Unstructured
+		decode func(*unstructured.Unstructured) any
+	}{
+		{"NetworkPolicy", nps, func(u *unstructured.Unstructured) any { return decodeNP(u) }},
+		{"ClusterNetworkPolicy", cnps, func(u *unstructured.Unstructured) any { return decodeCNP(u) }},
+	} {
+		b.Run(tc.name, func(b *testing.B) {
+			var per float64
+			for b.Loop() {
+				var before, after goruntime.MemStats
+				goruntime.GC()
+				goruntime.ReadMemStats(&before)
+				store := cache.NewIndexer(cache.MetaNamespaceKeyFunc, cache.Indexers{})
+				for _, u := range tc.objs {
+					if err := store.Add(tc.decode(u.DeepCopy())); err != nil {
+						b.Fatal(err)
+					}
+				}
+				goruntime.GC()
+				goruntime.ReadMemStats(&after)
+				per = float64(after.HeapAlloc-before.HeapAlloc) / float64(len(tc.objs))
+				goruntime.KeepAlive(store)
+			}
+			b.ReportMetric(per, "bytes/object")
 		})
 	}
 }

@@ -22,9 +22,12 @@ const (
 var allProblems = []string{problemPodWithoutIP, problemDuplicatePodIP, problemInvalidPodField, problemNodeWithoutAddr, problemInvalidNodeAddr, problemUndecodablePolicy, problemDuplicateLocal}
 
 // snapshot is one consistent reading of the caches, reduced to the
-// compiler's input.
+// compiler's input for this node (see scope.go).
 type snapshot struct {
 	cluster policy.Cluster
+	// outOfScope counts the NetworkPolicies left out of cluster: they
+	// cannot select a pod of this node.
+	outOfScope int
 	// cnps are the decoded ClusterNetworkPolicies by name, as compiled:
 	// the status writer reports on exactly these generations.
 	cnps map[string]*decodedCNP
@@ -89,13 +92,18 @@ func (a *Agent) takeSnapshot() *snapshot {
 		}
 		c.Pods = append(c.Pods, pod)
 	}
+	local := localNamespaces(c.Pods, a.cfg.NodeName)
 	for _, o := range a.inf.nps.GetStore().List() {
 		if np, ok := o.(*decodedNP); ok {
 			s.nps[np.Namespace+"/"+np.Name] = np
-			c.NetworkPolicies = append(c.NetworkPolicies, np.NetworkPolicy)
 			if bad := undecodable(np.Invalid); len(bad) > 0 {
 				s.problems["NetworkPolicy "+np.Namespace+"/"+np.Name] = problem{problemUndecodablePolicy, "cannot decode " + strings.Join(bad, ", ") + ": enforced fail-closed"}
 			}
+			if !local[np.Namespace] {
+				s.outOfScope++
+				continue
+			}
+			c.NetworkPolicies = append(c.NetworkPolicies, np.NetworkPolicy)
 		}
 	}
 	for _, o := range a.inf.cnps.GetStore().List() {
