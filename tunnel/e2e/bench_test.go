@@ -17,7 +17,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/moat-net/moat/tunnel/server"
+	"github.com/moat-net/moat/cmd/moat-proxy-server/app/options"
 	"github.com/moat-net/moat/tunnel/tlsconfig"
 )
 
@@ -26,7 +26,6 @@ import (
 type benchStack struct {
 	backend string
 	dial    func(ctx context.Context) (net.Conn, error)
-	stop    func()
 }
 
 // Modes compared by every benchmark: direct loopback TCP; direct-tls, the
@@ -57,9 +56,9 @@ func newBenchStack(b *testing.B, mode string) *benchStack {
 	if mode == "relay" || mode == "relay-tls" {
 		return relayBenchStack(b, p, addr, mode == "relay-tls")
 	}
-	m := server.ModeGRPC
+	m := options.ModeGRPC
 	if strings.HasPrefix(mode, "http-connect") {
-		m = server.ModeHTTPConnect
+		m = options.ModeHTTPConnect
 	}
 	ps := startServer(b, p, serverOpts{mode: m})
 	startAgent(b, p, ps.agentAddr, nil)

@@ -95,7 +95,7 @@ func (c *Conn) push(bs mem.BufferSlice) {
 		c.mu.Unlock()
 		bs.Free()
 		c.s.cfg.Metrics.badPacket("queue_overflow")
-		c.s.cfg.Log.Warn("closing connection: receive queue overflow", "origin", c.key.origin.String(), "connectID", c.key.id, "limit", c.limit())
+		c.s.cfg.Log.Info("Closing connection: receive queue overflow", "origin", c.key.origin.String(), "connectID", c.key.id, "limit", c.limit())
 		c.abort(ErrOverflow)
 		return
 	}

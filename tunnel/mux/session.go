@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"log/slog"
 	"math"
 	"math/rand/v2"
 	"net"
@@ -14,6 +13,7 @@ import (
 	"time"
 
 	"google.golang.org/grpc/mem"
+	"k8s.io/klog/v2"
 	"sigs.k8s.io/apiserver-network-proxy/konnectivity-client/proto/client"
 
 	"github.com/moat-net/moat/tunnel/grpcbuf"
@@ -61,7 +61,7 @@ type Config struct {
 	// Metrics may be nil.
 	Metrics *Metrics
 	// Log may be nil.
-	Log *slog.Logger
+	Log klog.Logger
 }
 
 func (c *Config) defaults() {
@@ -79,9 +79,6 @@ func (c *Config) defaults() {
 	}
 	if c.DialTimeout <= 0 {
 		c.DialTimeout = 10 * time.Second
-	}
-	if c.Log == nil {
-		c.Log = slog.New(slog.DiscardHandler)
 	}
 	if c.Pool == nil {
 		c.Pool = grpcbuf.New()
@@ -271,7 +268,7 @@ func (s *Session) queue(p *client.Packet) {
 	s.ctrlMu.Unlock()
 	if n > 1<<16 {
 		// A peer that provokes this many replies without reading is abusive.
-		s.cfg.Log.Warn("control queue overflow, closing tunnel", "queued", n)
+		s.cfg.Log.Info("Control queue overflow, closing tunnel", "queued", n)
 		go s.shutdown(errors.New("control queue overflow"))
 		return
 	}
@@ -315,7 +312,7 @@ func (s *Session) readLoop() error {
 
 func (s *Session) bad(reason string, p *client.Packet, err error) {
 	s.cfg.Metrics.badPacket(reason)
-	s.cfg.Log.Warn("dropped packet", "reason", reason, "type", p.GetType().String(), "err", err)
+	s.cfg.Log.Info("Dropped packet", "reason", reason, "type", p.GetType().String(), "err", err)
 }
 
 func (s *Session) handle(p *client.Packet) {
@@ -359,12 +356,6 @@ func (s *Session) peerOrigin() proto.Origin {
 		return proto.OriginControlPlane
 	}
 	return proto.OriginNode
-}
-
-func (s *Session) lookup(k key) *Conn {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.conns[k]
 }
 
 // lookupOrClosed is lookup that also reports whether k is a connection
@@ -435,7 +426,7 @@ func (s *Session) dialFor(ctx context.Context, cancel context.CancelFunc, peer p
 	if err != nil {
 		s.mu.Unlock()
 		s.cfg.Metrics.dial(peer, "error", time.Since(start))
-		s.cfg.Log.Info("dial failed", "origin", peer.String(), "address", address, "err", err)
+		s.cfg.Log.V(2).Info("Dial failed", "origin", peer.String(), "address", address, "err", err)
 		if stillPending {
 			s.queue(proto.DialRsp(peer, random, 0, err.Error()))
 		}

@@ -116,7 +116,7 @@ func (s *Server) Proxy(st client.ProxyService_ProxyServer) error {
 	conn, err := s.dial(st.Context(), req.Address)
 	if err != nil {
 		if st.Context().Err() == nil {
-			s.log.Info("frontend dial failed", "address", req.Address, "err", err)
+			s.log.V(2).Info("Frontend dial failed", "address", req.Address, "err", err)
 			_ = send(proto.DialRsp(proto.OriginControlPlane, req.Random, 0, err.Error()))
 		}
 		return nil
@@ -159,7 +159,7 @@ func (s *Server) Proxy(st client.ProxyService_ProxyServer) error {
 		}
 		if err := proto.Check(p); err != nil {
 			s.metrics.BadPacket(proto.Reason(p))
-			s.log.Warn("frontend sent bad packet", "err", err)
+			s.log.Info("Frontend sent a bad packet", "err", err)
 			continue
 		}
 		switch p.Type {
