@@ -44,11 +44,14 @@ func (x *decoder) start(h header) body {
 	}
 	switch h.kind {
 	case "Pod":
-		return &podBody{}
+		x.pod = podBody{}
+		return &x.pod
 	case "Node":
-		return &nodeBody{}
+		x.node = nodeBody{}
+		return &x.node
 	case "Namespace":
-		return &namespaceBody{}
+		x.ns = namespaceBody{}
+		return &x.ns
 	case "NetworkPolicy":
 		return &npBody{}
 	}

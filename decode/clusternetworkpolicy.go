@@ -23,7 +23,7 @@ var (
 )
 
 func (d *dec) cnpSpec(s *v1alpha2.ClusterNetworkPolicySpec) error {
-	path, m := d.pathString(), d.mark()
+	m := d.mark()
 	_, err := d.object(requiredSchema(&cnpSpecSchema, "spec"), func(i int) error {
 		switch i {
 		case 0:
@@ -107,6 +107,7 @@ func (d *dec) cnpSpec(s *v1alpha2.ClusterNetworkPolicySpec) error {
 		return err
 	}
 	if ps := d.since(m); len(ps) > 0 {
+		path := d.pathString()
 		d.brokenCNPSpec(s, path)
 		d.failUnit(path, ps, "the whole policy")
 		d.problems = d.problems[:m]

@@ -3,9 +3,14 @@ package decode
 import (
 	"bytes"
 	"encoding/json"
+	"fmt"
+	"net/netip"
 	"strings"
 	"testing"
 	"testing/iotest"
+
+	"github.com/google/go-cmp/cmp"
+	"github.com/google/go-cmp/cmp/cmpopts"
 
 	"github.com/moat-net/moat/policy"
 )
@@ -211,5 +216,52 @@ func TestDecodeUnstructuredList(t *testing.T) {
 	}
 	if len(r.Dropped) != 1 || !strings.Contains(r.Diagnostics[0].Message, "duplicate object") {
 		t.Errorf("a second n/a: dropped %v, %v", r.Dropped, r.Diagnostics)
+	}
+}
+
+// A List decoded on every core gives what one core gives, in the same
+// order, with the same errors.
+func TestParallelAgreesWithSequential(t *testing.T) {
+	var b bytes.Buffer
+	b.WriteString(`{"apiVersion":"v1","items":[`)
+	for i := range 3000 {
+		if i > 0 {
+			b.WriteString(",\n")
+		}
+		fmt.Fprintf(&b, `{"apiVersion":"v1","kind":"Pod","metadata":{"name":"p%d","namespace":"n%d","labels":{"a":"%d"},"annotations":{"x":"%s"}},"spec":{"nodeName":"n","containers":[{"name":"c","ports":[{"containerPort":%d}]}]},"status":{"podIP":"10.0.%d.%d"}}`, i, i%7, i%3, strings.Repeat(`\"}{][`, i%50), 1+i%60000, i/250, i%250)
+		if i%500 == 0 {
+			fmt.Fprintf(&b, `,{"apiVersion":"networking.k8s.io/v1","kind":"NetworkPolicy","metadata":{"name":"np%d","namespace":"n1"},"spec":{"podSelector":{},"ingress":[{"ports":"x"}],"bogus":1}}`, i)
+		}
+		if i == 2000 {
+			b.WriteString(`,{"apiVersion":"v1","kind":"Pod","metadata":{"name":"p0","namespace":"n0"}}`) // a duplicate
+		}
+	}
+	b.WriteString(`],"kind":"List","metadata":{}}`)
+	decodeWith := func(sequential bool, in []byte) (*Result, error) {
+		var r Result
+		r.decoder().sequential = sequential
+		err := r.DecodeJSON("t", bytes.NewReader(in))
+		return &r, err
+	}
+	seq, err := decodeWith(true, b.Bytes())
+	if err != nil {
+		t.Fatal(err)
+	}
+	par, err := decodeWith(false, b.Bytes())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(seq.Cluster.Pods) != 3000 || len(seq.Cluster.NetworkPolicies) != 6 || len(seq.Dropped) != 1 {
+		t.Fatalf("sequential: %d pods, %d policies, dropped %v", len(seq.Cluster.Pods), len(seq.Cluster.NetworkPolicies), seq.Dropped)
+	}
+	if diff := cmp.Diff(seq, par, cmp.AllowUnexported(Result{}, location{}), cmpopts.IgnoreFields(Result{}, "dec"), cmpopts.EquateComparable(netip.Addr{})); diff != "" {
+		t.Fatalf("parallel differs (-sequential +parallel):\n%s", diff)
+	}
+	// A syntax error deep in the list is reported alike.
+	broken := bytes.Replace(b.Bytes(), []byte(`"name":"p2500"`), []byte(`"name":"p2500",,`), 1)
+	_, errSeq := decodeWith(true, broken)
+	_, errPar := decodeWith(false, broken)
+	if errSeq == nil || errPar == nil || errSeq.Error() != errPar.Error() {
+		t.Fatalf("errors: sequential %v, parallel %v", errSeq, errPar)
 	}
 }

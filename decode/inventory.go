@@ -42,7 +42,7 @@ func (d *dec) podMember(o *corev1.Pod, i int) error {
 		switch i {
 		case 0:
 			var phase string
-			err := d.str(&phase)
+			err := d.istr(&phase)
 			o.Status.Phase = corev1.PodPhase(phase)
 			return err
 		case 1:
@@ -80,7 +80,7 @@ func (d *dec) containers(dst *[]corev1.Container) error {
 				})
 			}
 			var rp string
-			if err := d.str(&rp); err != nil || rp == "" {
+			if err := d.istr(&rp); err != nil || rp == "" {
 				return err
 			}
 			policy := corev1.ContainerRestartPolicy(rp)

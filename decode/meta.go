@@ -12,12 +12,29 @@ import (
 // its size costs parsing only.
 var metaSchema = schema{fields: []string{"name", "namespace", "uid", "resourceVersion", "generation", "labels"}}
 
-// meta reads metadata. Problems in it are the object's identity being
-// unknown: the caller drops the object.
+// inventoryMetaSchema is what pods, nodes and namespaces need.
+var inventoryMetaSchema = schema{fields: []string{"name", "namespace", "labels"}}
+
+// meta reads metadata: of a policy (labels false) its identity and
+// versions, which the agent reports status against; of other objects
+// (labels true) name, namespace and labels. Problems in it are the
+// object's identity being unknown: the caller drops the object.
 func (d *dec) meta(m *metav1.ObjectMeta, labels bool) error {
 	strict := d.strict
 	d.strict = false // unknown and repeated metadata fields are the API server's business
 	defer func() { d.strict = strict }()
+	if labels {
+		_, err := d.object(&inventoryMetaSchema, func(i int) error {
+			switch i {
+			case 0:
+				return d.str(&m.Name)
+			case 1:
+				return d.istr(&m.Namespace)
+			}
+			return d.stringMap(&m.Labels)
+		})
+		return err
+	}
 	_, err := d.object(&metaSchema, func(i int) error {
 		switch i {
 		case 0:
@@ -33,12 +50,9 @@ func (d *dec) meta(m *metav1.ObjectMeta, labels bool) error {
 			return d.str(&m.ResourceVersion)
 		case 4:
 			return d.int64(&m.Generation)
-		default:
-			if !labels {
-				return d.src.skip()
-			}
-			return d.stringMap(&m.Labels)
 		}
+		return d.src.skip() // a policy's labels select nothing
+
 	})
 	return err
 }

@@ -27,13 +27,13 @@ var (
 // unit decodes one part; problems inside it replace it by zero() and
 // become one invalid-field error at the part's path.
 func (d *dec) unit(what string, read func() error, zero func()) error {
-	path, m := d.pathString(), d.mark()
+	m := d.mark()
 	if err := read(); err != nil {
 		return err
 	}
 	if ps := d.since(m); len(ps) > 0 {
 		zero()
-		d.failUnit(path, ps, what)
+		d.failUnit(d.pathString(), ps, what) // reading left the path as it was
 		d.problems = d.problems[:m]
 	}
 	return nil
@@ -69,7 +69,7 @@ func unreadable(path string) *field.Error {
 }
 
 func (d *dec) npSpec(s *networkingv1.NetworkPolicySpec) error {
-	path, m := d.pathString(), d.mark()
+	m := d.mark()
 	_, err := d.object(&npSpecSchema, func(i int) error {
 		switch i {
 		case 0:
@@ -108,6 +108,7 @@ func (d *dec) npSpec(s *networkingv1.NetworkPolicySpec) error {
 		return err
 	}
 	if ps := d.since(m); len(ps) > 0 {
+		path := d.pathString()
 		// The spec itself cannot be read: which pods it selects and what
 		// its rules allow are unknown. Its namespace is isolated both ways
 		// with nothing allowed.

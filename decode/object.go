@@ -2,7 +2,9 @@ package decode
 
 import (
 	"fmt"
+	"runtime"
 	"slices"
+	"strconv"
 	"strings"
 
 	"github.com/moat-net/moat/api/v1alpha2"
@@ -37,6 +39,8 @@ type Object struct {
 	// Skipped says why an object is not used (a kind Moat does not read,
 	// a finished pod); empty otherwise.
 	Skipped string
+
+	loc location
 }
 
 // The kinds Moat reads, with the one apiVersion it reads each in.
@@ -85,9 +89,81 @@ type decoder struct {
 	intern map[string]string
 	// cont is the metadata.continue of the last List read.
 	cont string
+	// doc names the document being read; items the list items being read
+	// in it: they make the objects' Source.
+	doc   string
+	items []int
+	// sequential turns off decoding a large List on every core (tests).
+	sequential bool
+	// Bodies of the kinds not kept whole, reused from object to object.
+	pod  podBody
+	node nodeBody
+	ns   namespaceBody
 }
 
 func newDecoder() *decoder { return &decoder{intern: map[string]string{}} }
+
+// document decodes one JSON value, named name in Sources.
+func (x *decoder) document(src source, name string, emit func(*Object)) error {
+	x.doc, x.items = name, x.items[:0]
+	return x.value(src, header{}, emit)
+}
+
+// location is where an object was read: a document and, in a List, its
+// item (or items, in nested lists). It costs no allocation for the common
+// cases; the Source string is made only when something keeps it.
+type location struct {
+	doc    string
+	item   int   // -1 outside a List
+	nested []int // the items, in nested Lists (item is then -1)
+}
+
+func (x *decoder) location() location {
+	switch len(x.items) {
+	case 0:
+		return location{doc: x.doc, item: -1}
+	case 1:
+		return location{doc: x.doc, item: x.items[0]}
+	}
+	return location{doc: x.doc, item: -1, nested: append([]int(nil), x.items...)}
+}
+
+// String is "<doc> items[i] items[j]".
+func (l location) String() string {
+	items := l.nested
+	if l.item >= 0 {
+		items = []int{l.item}
+	}
+	if len(items) == 0 {
+		return l.doc
+	}
+	b := []byte(l.doc)
+	for _, i := range items {
+		b = append(b, " items["...)
+		b = strconv.AppendInt(b, int64(i), 10)
+		b = append(b, ']')
+	}
+	return string(b)
+}
+
+// setSource names the object's source wherever it is kept: policies,
+// diagnostics, objects skipped or dropped. A pod, node or namespace read
+// without a problem does not need it.
+func (o *Object) setSource() {
+	if (o.Pod != nil || o.Node != nil || o.Namespace != nil) && len(o.Diagnostics) == 0 {
+		return
+	}
+	o.Source = o.loc.String()
+	for i := range o.Diagnostics {
+		o.Diagnostics[i].Source = o.Source
+	}
+	if o.NetworkPolicy != nil {
+		o.NetworkPolicy.Source = o.Source
+	}
+	if o.ClusterNetworkPolicy != nil {
+		o.ClusterNetworkPolicy.Source = o.Source
+	}
+}
 
 // errNotObject is a document that is not a JSON object at all.
 type errNotObject struct{ got vkind }
@@ -99,7 +175,7 @@ func (e errNotObject) Error() string {
 // value decodes one JSON value that must be an object (or a List of
 // them), calling emit for every object in it. inherit is the header that
 // items of a typed list (PodList) have when they do not say.
-func (x *decoder) value(src source, source string, inherit header, emit func(*Object)) error {
+func (x *decoder) value(src source, inherit header, emit func(*Object)) error {
 	k, err := src.peek()
 	if err != nil {
 		return err
@@ -155,6 +231,13 @@ func (x *decoder) value(src source, source string, inherit header, emit func(*Ob
 			if err := src.enterArray(); err != nil {
 				return err
 			}
+			if sc, ok := src.(*scanner); ok && len(x.items) == 0 && !x.sequential && runtime.GOMAXPROCS(0) > 1 {
+				if err := x.parallelItems(sc, items, &pending); err != nil {
+					return err
+				}
+				d.reset(src, false)
+				continue
+			}
 			for i := 0; ; i++ {
 				ok, err := src.elem()
 				if err != nil {
@@ -163,7 +246,10 @@ func (x *decoder) value(src source, source string, inherit header, emit func(*Ob
 				if !ok {
 					break
 				}
-				if err := x.value(src, fmt.Sprintf("%s items[%d]", source, i), items, func(o *Object) { pending = append(pending, o) }); err != nil {
+				x.items = append(x.items, i)
+				err = x.value(src, items, func(o *Object) { pending = append(pending, o) })
+				x.items = x.items[:len(x.items)-1]
+				if err != nil {
 					return fmt.Errorf("items[%d]: %w", i, err)
 				}
 			}
@@ -215,8 +301,9 @@ func (x *decoder) value(src source, source string, inherit header, emit func(*Ob
 		// unknown field.
 		d.unknown = append(d.unknown, "items")
 	}
-	o := &Object{Source: source}
+	o := &Object{loc: x.location()}
 	b.finish(d, o)
+	o.setSource()
 	emit(o)
 	return nil
 }

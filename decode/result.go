@@ -26,14 +26,14 @@ type Result struct {
 	// <why>".
 	Skipped []string
 
-	seen map[string]string
+	seen map[string]location
 	dec  *decoder
 }
 
 func (r *Result) decoder() *decoder {
 	if r.dec == nil {
 		r.dec = newDecoder()
-		r.seen = map[string]string{}
+		r.seen = map[string]location{}
 	}
 	return r.dec
 }
@@ -49,15 +49,19 @@ func (r *Result) Add(o *Object) {
 		r.Dropped = append(r.Dropped, o.Ref)
 		return
 	case o.Skipped != "":
-		r.Skipped = append(r.Skipped, fmt.Sprintf("%s (%s): %s", o.Ref, o.Source, o.Skipped))
+		r.Skipped = append(r.Skipped, fmt.Sprintf("%s (%s): %s", o.Ref, o.source(), o.Skipped))
 		return
 	}
 	if prev, dup := r.seen[o.Ref]; dup {
-		r.Diagnostics = append(r.Diagnostics, policy.Diagnostic{Severity: policy.SeverityError, Object: o.Ref, Source: o.Source, Message: "duplicate object, also defined at " + prev + ": object not loaded"})
+		r.Diagnostics = append(r.Diagnostics, policy.Diagnostic{Severity: policy.SeverityError, Object: o.Ref, Source: o.source(), Message: "duplicate object, also defined at " + prev.String() + ": object not loaded"})
 		r.Dropped = append(r.Dropped, o.Ref)
 		return
 	}
-	r.seen[o.Ref] = o.Source
+	loc := o.loc
+	if o.Source != "" {
+		loc = location{doc: o.Source, item: -1} // made by the caller
+	}
+	r.seen[o.Ref] = loc
 	c := &r.Cluster
 	switch {
 	case o.Namespace != nil:
@@ -106,7 +110,7 @@ func (r *Result) decodeJSON(source string, in io.Reader) (string, error) {
 			return x.cont, nil
 		}
 		name := fmt.Sprintf("%s#%d", source, doc)
-		if err := x.value(s, name, header{}, func(o *Object) { r.Add(o) }); err != nil {
+		if err := x.document(s, name, func(o *Object) { r.Add(o) }); err != nil {
 			return "", fmt.Errorf("%s: %w", name, err)
 		}
 	}
@@ -118,7 +122,7 @@ func (r *Result) decodeJSON(source string, in io.Reader) (string, error) {
 func (r *Result) DecodeJSONBytes(source string, js []byte) error {
 	x := r.decoder()
 	s := newBytesScanner(js, x.intern)
-	if err := x.value(s, source, header{}, func(o *Object) { r.Add(o) }); err != nil {
+	if err := x.document(s, source, func(o *Object) { r.Add(o) }); err != nil {
 		return err
 	}
 	if _, more, err := s.ws(); err != nil || more {
@@ -132,7 +136,7 @@ func (r *Result) DecodeJSONBytes(source string, js []byte) error {
 // informers give.
 func (r *Result) DecodeUnstructured(source string, obj map[string]any) error {
 	x := r.decoder()
-	if err := x.value(newTree(obj), source, header{}, func(o *Object) { r.Add(o) }); err != nil {
+	if err := x.document(newTree(obj), source, func(o *Object) { r.Add(o) }); err != nil {
 		return fmt.Errorf("%s: %w", source, err)
 	}
 	return nil
@@ -142,13 +146,22 @@ func (r *Result) DecodeUnstructured(source string, obj map[string]any) error {
 // informer's), with the same rules as files. It fails only when obj is a
 // List (informers never hold one).
 func Unstructured(source string, obj map[string]any) (*Object, error) {
-	x := &decoder{} // no interning: the object lives alone in a cache
+	x := newDecoder()
+	x.intern = nil // the object lives alone in a cache
 	var out []*Object
-	if err := x.value(newTree(obj), source, header{}, func(o *Object) { out = append(out, o) }); err != nil {
+	if err := x.document(newTree(obj), source, func(o *Object) { out = append(out, o) }); err != nil {
 		return nil, err
 	}
 	if len(out) != 1 {
 		return nil, fmt.Errorf("%s: want one object, got a list of %d", source, len(out))
 	}
 	return out[0], nil
+}
+
+// source is where o came from, as Source says or as decoding found.
+func (o *Object) source() string {
+	if o.Source != "" {
+		return o.Source
+	}
+	return o.loc.String()
 }

@@ -1,9 +1,11 @@
 package decode
 
 import (
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"io"
+	"math/bits"
 	"strconv"
 	"unicode/utf16"
 	"unicode/utf8"
@@ -27,9 +29,7 @@ type scanner struct {
 	first []bool
 	// str holds unescaped strings.
 	strBuf []byte
-	// skipStack is reused by skip.
-	skipStack []byte
-	intern    map[string]string
+	intern map[string]string
 	// capture, when set, receives every byte consumed; capStart is where,
 	// in buf, the bytes not yet copied to it begin.
 	capture  *[]byte
@@ -38,7 +38,7 @@ type scanner struct {
 	keyBuf []byte
 }
 
-const minWindow = 64 << 10
+const minWindow = 256 << 10
 
 func newScanner(r io.Reader, intern map[string]string) *scanner {
 	return &scanner{r: r, buf: make([]byte, minWindow), intern: intern}
@@ -109,16 +109,27 @@ func (s *scanner) flushCapture() {
 var errEOF = errors.New("unexpected end of JSON input")
 
 // ws skips whitespace and returns the next byte without consuming it;
-// ok is false at the end of input.
+// ok is false at the end of input. Indentation is skipped eight bytes at a
+// time.
 func (s *scanner) ws() (byte, bool, error) {
 	for {
-		for s.pos < s.end {
-			c := s.buf[s.pos]
-			if c > ' ' || (c != ' ' && c != '\n' && c != '\r' && c != '\t') {
+		buf, pos, end := s.buf, s.pos, s.end
+		for pos < end {
+			c := buf[pos]
+			if c > ' ' {
+				s.pos = pos
 				return c, true, nil
 			}
-			s.pos++
+			if c != ' ' && c != '\n' && c != '\r' && c != '\t' {
+				s.pos = pos
+				return c, true, nil
+			}
+			pos++
+			for pos+8 <= end && binary.LittleEndian.Uint64(buf[pos:]) == spaces {
+				pos += 8
+			}
 		}
+		s.pos = pos
 		ok, err := s.more()
 		if err != nil {
 			return 0, false, err
@@ -129,8 +140,32 @@ func (s *scanner) ws() (byte, bool, error) {
 	}
 }
 
+const (
+	spaces = 0x2020202020202020
+	ones   = 0x0101010101010101
+	highs  = 0x8080808080808080
+)
+
+// stringStop returns a word with the high bit set in the lowest byte of w
+// that ends the fast scan of a string (a quote, a backslash or a control
+// character), and possibly in higher bytes too: only the lowest is exact.
+func stringStop(w uint64) uint64 {
+	q, b := w^(ones*'"'), w^(ones*'\\')
+	return ((w-ones*0x20)&^w | (q-ones)&^q | (b-ones)&^b) & highs
+}
+
 // need returns the next non-space byte, failing at the end of input.
 func (s *scanner) need() (byte, error) {
+	// The fast path (a token right here) is small enough to inline.
+	if s.pos < s.end {
+		if c := s.buf[s.pos]; c > ' ' {
+			return c, nil
+		}
+	}
+	return s.needSlow()
+}
+
+func (s *scanner) needSlow() (byte, error) {
 	c, ok, err := s.ws()
 	if err != nil {
 		return 0, err
@@ -158,6 +193,13 @@ func (s *scanner) scanString() (raw []byte, escaped bool, err error) {
 	i := s.pos + 1
 	for {
 		buf, end := s.buf, s.end
+		for i+8 <= end {
+			if m := stringStop(binary.LittleEndian.Uint64(buf[i:])); m != 0 {
+				i += bits.TrailingZeros64(m) / 8
+				break
+			}
+			i += 8
+		}
 		for i < end && !strStop[buf[i]] {
 			i++
 		}
@@ -520,9 +562,18 @@ func (s *scanner) key() ([]byte, bool, error) {
 	if err != nil {
 		return nil, false, err
 	}
-	k := s.text(raw, esc)
-	// The key stays valid: a colon needs no refill unless the window is
-	// exhausted, in which case copy it first.
+	// Keys are compared with field names, not kept: they need no UTF-8
+	// check (an invalid name is unknown, whatever its bytes).
+	k := raw
+	if esc {
+		k = s.unescape(raw)
+	}
+	if s.pos < s.end && s.buf[s.pos] == ':' {
+		// Compact JSON: no refill can move the key.
+		s.pos++
+		return k, true, nil
+	}
+	// Whitespace before the colon may need a refill: copy the key first.
 	c, ok, err := s.wsKeep(k)
 	if err != nil {
 		return nil, false, err
@@ -545,104 +596,237 @@ func (s *scanner) elem() (bool, error) {
 	return s.closeOrComma()
 }
 
-// skip consumes one value, checking its syntax.
+// skip consumes one value, checking its syntax. It is the scanner's
+// hottest loop (most of a pod is skipped), so it walks the window with
+// local variables; a token cut by the end of the window is read again
+// from its start after a refill.
 func (s *scanner) skip() error {
-	stack := s.skipStack[:0]
-	defer func() { s.skipStack = stack[:0] }()
+	const (
+		value      = iota // a value
+		valueOrEnd        // after '[': a value or ']'
+		keyOrEnd          // after '{': a key or '}'
+		key               // after ',' in an object
+		colon             // after a key
+		after             // after a value: ',' or the closer
+	)
+	var nesting [32]byte // grows on the heap only for deeper values
+	stack := nesting[:0]
+	buf, pos, end := s.buf, s.pos, s.end
+	state := value
+	resume := 0 // how far a string cut by the window was scanned
 	for {
-		// A value.
-		c, err := s.need()
-		if err != nil {
-			return err
+		for pos < end {
+			c := buf[pos]
+			if c > ' ' {
+				break
+			}
+			if c != ' ' && c != '\n' && c != '\r' && c != '\t' {
+				s.pos = pos
+				return s.errorf("invalid character %q looking for a value", c)
+			}
+			pos++
+			for pos+8 <= end && binary.LittleEndian.Uint64(buf[pos:]) == spaces {
+				pos += 8
+			}
+		}
+		if pos >= end {
+			s.pos = pos
+			ok, err := s.more()
+			if err != nil {
+				return err
+			}
+			if !ok {
+				return s.errorf("%v", errEOF)
+			}
+			buf, pos, end = s.buf, s.pos, s.end
+			continue
+		}
+		c := buf[pos]
+		switch state {
+		case after:
+			top := stack[len(stack)-1]
+			switch c {
+			case ',':
+				pos++
+				state = value
+				if top == '}' {
+					state = key
+				}
+			case top:
+				pos++
+				stack = stack[:len(stack)-1]
+				if len(stack) == 0 {
+					s.pos = pos
+					return nil
+				}
+			default:
+				s.pos = pos
+				return s.errorf("invalid character %q after %s", c, containerName(top))
+			}
+			continue
+		case colon:
+			if c != ':' {
+				s.pos = pos
+				return s.errorf("missing colon after object key")
+			}
+			pos++
+			state = value
+			continue
+		case keyOrEnd, key:
+			if c == '}' && state == keyOrEnd {
+				pos++
+				stack = stack[:len(stack)-1]
+				state = after
+				if len(stack) == 0 {
+					s.pos = pos
+					return nil
+				}
+				continue
+			}
+			if c != '"' {
+				s.pos = pos
+				return s.errorf("invalid character %q looking for an object key", c)
+			}
+		case valueOrEnd:
+			if c == ']' {
+				pos++
+				stack = stack[:len(stack)-1]
+				state = after
+				if len(stack) == 0 {
+					s.pos = pos
+					return nil
+				}
+				continue
+			}
+		}
+		// A value, or a key (a string).
+		next := after
+		if state == keyOrEnd || state == key {
+			next = colon
 		}
 		switch {
 		case c == '"':
-			if _, _, err := s.scanString(); err != nil {
-				return err
-			}
-		case c == '{' || c == '[':
-			s.pos++
-			closer := byte('}')
-			if c == '[' {
-				closer = ']'
-			}
-			n, err := s.need()
-			if err != nil {
-				return err
-			}
-			if n == closer {
-				s.pos++
-				break
-			}
-			stack = append(stack, closer)
-			if closer == '}' {
-				if err := s.skipKey(); err != nil {
-					return err
+			i := pos + 1 + resume
+			resume = 0
+			for {
+				for i+8 <= end {
+					if m := stringStop(binary.LittleEndian.Uint64(buf[i:])); m != 0 {
+						i += bits.TrailingZeros64(m) / 8
+						break
+					}
+					i += 8
+				}
+				for i < end && !strStop[buf[i]] {
+					i++
+				}
+				if i >= end {
+					resume = i - pos - 1
+					break
+				}
+				if buf[i] == '"' {
+					break
+				}
+				if buf[i] != '\\' {
+					s.pos = i
+					return s.errorf("control character %#x in string", buf[i])
+				}
+				if i+1 >= end || (buf[i+1] == 'u' && i+5 >= end) {
+					resume = i - pos - 1 // at the backslash
+					i = end
+					break
+				}
+				switch buf[i+1] {
+				case '"', '\\', '/', 'b', 'f', 'n', 'r', 't':
+					i += 2
+				case 'u':
+					for _, h := range buf[i+2 : i+6] {
+						if unhex(h) < 0 {
+							s.pos = i
+							return s.errorf("invalid \\u escape in string")
+						}
+					}
+					i += 6
+				default:
+					s.pos = i
+					return s.errorf("invalid escape \\%c in string", buf[i+1])
 				}
 			}
-			continue
-		case c == 't':
-			err = s.literal("true")
-		case c == 'f':
-			err = s.literal("false")
-		case c == 'n':
-			err = s.literal("null")
-		case c == '-' || '0' <= c && c <= '9':
-			_, err = s.scanNumber()
-		default:
-			return s.errorf("invalid character %q looking for a value", c)
-		}
-		if err != nil {
-			return err
-		}
-		// After a value: close containers or move to the next value.
-		for {
-			if len(stack) == 0 {
-				return nil
-			}
-			c, err := s.need()
-			if err != nil {
-				return err
-			}
-			top := stack[len(stack)-1]
-			if c == top {
-				s.pos++
-				stack = stack[:len(stack)-1]
+			if i >= end {
+				// Cut by the window: read more and go on where the scan
+				// stopped (at a character, never inside an escape).
+				s.pos = pos
+				ok, err := s.more()
+				if err != nil {
+					return err
+				}
+				if !ok {
+					return s.errorf("unterminated string")
+				}
+				buf, pos, end = s.buf, s.pos, s.end
 				continue
 			}
-			if c != ',' {
-				return s.errorf("invalid character %q after %s", c, containerName(top))
+			pos = i + 1
+		case next == colon:
+			s.pos = pos
+			return s.errorf("invalid character %q looking for an object key", c)
+		case c == '{':
+			pos++
+			stack = append(stack, '}')
+			state = keyOrEnd
+			continue
+		case c == '[':
+			pos++
+			stack = append(stack, ']')
+			state = valueOrEnd
+			continue
+		case c == 't' || c == 'f' || c == 'n':
+			lit := "null"
+			if c == 't' {
+				lit = "true"
+			} else if c == 'f' {
+				lit = "false"
 			}
-			s.pos++
-			if top == '}' {
-				if err := s.skipKey(); err != nil {
+			if end-pos < len(lit) && !s.eof {
+				s.pos = pos
+				if _, err := s.more(); err != nil {
 					return err
 				}
+				buf, pos, end = s.buf, s.pos, s.end
+				continue
 			}
-			break
+			if end-pos < len(lit) || string(buf[pos:pos+len(lit)]) != lit {
+				s.pos = pos
+				return s.errorf("invalid character %q looking for a value", c)
+			}
+			pos += len(lit)
+		case c == '-' || '0' <= c && c <= '9':
+			i := pos
+			for i < end && isNumByte(buf[i]) {
+				i++
+			}
+			if i >= end && !s.eof {
+				s.pos = pos
+				if _, err := s.more(); err != nil {
+					return err
+				}
+				buf, pos, end = s.buf, s.pos, s.end
+				continue
+			}
+			if !validNumber(buf[pos:i]) {
+				s.pos = pos
+				return s.errorf("invalid number %q", buf[pos:i])
+			}
+			pos = i
+		default:
+			s.pos = pos
+			return s.errorf("invalid character %q looking for a value", c)
+		}
+		state = next
+		if next == after && len(stack) == 0 {
+			s.pos = pos
+			return nil
 		}
 	}
-}
-
-func (s *scanner) skipKey() error {
-	c, err := s.need()
-	if err != nil {
-		return err
-	}
-	if c != '"' {
-		return s.errorf("invalid character %q looking for an object key", c)
-	}
-	if _, _, err := s.scanString(); err != nil {
-		return err
-	}
-	if c, err = s.need(); err != nil {
-		return err
-	}
-	if c != ':' {
-		return s.errorf("missing colon after object key")
-	}
-	s.pos++
-	return nil
 }
 
 // captureValue copies the next value's bytes and returns a source over
@@ -660,4 +844,75 @@ func (s *scanner) captureValue() (source, error) {
 		return nil, err
 	}
 	return newBytesScanner(b, s.intern), nil
+}
+
+// structural marks the bytes splitObject stops at outside strings.
+var structural = func() (t [256]bool) {
+	for _, c := range []byte(`"{}[]`) {
+		t[c] = true
+	}
+	return t
+}()
+
+// splitObject consumes the object the scanner is at (its '{'), appending
+// its bytes to dst, by following strings and brackets only: the caller
+// has a worker decode (and so fully check) those bytes, and checks itself
+// what comes between objects.
+func (s *scanner) splitObject(dst *[]byte) error {
+	buf, pos, end := s.buf, s.pos, s.end
+	start, depth, inString := pos, 0, false
+	for {
+		for pos < end {
+			if inString {
+				for pos+8 <= end {
+					if m := stringStop(binary.LittleEndian.Uint64(buf[pos:])); m != 0 {
+						pos += bits.TrailingZeros64(m) / 8
+						break
+					}
+					pos += 8
+				}
+				if pos >= end {
+					break
+				}
+				switch buf[pos] {
+				case '\\':
+					pos++ // the escaped byte is never a quote that ends the string
+				case '"':
+					inString = false
+				}
+				pos++
+				continue
+			}
+			c := buf[pos]
+			pos++
+			if !structural[c] {
+				continue
+			}
+			switch c {
+			case '"':
+				inString = true
+			case '{', '[':
+				depth++
+			default:
+				depth--
+				if depth == 0 {
+					*dst = append(*dst, buf[start:pos]...)
+					s.pos = pos
+					return nil
+				}
+			}
+		}
+		// The window is used up: keep what it held, read on.
+		*dst = append(*dst, buf[start:min(pos, end)]...)
+		s.pos = end
+		ok, err := s.more()
+		if err != nil {
+			return err
+		}
+		if !ok {
+			return s.errorf("%v", errEOF)
+		}
+		buf, pos, end = s.buf, s.pos+(pos-end), s.end
+		start = s.pos
+	}
 }

@@ -25,6 +25,10 @@ type Result = decode.Result
 type Loader struct {
 	// Stdin is read for the path "-"; nil means os.Stdin.
 	Stdin io.Reader
+	// StdinCopy, if set, receives every byte read from Stdin, so that a
+	// command can both load "-" and keep what it read (moat lab keeps a
+	// copy of its input) without buffering stdin itself.
+	StdinCopy io.Writer
 	// FS, if set, is used instead of the OS file system (embedded examples).
 	FS fs.FS
 }
@@ -47,6 +51,9 @@ func (l *Loader) loadPath(d *Result, p string) error {
 		in := l.Stdin
 		if in == nil {
 			in = os.Stdin
+		}
+		if l.StdinCopy != nil {
+			in = io.TeeReader(in, l.StdinCopy)
 		}
 		return decodeStream(d, "<stdin>", in)
 	}

@@ -119,3 +119,20 @@ func TestFinishedPodsSkipped(t *testing.T) {
 		t.Errorf("pods %+v, skipped %v", res.Cluster.Pods, res.Skipped)
 	}
 }
+
+// StdinCopy receives stdin as read: a command loads "-" and keeps it.
+func TestStdinCopy(t *testing.T) {
+	for _, doc := range []string{
+		"apiVersion: v1\nkind: Namespace\nmetadata: {name: a}\n",
+		`{"apiVersion":"v1","kind":"List","items":[{"apiVersion":"v1","kind":"Namespace","metadata":{"name":"a"}}]}`,
+	} {
+		var kept strings.Builder
+		res, err := (&manifest.Loader{Stdin: strings.NewReader(doc), StdinCopy: &kept}).Load("-")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if kept.String() != doc || len(res.Cluster.Namespaces) != 1 {
+			t.Errorf("kept %q, namespaces %v", kept.String(), res.Cluster.Namespaces)
+		}
+	}
+}

@@ -8,6 +8,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"math/rand/v2"
 	"net"
 	"os"
@@ -22,7 +23,6 @@ import (
 	"google.golang.org/grpc/experimental"
 	"google.golang.org/grpc/keepalive"
 	"google.golang.org/grpc/metadata"
-	"k8s.io/klog/v2"
 
 	"github.com/moat-net/moat/tunnel/dest"
 	"github.com/moat-net/moat/tunnel/grpcbuf"
@@ -57,9 +57,8 @@ type Config struct {
 	// extensions, so the tunnel runs upstream's protocol exactly (no
 	// credit-based flow control); used to test interoperability.
 	NoExtensions bool
-	// Log receives the agent's structured log (the zero Logger discards).
-	Log      klog.Logger
-	Registry prometheus.Registerer
+	Log          *slog.Logger
+	Registry     prometheus.Registerer
 }
 
 type tunnel struct {
@@ -75,7 +74,7 @@ type Agent struct {
 	pool    *grpcbuf.Pool
 	metrics *mux.Metrics
 	gauge   prometheus.Gauge
-	log     klog.Logger
+	log     *slog.Logger
 
 	mu          sync.Mutex
 	tunnels     map[string]*tunnel
@@ -106,6 +105,9 @@ func New(cfg Config) (*Agent, error) {
 	}
 	if cfg.DialTimeout <= 0 {
 		cfg.DialTimeout = 10 * time.Second
+	}
+	if cfg.Log == nil {
+		cfg.Log = slog.New(slog.DiscardHandler)
 	}
 	if cfg.Registry == nil {
 		cfg.Registry = prometheus.NewRegistry()
@@ -148,7 +150,7 @@ func (a *Agent) Active() int64 {
 func (a *Agent) Run(ctx context.Context) error {
 	if len(a.cfg.Targets) > 0 {
 		if !a.cfg.NodeToControlPlane {
-			a.log.Info("Ignoring --target: feature gate EnableClusterToMasterTraffic is off; no listener opened")
+			a.log.Warn("--target ignored: feature gate EnableClusterToMasterTraffic is off; no listener opened")
 		} else if err := a.listen(ctx); err != nil {
 			return err
 		}
@@ -159,7 +161,7 @@ func (a *Agent) Run(ctx context.Context) error {
 		err := a.sync(ctx)
 		wait := a.cfg.SyncInterval
 		if err != nil {
-			a.log.Info("Connect to proxy server failed", "server", a.cfg.Server, "err", err, "retry", backoff)
+			a.log.Warn("connect to proxy server failed", "server", a.cfg.Server, "err", err, "retry", backoff)
 			wait = backoff + time.Duration(rand.Int64N(int64(backoff)/5+1))
 			backoff = min(backoff*2, a.cfg.MaxBackoff)
 		} else {
@@ -272,9 +274,8 @@ func (a *Agent) connect(ctx context.Context) error {
 		MaxQueue:    a.cfg.MaxQueue,
 		DialTimeout: a.cfg.DialTimeout,
 		Dial:        a.dialNodeSide,
-		Pool:        a.pool,
 		Metrics:     a.metrics,
-		Log:         a.log.WithValues("serverID", t.serverID),
+		Log:         a.log.With("serverID", t.serverID),
 	})
 	a.mu.Lock()
 	a.serverCount = count
@@ -285,7 +286,7 @@ func (a *Agent) connect(ctx context.Context) error {
 	a.tunnels[t.serverID] = t
 	a.gauge.Set(float64(len(a.tunnels)))
 	a.mu.Unlock()
-	a.log.Info("Tunnel up", "serverID", t.serverID, "serverCount", count, "features", feat.String())
+	a.log.Info("tunnel up", "serverID", t.serverID, "serverCount", count, "features", feat.String())
 	a.wg.Add(1)
 	go func() {
 		defer a.wg.Done()
@@ -298,7 +299,7 @@ func (a *Agent) connect(ctx context.Context) error {
 		}
 		a.gauge.Set(float64(len(a.tunnels)))
 		a.mu.Unlock()
-		a.log.Info("Tunnel down", "serverID", t.serverID, "err", err)
+		a.log.Info("tunnel down", "serverID", t.serverID, "err", err)
 	}()
 	return nil
 }
@@ -346,10 +347,10 @@ func (a *Agent) Drain() {
 	a.mu.Unlock()
 	for _, t := range ts {
 		if err := t.sess.SendDrain(); err != nil {
-			a.log.Error(err, "Send DRAIN failed", "serverID", t.serverID)
+			a.log.Warn("send DRAIN failed", "serverID", t.serverID, "err", err)
 		}
 	}
-	a.log.Info("Draining", "tunnels", len(ts))
+	a.log.Info("draining", "tunnels", len(ts))
 }
 
 func (a *Agent) closeAll() {

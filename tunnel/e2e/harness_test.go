@@ -9,6 +9,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"log/slog"
 	"math/rand/v2"
 	"net"
 	"net/http"
@@ -21,25 +22,19 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/credentials/insecure"
-	"k8s.io/klog/v2"
-	"k8s.io/klog/v2/textlogger"
 	kclient "sigs.k8s.io/apiserver-network-proxy/konnectivity-client/pkg/client"
 
-	"github.com/moat-net/moat/cmd/moat-proxy-server/app"
-	"github.com/moat-net/moat/cmd/moat-proxy-server/app/options"
-	testpki "github.com/moat-net/moat/internal/testenv/pki"
 	"github.com/moat-net/moat/tunnel/agent"
+	"github.com/moat-net/moat/tunnel/internal/testpki"
 	"github.com/moat-net/moat/tunnel/server"
 	"github.com/moat-net/moat/tunnel/tlsconfig"
 )
 
-// testLog is the servers' and agents' logger: discarded unless
-// MOAT_TUNNEL_TEST_LOG is set (then verbosity 4 on stderr).
-func testLog(t testing.TB) klog.Logger {
+func testLog(t testing.TB) *slog.Logger {
 	if os.Getenv("MOAT_TUNNEL_TEST_LOG") != "" {
-		return textlogger.NewLogger(textlogger.NewConfig(textlogger.Verbosity(4), textlogger.Output(os.Stderr)))
+		return slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelDebug}))
 	}
-	return klog.Logger{}
+	return slog.New(slog.DiscardHandler)
 }
 
 type pki struct {
@@ -94,12 +89,12 @@ type serverOpts struct {
 func startServer(t testing.TB, p *pki, o serverOpts) *proxyServer {
 	t.Helper()
 	if o.mode == "" {
-		o.mode = options.ModeGRPC
+		o.mode = server.ModeGRPC
 	}
 	if o.agentAddr == "" {
 		o.agentAddr = "127.0.0.1:0"
 	}
-	o.cfg.Log = testLog(t).WithValues("component", "server")
+	o.cfg.Log = testLog(t).With("component", "server")
 	if o.cfg.ServerID == "" {
 		o.cfg.ServerID = fmt.Sprintf("server-%d", rand.Uint32())
 	}
@@ -136,7 +131,7 @@ func startServer(t testing.TB, p *pki, o serverOpts) *proxyServer {
 	ctx, cancel := context.WithCancel(context.Background())
 	ps := &proxyServer{srv: srv, frontAddr: frontLn.Addr().String(), udsPath: uds, agentAddr: agentLn.Addr().String(), cancel: cancel, done: make(chan error, 1)}
 	go func() {
-		ps.done <- app.Serve(klog.NewContext(ctx, o.cfg.Log), srv, app.Listeners{Mode: o.mode, FrontendUDS: udsLn, FrontendTCP: frontLn, FrontendTLS: frontTLS,
+		ps.done <- srv.Serve(ctx, server.Listeners{Mode: o.mode, FrontendUDS: udsLn, FrontendTCP: frontLn, FrontendTLS: frontTLS,
 			Agent: agentLn, AgentTLS: agentTLS, ShutdownGrace: time.Second})
 	}()
 	t.Cleanup(ps.stop)
@@ -176,7 +171,7 @@ func startAgent(t testing.TB, p *pki, serverAddr string, mod func(*agent.Config)
 		SyncInterval: 100 * time.Millisecond,
 		MaxBackoff:   time.Second,
 		DialTimeout:  5 * time.Second,
-		Log:          testLog(t).WithValues("component", "agent"),
+		Log:          testLog(t).With("component", "agent"),
 	}
 	if mod != nil {
 		mod(&cfg)

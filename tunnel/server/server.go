@@ -7,6 +7,7 @@ package server
 import (
 	"context"
 	"fmt"
+	"log/slog"
 	"net"
 	"strconv"
 	"strings"
@@ -17,11 +18,9 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
-	"k8s.io/klog/v2"
 	"sigs.k8s.io/apiserver-network-proxy/konnectivity-client/proto/client"
 
 	"github.com/moat-net/moat/tunnel/dest"
-	"github.com/moat-net/moat/tunnel/grpcbuf"
 	"github.com/moat-net/moat/tunnel/mux"
 	"github.com/moat-net/moat/tunnel/proto"
 )
@@ -47,9 +46,8 @@ type Config struct {
 	DialTimeout time.Duration
 	// Window and MaxQueue tune per-connection flow control (see mux.Config).
 	Window, MaxQueue int
-	// Log receives the server's structured log (the zero Logger discards).
-	Log      klog.Logger
-	Registry prometheus.Registerer
+	Log              *slog.Logger
+	Registry         prometheus.Registerer
 }
 
 // Server holds the connected agents.
@@ -58,10 +56,7 @@ type Server struct {
 	backends *backends
 	metrics  *mux.Metrics
 	refused  prometheus.Counter
-	log      klog.Logger
-	// pool backs every gRPC buffer of both hops, so that buffers move
-	// between the agent stream and the frontends without copies.
-	pool *grpcbuf.Pool
+	log      *slog.Logger
 }
 
 // New returns a server; cfg.Registry defaults to a private registry.
@@ -74,6 +69,9 @@ func New(cfg Config) *Server {
 	}
 	if len(cfg.Strategies) == 0 {
 		cfg.Strategies = []Strategy{StrategyDefault}
+	}
+	if cfg.Log == nil {
+		cfg.Log = slog.New(slog.DiscardHandler)
 	}
 	if cfg.Registry == nil {
 		cfg.Registry = prometheus.NewRegistry()
@@ -93,7 +91,6 @@ func New(cfg Config) *Server {
 		metrics:  mux.NewMetrics(cfg.Registry),
 		refused:  refused,
 		log:      cfg.Log,
-		pool:     grpcbuf.New(),
 	}
 }
 
@@ -132,7 +129,7 @@ func (s *Server) Connect(st proto.AgentService_ConnectServer) error {
 			err = s.cfg.Auth.Authenticate(ctx, tok)
 		}
 		if err != nil {
-			s.log.Info("Agent rejected", "agentID", agentID, "err", err)
+			s.log.Warn("agent rejected", "agentID", agentID, "err", err)
 			s.metrics.BadPacket("unauthenticated")
 			return status.Errorf(codes.Unauthenticated, "agent %s: %v", agentID, err)
 		}
@@ -153,16 +150,15 @@ func (s *Server) Connect(st proto.AgentService_ConnectServer) error {
 		MaxQueue:    s.cfg.MaxQueue,
 		DialTimeout: s.cfg.DialTimeout,
 		Dial:        s.dialNode,
-		OnDrain:     func() { s.log.Info("Agent draining", "agentID", agentID) },
-		Pool:        s.pool,
+		OnDrain:     func() { s.log.Info("agent draining", "agentID", agentID) },
 		Metrics:     s.metrics,
-		Log:         s.log.WithValues("agentID", agentID),
+		Log:         s.log.With("agentID", agentID),
 	})
 	s.backends.add(b)
 	defer s.backends.remove(b)
-	s.log.Info("Agent connected", "agentID", agentID, "features", feat.String())
+	s.log.Info("agent connected", "agentID", agentID, "features", feat.String())
 	err := b.sess.Run(ctx)
-	s.log.Info("Agent disconnected", "agentID", agentID, "err", err)
+	s.log.Info("agent disconnected", "agentID", agentID, "err", err)
 	return nil
 }
 
@@ -188,7 +184,7 @@ func (s *Server) dialNode(ctx context.Context, o proto.Origin, address string) (
 	if err != nil {
 		s.refused.Inc()
 		s.metrics.Refused(o)
-		s.log.Info("Node dial refused", "address", address, "err", err)
+		s.log.Warn("node dial refused", "address", address, "err", err)
 		return nil, fmt.Errorf("dial refused: %w", err)
 	}
 	var nd net.Dialer

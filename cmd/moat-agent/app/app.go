@@ -97,7 +97,6 @@ func Run(ctx context.Context, o *options.Options) error {
 		return err
 	}
 	defer srv.close()
-	srv.profiling = o.Profiling
 	restCfg, err := kubeconfig.Load(o.Kubeconfig, o.Context, "moat-agent/"+o.NodeName)
 	if err != nil {
 		return err
