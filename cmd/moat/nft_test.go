@@ -9,6 +9,7 @@ import (
 	"path/filepath"
 	"sort"
 	"strings"
+	"syscall"
 	"testing"
 
 	"sigs.k8s.io/knftables"
@@ -173,19 +174,84 @@ func nodesOf(prog *policy.Program) []string {
 	return out
 }
 
-// BenchmarkNftNode is moat nft's own part at clustergen.Scale (10,000
-// pods, 100 nodes): building node-000's ruleset and printing the agent's
-// full-replace transaction. Decoding and compiling are measured by their
-// packages.
+// benchSizes are the clusters the moat nft benchmarks program node-000 of:
+// clustergen.Scale and the large cluster.
+var benchSizes = []struct {
+	name string
+	cfg  clustergen.Config
+}{
+	{"pods=10k", clustergen.Scale},
+	{"pods=100k", clustergen.Config{Nodes: 1000, Namespaces: 10000, Pods: 100000, NetworkPolicies: 70000, ClusterPolicies: 5000, Seed: 1}},
+}
+
+// BenchmarkNftNode is moat nft's own part: building node-000's ruleset
+// and printing the agent's full-replace transaction. The cluster is
+// compiled as moat nft does before the clock starts;
+// decoding and compiling are measured by their packages.
 func BenchmarkNftNode(b *testing.B) {
-	prog := policy.Compile(clustergen.Generate(clustergen.Scale).ToCluster(), policy.Options{})
-	cmd := newNftCommand()
-	cmd.SetOut(io.Discard)
-	cmd.SetErr(io.Discard)
-	cmd.SetContext(context.Background())
-	for b.Loop() {
-		if err := printNodeRuleset(cmd, prog, "node-000"); err != nil {
-			b.Fatal(err)
-		}
+	for _, size := range benchSizes {
+		b.Run(size.name, func(b *testing.B) {
+			prog := policy.Compile(clustergen.Generate(size.cfg).ToCluster(), policy.Options{})
+			cmd := newNftCommand()
+			cmd.SetOut(io.Discard)
+			cmd.SetErr(io.Discard)
+			cmd.SetContext(context.Background())
+			for b.Loop() {
+				if err := printNodeRuleset(cmd, prog, "node-000"); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
 	}
 }
+
+// BenchmarkNftCommand runs the moat binary, as a user would, on a
+// kubectl-style JSON dump of each cluster: decode, compile, build and
+// print node-000's ruleset. It reports the process's peak resident
+// memory. The dumps are written once to the temporary directory.
+func BenchmarkNftCommand(b *testing.B) {
+	bin := filepath.Join(b.TempDir(), "moat")
+	if out, err := exec.Command("go", "build", "-o", bin, ".").CombinedOutput(); err != nil {
+		b.Fatalf("go build: %v\n%s", err, out)
+	}
+	for _, size := range benchSizes {
+		b.Run(size.name, func(b *testing.B) {
+			c := size.cfg
+			path := filepath.Join(os.TempDir(), fmt.Sprintf("moat-nft-bench-%d-%d-%d-%d-%d-%d.json", c.Nodes, c.Namespaces, c.Pods, c.NetworkPolicies, c.ClusterPolicies, c.Seed))
+			if _, err := os.Stat(path); err != nil {
+				writeDump(b, c, path)
+			}
+			var rss int64
+			for b.Loop() {
+				cmd := exec.Command(bin, "nft", "--node", "node-000", "-f", path)
+				var stderr strings.Builder
+				cmd.Stderr = &stderr
+				if err := cmd.Run(); err != nil {
+					b.Fatalf("moat nft: %v\n%s", err, stderr.String())
+				}
+				if ru, ok := cmd.ProcessState.SysUsage().(*syscall.Rusage); ok {
+					rss = max(rss, ru.Maxrss)
+				}
+			}
+			b.ReportMetric(float64(rss)/1024, "peak-rss-MiB")
+		})
+	}
+}
+
+func writeDump(b *testing.B, c clustergen.Config, path string) {
+	b.Helper()
+	tmp, err := os.CreateTemp(filepath.Dir(path), filepath.Base(path)+".*")
+	if err != nil {
+		b.Fatal(err)
+	}
+	if err := clustergen.Generate(c).WriteJSON(tmp, clustergen.Kubectl); err != nil {
+		b.Fatal(err)
+	}
+	if err := tmp.Close(); err != nil {
+		b.Fatal(err)
+	}
+	if err := os.Rename(tmp.Name(), path); err != nil {
+		b.Fatal(err)
+	}
+}
+
