@@ -254,4 +254,3 @@ func writeDump(b *testing.B, c clustergen.Config, path string) {
 		b.Fatal(err)
 	}
 }
-
