@@ -166,7 +166,7 @@ func BenchmarkSkip(b *testing.B) {
 	}
 	b.SetBytes(size)
 	for b.Loop() {
-		s := newBytesScanner(js, nil)
+		s := newBytesScanner(js)
 		if err := s.skip(); err != nil {
 			b.Fatal(err)
 		}

@@ -210,23 +210,6 @@ func (d *dec) str(dst *string) error {
 	return d.wrong("a string", k)
 }
 
-// istr is str with interning, for values many objects share (label keys
-// and values, node and namespace names).
-func (d *dec) istr(dst *string) error {
-	k, err := d.src.peek()
-	if err != nil {
-		return err
-	}
-	switch k {
-	case kString:
-		*dst, err = d.src.istr()
-		return err
-	case kNull:
-		return d.src.skip()
-	}
-	return d.wrong("a string", k)
-}
-
 func (d *dec) integer(lo, hi int64) (int64, bool, error) {
 	k, err := d.src.peek()
 	if err != nil {
@@ -312,13 +295,13 @@ func (d *dec) stringMap(dst *map[string]string) error {
 		if !ok {
 			break
 		}
-		name := internKey(d, key)
+		name := string(key)
 		d.push(name)
 		if _, dup := m[name]; dup && d.strict {
 			d.problems = append(d.problems, problem{path: d.pathString(), msg: "duplicate field", dup: true})
 		}
 		v := ""
-		if err := d.istr(&v); err != nil {
+		if err := d.str(&v); err != nil {
 			return err
 		}
 		m[name] = v
@@ -326,20 +309,6 @@ func (d *dec) stringMap(dst *map[string]string) error {
 	}
 	*dst = m
 	return nil
-}
-
-// internKey turns a member name into a string, interned when the source
-// interns.
-func internKey(d *dec, key []byte) string {
-	if s, ok := d.src.(*scanner); ok && s.intern != nil {
-		if v, ok := s.intern[string(key)]; ok {
-			return v
-		}
-		v := string(key)
-		s.intern[v] = v
-		return v
-	}
-	return string(key)
 }
 
 // list reads a list whose elements elem decodes. An empty list is an
@@ -383,5 +352,5 @@ func list[T any](d *dec, dst *[]T, elem func(*T) error) error {
 
 // strList reads a list of strings.
 func (d *dec) strList(dst *[]string) error {
-	return list(d, dst, d.istr)
+	return list(d, dst, d.str)
 }

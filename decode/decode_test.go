@@ -182,7 +182,7 @@ func FuzzScanner(f *testing.F) {
 		f.Add([]byte(s))
 	}
 	f.Fuzz(func(t *testing.T, b []byte) {
-		s := newBytesScanner(b, nil)
+		s := newBytesScanner(b)
 		err := s.skip()
 		if err == nil {
 			if _, more, _ := s.ws(); more {
@@ -263,5 +263,18 @@ func TestParallelAgreesWithSequential(t *testing.T) {
 	_, errPar := decodeWith(false, broken)
 	if errSeq == nil || errPar == nil || errSeq.Error() != errPar.Error() {
 		t.Fatalf("errors: sequential %v, parallel %v", errSeq, errPar)
+	}
+}
+
+// Items are taken for objects as they stream by (a dump says "kind" after
+// them); if the object holding them turns out not to be a List, it is
+// dropped, and commands refuse to judge traffic.
+func TestItemsInAnObjectThatIsNotAList(t *testing.T) {
+	r := decodeString(t, `{"apiVersion":"networking.k8s.io/v1","items":[{"apiVersion":"v1","kind":"Namespace","metadata":{"name":"a"}}],"kind":"NetworkPolicy","metadata":{"name":"p","namespace":"n"},"spec":{}}`)
+	if len(r.Dropped) != 1 || r.Dropped[0] != "NetworkPolicy n/p" || len(r.Cluster.NetworkPolicies) != 0 {
+		t.Errorf("dropped %v, policies %v", r.Dropped, r.Cluster.NetworkPolicies)
+	}
+	if d := diagStrings(r.Diagnostics); !strings.Contains(d, "items: a list of objects in a NetworkPolicy, which is not a List") {
+		t.Errorf("diagnostics %s", d)
 	}
 }

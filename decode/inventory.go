@@ -28,7 +28,7 @@ func (d *dec) podMember(o *corev1.Pod, i int) error {
 		_, err := d.object(&podSpecSchema, func(i int) error {
 			switch i {
 			case 0:
-				return d.istr(&o.Spec.NodeName)
+				return d.str(&o.Spec.NodeName)
 			case 1:
 				return d.bool(&o.Spec.HostNetwork)
 			case 2:
@@ -42,7 +42,7 @@ func (d *dec) podMember(o *corev1.Pod, i int) error {
 		switch i {
 		case 0:
 			var phase string
-			err := d.istr(&phase)
+			err := d.str(&phase)
 			o.Status.Phase = corev1.PodPhase(phase)
 			return err
 		case 1:
@@ -67,12 +67,12 @@ func (d *dec) containers(dst *[]corev1.Container) error {
 					_, err := d.object(&portSchema, func(i int) error {
 						switch i {
 						case 0:
-							return d.istr(&p.Name)
+							return d.str(&p.Name)
 						case 1:
 							return d.int32(&p.ContainerPort)
 						}
 						var proto string
-						err := d.istr(&proto)
+						err := d.str(&proto)
 						p.Protocol = corev1.Protocol(proto)
 						return err
 					})
@@ -80,7 +80,7 @@ func (d *dec) containers(dst *[]corev1.Container) error {
 				})
 			}
 			var rp string
-			if err := d.istr(&rp); err != nil || rp == "" {
+			if err := d.str(&rp); err != nil || rp == "" {
 				return err
 			}
 			policy := corev1.ContainerRestartPolicy(rp)
@@ -106,7 +106,7 @@ func (d *dec) nodeMember(o *corev1.Node, i int) error {
 			_, err := d.object(&nodeAddressSchema, func(i int) error {
 				if i == 0 {
 					var t string
-					err := d.istr(&t)
+					err := d.str(&t)
 					a.Type = corev1.NodeAddressType(t)
 					return err
 				}

@@ -29,7 +29,7 @@ func (d *dec) meta(m *metav1.ObjectMeta, labels bool) error {
 			case 0:
 				return d.str(&m.Name)
 			case 1:
-				return d.istr(&m.Namespace)
+				return d.str(&m.Namespace)
 			}
 			return d.stringMap(&m.Labels)
 		})
@@ -40,7 +40,7 @@ func (d *dec) meta(m *metav1.ObjectMeta, labels bool) error {
 		case 0:
 			return d.str(&m.Name)
 		case 1:
-			return d.istr(&m.Namespace)
+			return d.str(&m.Namespace)
 		case 2:
 			var uid string
 			err := d.str(&uid)
@@ -78,7 +78,7 @@ func (d *dec) selector(dst *metav1.LabelSelector, at string) error {
 			_, err := d.object(req, func(i int) error {
 				switch i {
 				case 0:
-					return d.istr(&r.Key)
+					return d.str(&r.Key)
 				case 1:
 					var op string
 					err := d.str(&op)

@@ -156,7 +156,7 @@ func (d *dec) protocolPtr(dst **corev1.Protocol) error {
 		return err
 	}
 	var v string
-	if err := d.istr(&v); err != nil {
+	if err := d.str(&v); err != nil {
 		return err
 	}
 	p := corev1.Protocol(v)
@@ -176,7 +176,7 @@ func (d *dec) intOrString(dst **intstr.IntOrString) error {
 		*dst = nil
 		return d.src.skip()
 	case kString:
-		s, err := d.src.istr()
+		s, err := d.src.str()
 		v := intstr.FromString(s)
 		*dst = &v
 		return err

@@ -81,12 +81,9 @@ type body interface {
 	finish(d *dec, o *Object)
 }
 
-// decoder decodes objects from one source after another, sharing an
-// intern table (label keys and values, node and namespace names repeat
-// across objects).
+// decoder decodes objects from one source after another.
 type decoder struct {
-	d      dec
-	intern map[string]string
+	d dec
 	// cont is the metadata.continue of the last List read.
 	cont string
 	// doc names the document being read; items the list items being read
@@ -101,7 +98,7 @@ type decoder struct {
 	ns   namespaceBody
 }
 
-func newDecoder() *decoder { return &decoder{intern: map[string]string{}} }
+func newDecoder() *decoder { return &decoder{} }
 
 // document decodes one JSON value, named name in Sources.
 func (x *decoder) document(src source, name string, emit func(*Object)) error {
@@ -173,7 +170,7 @@ func (e errNotObject) Error() string {
 }
 
 // value decodes one JSON value that must be an object (or a List of
-// them), calling emit for every object in it. inherit is the header that
+// them), calling emit for every object in it, items as they come. inherit is the header that
 // items of a typed list (PodList) have when they do not say.
 func (x *decoder) value(src source, inherit header, emit func(*Object)) error {
 	k, err := src.peek()
@@ -190,7 +187,6 @@ func (x *decoder) value(src source, inherit header, emit func(*Object)) error {
 	var (
 		b        body
 		captured []capturedMember
-		pending  []*Object
 		isList   bool // "items" was read as a list of objects
 		d        = &x.d
 	)
@@ -232,7 +228,7 @@ func (x *decoder) value(src source, inherit header, emit func(*Object)) error {
 				return err
 			}
 			if sc, ok := src.(*scanner); ok && len(x.items) == 0 && !x.sequential && runtime.GOMAXPROCS(0) > 1 {
-				if err := x.parallelItems(sc, items, &pending); err != nil {
+				if err := x.parallelItems(sc, items, emit); err != nil {
 					return err
 				}
 				d.reset(src, false)
@@ -247,7 +243,7 @@ func (x *decoder) value(src source, inherit header, emit func(*Object)) error {
 					break
 				}
 				x.items = append(x.items, i)
-				err = x.value(src, items, func(o *Object) { pending = append(pending, o) })
+				err = x.value(src, items, emit)
 				x.items = x.items[:len(x.items)-1]
 				if err != nil {
 					return fmt.Errorf("items[%d]: %w", i, err)
@@ -276,9 +272,6 @@ func (x *decoder) value(src source, inherit header, emit func(*Object)) error {
 		if lb, ok := b.(*listBody); ok {
 			x.cont = lb.cont
 		}
-		for _, o := range pending {
-			emit(o)
-		}
 		return nil
 	}
 	if b == nil {
@@ -296,13 +289,16 @@ func (x *decoder) value(src source, inherit header, emit func(*Object)) error {
 		}
 		d.src = src
 	}
-	if isList && d.strict {
-		// Read as items, but the object is not a List: for a policy, an
-		// unknown field.
-		d.unknown = append(d.unknown, "items")
-	}
 	o := &Object{loc: x.location()}
 	b.finish(d, o)
+	if isList && !o.Dropped {
+		// Its items were taken for objects as they came (a dump's List
+		// says "kind" after them), but this is no List: an object with a
+		// list of objects inside cannot be trusted either way.
+		o.Skipped = ""
+		o.Namespace, o.Pod, o.Node, o.NetworkPolicy, o.ClusterNetworkPolicy = nil, nil, nil, nil, nil
+		o.drop("items", "a list of objects in a "+h.kind+", which is not a List")
+	}
 	o.setSource()
 	emit(o)
 	return nil

@@ -24,8 +24,9 @@ type batch struct {
 }
 
 // parallelItems decodes the items of the array src is at (after its '[')
-// into pending. inherit is the header items inherit.
-func (x *decoder) parallelItems(s *scanner, inherit header, pending *[]*Object) error {
+// calling emit for each object in document order. inherit is the header
+// items inherit.
+func (x *decoder) parallelItems(s *scanner, inherit header, emit func(*Object)) error {
 	workers := min(runtime.GOMAXPROCS(0), 8)
 	work := make(chan *batch, workers)
 	done := make(chan *batch, 2*workers)
@@ -60,7 +61,9 @@ func (x *decoder) parallelItems(s *scanner, inherit header, pending *[]*Object) 
 				firstErr = r.err
 				continue
 			}
-			*pending = append(*pending, r.objs...)
+			for _, o := range r.objs {
+				emit(o)
+			}
 		}
 	}
 	send := func(b *batch) {
@@ -128,7 +131,7 @@ func (x *decoder) parallelItems(s *scanner, inherit header, pending *[]*Object) 
 
 // decodeBatches is a worker: it decodes each batch's items as value would.
 func (w *decoder) decodeBatches(work <-chan *batch, done chan<- *batch, spare chan<- []byte, prefix []int, inherit header) {
-	s := &scanner{eof: true, intern: w.intern}
+	s := &scanner{eof: true}
 	for b := range work {
 		start := 0
 		b.objs = make([]*Object, 0, len(b.ends))

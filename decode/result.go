@@ -99,7 +99,7 @@ func (r *Result) DecodeListPage(source string, in io.Reader) (cont string, err e
 
 func (r *Result) decodeJSON(source string, in io.Reader) (string, error) {
 	x := r.decoder()
-	s := newScanner(in, x.intern)
+	s := newScanner(in)
 	x.cont = ""
 	for doc := 1; ; doc++ {
 		_, ok, err := s.ws()
@@ -121,7 +121,7 @@ func (r *Result) decodeJSON(source string, in io.Reader) (string, error) {
 // source.
 func (r *Result) DecodeJSONBytes(source string, js []byte) error {
 	x := r.decoder()
-	s := newBytesScanner(js, x.intern)
+	s := newBytesScanner(js)
 	if err := x.document(s, source, func(o *Object) { r.Add(o) }); err != nil {
 		return err
 	}
@@ -147,7 +147,6 @@ func (r *Result) DecodeUnstructured(source string, obj map[string]any) error {
 // List (informers never hold one).
 func Unstructured(source string, obj map[string]any) (*Object, error) {
 	x := newDecoder()
-	x.intern = nil // the object lives alone in a cache
 	var out []*Object
 	if err := x.document(newTree(obj), source, func(o *Object) { out = append(out, o) }); err != nil {
 		return nil, err

@@ -29,7 +29,6 @@ type scanner struct {
 	first []bool
 	// str holds unescaped strings.
 	strBuf []byte
-	intern map[string]string
 	// capture, when set, receives every byte consumed; capStart is where,
 	// in buf, the bytes not yet copied to it begin.
 	capture  *[]byte
@@ -40,13 +39,13 @@ type scanner struct {
 
 const minWindow = 256 << 10
 
-func newScanner(r io.Reader, intern map[string]string) *scanner {
-	return &scanner{r: r, buf: make([]byte, minWindow), intern: intern}
+func newScanner(r io.Reader) *scanner {
+	return &scanner{r: r, buf: make([]byte, minWindow)}
 }
 
 // newBytesScanner reads a document already in memory.
-func newBytesScanner(b []byte, intern map[string]string) *scanner {
-	return &scanner{buf: b, end: len(b), eof: true, intern: intern}
+func newBytesScanner(b []byte) *scanner {
+	return &scanner{buf: b, end: len(b), eof: true}
 }
 
 // syntaxError is a document that is not JSON: it ends decoding of the
@@ -460,21 +459,6 @@ func (s *scanner) str() (string, error) {
 	return string(b), err
 }
 
-func (s *scanner) istr() (string, error) {
-	b, err := s.bytes()
-	if err != nil {
-		return "", err
-	}
-	if v, ok := s.intern[string(b)]; ok {
-		return v, nil
-	}
-	v := string(b)
-	if s.intern != nil {
-		s.intern[v] = v
-	}
-	return v, nil
-}
-
 func (s *scanner) integer() (int64, bool, string, error) {
 	if _, err := s.need(); err != nil {
 		return 0, false, "", err
@@ -843,7 +827,7 @@ func (s *scanner) captureValue() (source, error) {
 	if err != nil {
 		return nil, err
 	}
-	return newBytesScanner(b, s.intern), nil
+	return newBytesScanner(b), nil
 }
 
 // structural marks the bytes splitObject stops at outside strings.

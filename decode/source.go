@@ -34,9 +34,8 @@ func (k vkind) String() string {
 type source interface {
 	// peek returns the type of the next value without consuming it.
 	peek() (vkind, error)
-	// str and istr consume a string (istr interns it).
+	// str consumes a string.
 	str() (string, error)
-	istr() (string, error)
 	// integer consumes a number. ok is false when it is not an integer
 	// that fits 64 bits; text then says what it was.
 	integer() (v int64, ok bool, text string, err error)
@@ -100,8 +99,6 @@ func (t *tree) str() (string, error) {
 	t.next = nil
 	return s, nil
 }
-
-func (t *tree) istr() (string, error) { return t.str() }
 
 func (t *tree) integer() (int64, bool, string, error) {
 	v := t.next
