@@ -180,3 +180,48 @@ func ParseCIDR(s string) (netip.Prefix, error) {
 	}
 	return p.Masked(), nil
 }
+
+// withAddr returns s plus one address, in time linear in s without
+// sorting: for pods joining a peer.
+func (s *AddrSet) withAddr(a netip.Addr) *AddrSet {
+	if s.Contains(a) {
+		return s
+	}
+	rs := s.Ranges()
+	i := sort.Search(len(rs), func(i int) bool { return a.Less(rs[i].From) })
+	out := make([]AddrRange, 0, len(rs)+1)
+	out = append(out, rs[:i]...)
+	r := AddrRange{a, a}
+	if n := len(out); n > 0 && out[n-1].To.Is4() == a.Is4() && out[n-1].To.Next() == a {
+		out[n-1].To = a
+		r = out[n-1]
+		out = out[:n-1]
+	}
+	if i < len(rs) && rs[i].From.Is4() == a.Is4() && a.Next() == rs[i].From {
+		r.To = rs[i].To
+		i++
+	}
+	out = append(out, r)
+	out = append(out, rs[i:]...)
+	return &AddrSet{ranges: out}
+}
+
+// withoutAddr returns s minus one address.
+func (s *AddrSet) withoutAddr(a netip.Addr) *AddrSet {
+	if !s.Contains(a) {
+		return s
+	}
+	rs := s.Ranges()
+	i := sort.Search(len(rs), func(i int) bool { return !rs[i].To.Less(a) })
+	out := make([]AddrRange, 0, len(rs)+1)
+	out = append(out, rs[:i]...)
+	r := rs[i]
+	if r.From.Less(a) {
+		out = append(out, AddrRange{r.From, a.Prev()})
+	}
+	if a.Less(r.To) {
+		out = append(out, AddrRange{a.Next(), r.To})
+	}
+	out = append(out, rs[i+1:]...)
+	return &AddrSet{ranges: out}
+}

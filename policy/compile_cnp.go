@@ -2,6 +2,7 @@ package policy
 
 import (
 	"fmt"
+	"slices"
 	"strings"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -10,25 +11,34 @@ import (
 	"github.com/moat-net/moat/api/v1alpha2"
 )
 
-// cnpCompiled is a ClusterNetworkPolicy with subject and peers resolved.
-type cnpCompiled struct {
+// cnpState is a compiled ClusterNetworkPolicy: its place in its tier, its
+// subject as a namespace and a pod selector, and its rules.
+type cnpState struct {
+	id       uint32
+	src      *ClusterNetworkPolicy
 	ref      PolicyRef
+	seq      int
 	tier     Tier
 	priority int32
-	selected []int
-	// subjectKey names the memoised subject; empty when it cannot change.
-	subjectKey string
-	rules      [2][]cnpRule
-	status     PolicyStatus
+	// The subject: pods that podSel selects in namespaces nsSel selects.
+	// subjNone: it selects nothing.
+	nsSel, podSel labels.Selector
+	nsKey, podKey string
+	subjNone      bool
+	rules         [2][]*rule
+	status        PolicyStatus
+	diags         []Diagnostic
+	named         []Diagnostic
+	nsKeys        []string
+	podKeys       []string
+	names         []string // port names the ingress rules use
+	lists         map[*cnpList]struct{}
 }
 
-// cnpRule is one rule before per-pod named-port resolution.
-type cnpRule struct {
-	rule  *Rule
-	peers peerSet
-	// parts: see npRule.parts.
-	parts []peer
-	ports portSpec
+func (c *cnpState) dropTiers(s *state) {
+	for l := range c.lists {
+		l.drop(s)
+	}
 }
 
 // cnpPeerFields are the peer fields Moat understands, with ingress and
@@ -41,10 +51,13 @@ type cnpPeerFields struct {
 	domains    []v1alpha2.DomainName
 }
 
-func (k *compiler) compileCNP(cnp *ClusterNetworkPolicy) *cnpCompiled {
+func (s *state) compileCNP(cnp *ClusterNetworkPolicy) *cnpState {
 	ref := PolicyRef{Kind: "ClusterNetworkPolicy", Name: cnp.Name}
-	bad, status := k.check(ref, cnp.Source, validateCNP(cnp), k.unknownCNPFields(cnp))
-	out := &cnpCompiled{ref: ref, status: status}
+	// The decode engineer's gate hook: a gated-off field counts as unknown.
+	unknown := s.unknownCNPFields(cnp)
+	bad, status, diags := s.check(ref, cnp.Source, validateCNP(cnp), unknown)
+	s.cnpNext++
+	out := &cnpState{id: s.cnpNext, src: cnp, ref: ref, status: status, diags: diags}
 	spec := &cnp.Spec
 
 	// Problems with the policy as a whole (tier, priority, rule counts,
@@ -66,10 +79,25 @@ func (k *compiler) compileCNP(cnp *ClusterNetworkPolicy) *cnpCompiled {
 	// Subject. One that cannot be understood could select any pod: Deny and
 	// Pass rules then apply to every pod, Accept rules to none.
 	subjectBad := bad.under("spec.subject")
+	out.nsSel, out.podSel = everything, everything
 	if subjectBad == "" {
-		out.subjectKey, out.selected = k.cnpSubject(&spec.Subject)
-	} else {
-		out.selected = k.policed
+		s.cnpSubject(out, &spec.Subject)
+	}
+	out.nsKey, out.podKey = out.nsSel.String(), out.podSel.String()
+	out.nsKeys, out.podKeys = selectorKeys(out.nsSel), selectorKeys(out.podSel)
+
+	// An unknown field outside spec may have been meant to change anything:
+	// the policy denies all its subject's traffic both ways, at its place.
+	if msg := objectProblem(unknown); msg != "" {
+		for _, dir := range []Direction{Ingress, Egress} {
+			failed := []string{msg}
+			if subjectBad != "" {
+				failed = append(failed, subjectBad)
+			}
+			r := &Rule{Policy: ref, Tier: out.tier, Priority: out.priority, Direction: dir, Action: ActionDeny, FailClosed: strings.Join(failed, "; ")}
+			out.rules[dir] = []*rule{s.newRule(&rule{dir: dir, owner: out, cnp: r, set: s.internSet(nil, true), ports: portSpec{all: true}})}
+		}
+		return out
 	}
 
 	for i := range spec.Ingress {
@@ -78,7 +106,7 @@ func (k *compiler) compileCNP(cnp *ClusterNetworkPolicy) *cnpCompiled {
 		for j, p := range r.From {
 			pfs[j] = cnpPeerFields{namespaces: p.Namespaces, pods: p.Pods, nodes: p.Nodes, networks: p.Networks}
 		}
-		out.rules[Ingress] = append(out.rules[Ingress], k.compileCNPRule(out, Ingress, i, r.Name, r.Action, "from", pfs, r.Protocols, bad, whole, subjectBad))
+		out.rules[Ingress] = append(out.rules[Ingress], s.compileCNPRule(out, Ingress, i, r.Name, r.Action, "from", pfs, r.Protocols, bad, whole, subjectBad))
 	}
 	for i := range spec.Egress {
 		r := &spec.Egress[i]
@@ -86,35 +114,46 @@ func (k *compiler) compileCNP(cnp *ClusterNetworkPolicy) *cnpCompiled {
 		for j, p := range r.To {
 			pfs[j] = cnpPeerFields{namespaces: p.Namespaces, pods: p.Pods, nodes: p.Nodes, networks: p.Networks, domains: p.DomainNames}
 		}
-		out.rules[Egress] = append(out.rules[Egress], k.compileCNPRule(out, Egress, i, r.Name, r.Action, "to", pfs, r.Protocols, bad, whole, subjectBad))
+		out.rules[Egress] = append(out.rules[Egress], s.compileCNPRule(out, Egress, i, r.Name, r.Action, "to", pfs, r.Protocols, bad, whole, subjectBad))
+	}
+	for _, r := range out.rules[Ingress] {
+		for _, n := range r.ports.named {
+			if !slices.Contains(out.names, n.name) {
+				out.names = append(out.names, n.name)
+			}
+		}
 	}
 	return out
 }
 
-func (k *compiler) cnpSubject(s *v1alpha2.ClusterNetworkPolicySubject) (string, []int) {
-	var p *cnpPeerFields
+// cnpSubject reads a valid subject into selectors.
+func (s *state) cnpSubject(out *cnpState, subj *v1alpha2.ClusterNetworkPolicySubject) {
 	switch {
-	case s.Namespaces != nil:
-		p = &cnpPeerFields{namespaces: s.Namespaces}
-	case s.Pods != nil:
-		p = &cnpPeerFields{pods: s.Pods}
+	case subj.Namespaces != nil:
+		out.nsSel, _ = s.selCache.get(subj.Namespaces)
+	case subj.Pods != nil:
+		out.nsSel, _ = s.selCache.get(&subj.Pods.NamespaceSelector)
+		out.podSel, _ = s.selCache.get(&subj.Pods.PodSelector)
 	default:
-		return "", nil
+		out.subjNone = true
 	}
-	pe := k.cnpPeer(p)
-	return pe.key, pe.pods
+	if out.nsSel == nil || out.podSel == nil {
+		out.subjNone = true
+		out.nsSel, out.podSel = labels.Nothing(), labels.Nothing()
+	}
 }
 
 // compileCNPRule resolves one rule and applies fail-closed semantics
-// (DESIGN §3): a part Moat cannot understand makes an Accept rule match
-// nothing and turns a Deny or Pass rule into a Deny of everything that part
-// could have matched. wide is a problem with the whole policy (everything
-// could be meant); subject is a problem with the subject only (the rule
-// keeps its peers and protocols, and already applies to every pod).
-func (k *compiler) compileCNPRule(c *cnpCompiled, dir Direction, index int, name string, action v1alpha2.ClusterNetworkPolicyRuleAction, peerField string, pfs []cnpPeerFields, protos []v1alpha2.ClusterNetworkPolicyProtocol, bad badPaths, wide, subject string) cnpRule {
+// (docs/semantics.md, Fail closed): a part Moat cannot understand makes an
+// Accept rule match nothing and turns a Deny or Pass rule into a Deny of
+// everything that part could have matched. wide is a problem with the whole
+// policy (everything could be meant); subject is a problem with the subject
+// only (the rule keeps its peers and protocols, and already applies to
+// every pod).
+func (s *state) compileCNPRule(c *cnpState, dir Direction, index int, name string, action v1alpha2.ClusterNetworkPolicyRuleAction, peerField string, pfs []cnpPeerFields, protos []v1alpha2.ClusterNetworkPolicyProtocol, bad badPaths, wide, subject string) *rule {
 	path := fmt.Sprintf("spec.%s[%d]", dir, index)
-	rule := &Rule{Policy: c.ref, Tier: c.tier, Priority: c.priority, Direction: dir, Index: index, Name: name, Action: Action(action)}
-	out := cnpRule{rule: rule}
+	cr := &Rule{Policy: c.ref, Tier: c.tier, Priority: c.priority, Direction: dir, Index: index, Name: name, Action: Action(action)}
+	out := &rule{dir: dir, owner: c, cnp: cr, index: index}
 
 	var failed []string
 	for _, f := range []string{wide, subject} {
@@ -139,7 +178,7 @@ func (k *compiler) compileCNPRule(c *cnpCompiled, dir Direction, index int, name
 
 	// Peers.
 	widePeers := ruleWide != ""
-	var peers []peer
+	var good []int
 	for j := range pfs {
 		pp := fmt.Sprintf("%s.%s[%d]", path, peerField, j)
 		if msg := bad.under(pp); msg != "" {
@@ -147,17 +186,11 @@ func (k *compiler) compileCNPRule(c *cnpCompiled, dir Direction, index int, name
 			widePeers = true
 			continue
 		}
-		peers = append(peers, k.cnpPeer(&pfs[j]))
+		good = append(good, j)
 	}
-	if bad.exactly(path+"."+peerField) != "" {
+	if msg := bad.exactly(path + "." + peerField); msg != "" {
 		widePeers = true
-		failed = append(failed, bad.exactly(path+"."+peerField))
-	}
-	if widePeers {
-		out.peers = allPeers()
-	} else {
-		out.peers = unionPeers(peers)
-		out.parts = peers
+		failed = append(failed, msg)
 	}
 
 	// Protocols.
@@ -173,28 +206,32 @@ func (k *compiler) compileCNPRule(c *cnpCompiled, dir Direction, index int, name
 			allPorts = true
 			continue
 		}
-		addCNPProtocol(&out.ports, &protos[j])
+		addCNPProtocol(&out.ports, &protos[j], j)
 	}
 	if allPorts {
 		out.ports = portSpec{all: true}
 	}
 
 	if len(failed) > 0 {
-		rule.FailClosed = strings.Join(failed, "; ")
-		switch rule.Action {
-		case ActionAccept:
-			// Matches nothing, also after a relabel (no parts to redo).
-			out.peers = peerSet{addrs: NewAddrSet(), cidrs: NewAddrSet()}
-			out.parts = nil
+		cr.FailClosed = strings.Join(failed, "; ")
+		if cr.Action == ActionAccept {
+			// Matches nothing, also after any change (no peers to redo).
 			out.ports = portSpec{}
-		default:
-			rule.Action = ActionDeny
+			return out
+		}
+		cr.Action = ActionDeny
+	}
+	var peers []*peer
+	if !widePeers {
+		for _, j := range good {
+			peers = append(peers, s.cnpPeer(&pfs[j]))
 		}
 	}
-	return out
+	out.set = s.internSet(peers, widePeers)
+	return s.newRule(out)
 }
 
-func addCNPProtocol(s *portSpec, p *v1alpha2.ClusterNetworkPolicyProtocol) {
+func addCNPProtocol(s *portSpec, p *v1alpha2.ClusterNetworkPolicyProtocol, index int) {
 	add := func(proto Protocol, dp *v1alpha2.Port) {
 		switch {
 		case dp == nil:
@@ -212,33 +249,60 @@ func addCNPProtocol(s *portSpec, p *v1alpha2.ClusterNetworkPolicyProtocol) {
 	case p.SCTP != nil:
 		add(ProtoSCTP, p.SCTP.DestinationPort)
 	case p.DestinationNamedPort != "":
-		s.named = append(s.named, namedPort{0, p.DestinationNamedPort})
+		s.named = append(s.named, namedPort{0, p.DestinationNamedPort, index})
 	}
 }
 
-// cnpPeer resolves one valid peer. domainNames are understood but not
+// cnpPeer interns one valid peer. domainNames are understood but not
 // enforced (Moat has no DNS snooping): they match no address, which for the
 // Accept-only domainNames peer is the closed direction.
-func (k *compiler) cnpPeer(p *cnpPeerFields) peer {
+func (s *state) cnpPeer(p *cnpPeerFields) *peer {
 	switch {
 	case p.namespaces != nil:
-		sel, _ := k.sel.get(p.namespaces)
-		return k.podPeer("nssel="+selectorKey(p.namespaces)+"|pod=all", peerDef{nsSel: sel, podSel: labels.Everything()})
+		sel, ok := s.selCache.get(p.namespaces)
+		if !ok {
+			return s.addrPeer("none", noAddrs)
+		}
+		return s.selectorPeer(nil, s.internNSSel(sel.String(), sel), nil)
 	case p.pods != nil:
-		nsSel, _ := k.sel.get(&p.pods.NamespaceSelector)
-		podSel, _ := k.sel.get(&p.pods.PodSelector)
-		return k.podPeer("nssel="+selectorKey(&p.pods.NamespaceSelector)+"|pod="+selectorKey(&p.pods.PodSelector), peerDef{nsSel: nsSel, podSel: podSel})
+		nsSel, ok1 := s.selCache.get(&p.pods.NamespaceSelector)
+		podSel, ok2 := s.selCache.get(&p.pods.PodSelector)
+		if !ok1 || !ok2 {
+			return s.addrPeer("none", noAddrs)
+		}
+		return s.selectorPeer(nil, s.internNSSel(nsSel.String(), nsSel), s.podSelOf(podSel))
 	case p.nodes != nil:
-		sel, _ := k.sel.get(p.nodes)
-		return peer{addrs: k.nodeAddrs(sel)}
+		sel, ok := s.selCache.get(p.nodes)
+		if !ok {
+			return s.addrPeer("none", noAddrs)
+		}
+		return s.nodePeer(sel.String(), sel)
 	case p.networks != nil:
+		var key strings.Builder
+		key.WriteString("networks=")
+		for _, c := range p.networks {
+			key.WriteString(string(c))
+			key.WriteByte(',')
+		}
+		if pe := s.peers["addrs="+key.String()]; pe != nil {
+			return pe
+		}
 		var rs []AddrRange
 		for _, c := range p.networks {
 			if pre, err := ParseCIDR(string(c)); err == nil {
 				rs = append(rs, PrefixRange(pre))
 			}
 		}
-		return peer{addrs: NewAddrSet(rs...)}
+		return s.addrPeer(key.String(), NewAddrSet(rs...))
 	}
-	return peer{addrs: NewAddrSet()}
+	return s.addrPeer("none", noAddrs)
+}
+
+// dropCNP forgets a compiled ClusterNetworkPolicy's rules and peers.
+func (s *state) dropCNP(c *cnpState) {
+	for d := range c.rules {
+		for _, r := range c.rules[d] {
+			s.dropRule(r)
+		}
+	}
 }

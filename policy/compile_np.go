@@ -2,6 +2,8 @@ package policy
 
 import (
 	"fmt"
+	"strconv"
+	"strings"
 
 	corev1 "k8s.io/api/core/v1"
 	networkingv1 "k8s.io/api/networking/v1"
@@ -9,49 +11,53 @@ import (
 	"k8s.io/apimachinery/pkg/util/intstr"
 )
 
-// npCompiled is a NetworkPolicy with selectors and peers resolved.
-type npCompiled struct {
-	ref      PolicyRef
-	selected []int
-	// subjectKey names the memoised selection; empty when the selection
-	// cannot change (an invalid selector selects the whole namespace).
-	subjectKey string
-	types      [2]bool
-	rules      [2][]npRule
-	status     PolicyStatus
+// npState is a compiled NetworkPolicy: its subject selector, its policy
+// types and its rules with their peers interned.
+type npState struct {
+	src *NetworkPolicy
+	ref PolicyRef
+	ns  *nsState
+	// seq is the position in input order, for diagnostics.
+	seq int
+	// subject selects pods of ns (everything when the selector could not
+	// be understood: the namespace is isolated).
+	subject labels.Selector
+	subjKey string
+	types   [2]bool
+	// rules by direction and index; a rule that failed closed has no set.
+	rules  [2][]*rule
+	status PolicyStatus
+	diags  []Diagnostic
+	// named are the warnings about named ports that resolve nowhere.
+	named []Diagnostic
+	keys  []string // label keys the subject reads
+	names []string // port names the ingress rules use
+	lists map[*npList]struct{}
 }
 
-// npRule is one NetworkPolicy rule before per-pod named-port resolution.
-type npRule struct {
-	index int
-	peers peerSet
-	// parts are the rule's peers, kept so the union can be redone when a
-	// selector peer changes; nil when peers is fixed (all, or nothing).
-	parts []peer
-	ports portSpec
-	// none: the rule failed closed and matches nothing. (A rule whose
-	// peers or ports resolve to nothing today simply compiles to an empty
-	// Match.)
-	none bool
+func (np *npState) dropTiers(s *state) {
+	for l := range np.lists {
+		l.drop(s)
+	}
 }
 
-func (k *compiler) compileNP(np *NetworkPolicy) *npCompiled {
+func (s *state) compileNP(np *NetworkPolicy) *npState {
 	ref := PolicyRef{Kind: "NetworkPolicy", Namespace: np.Namespace, Name: np.Name}
-	bad, status := k.check(ref, np.Source, validateNP(np), np.UnknownFields)
-	out := &npCompiled{ref: ref, status: status}
+	bad, status, diags := s.check(ref, np.Source, validateNP(np), np.UnknownFields)
+	ns := s.namespace(np.Namespace)
+	ns.refs++
+	out := &npState{src: np, ref: ref, ns: ns, status: status, diags: diags}
 	spec := &np.Spec
 
 	// Pod selection. An invalid selector isolates the whole namespace and
 	// none of the policy's rules allow anything: they were meant for pods
 	// we cannot tell, and opening others with them would widen access.
-	sel, ok := k.sel.get(&spec.PodSelector)
+	sel, ok := s.selCache.get(&spec.PodSelector)
 	subjectBad := !ok || bad.under("spec.podSelector") != ""
 	if subjectBad {
-		out.selected = k.podsByNS[np.Namespace]
-	} else {
-		out.subjectKey = "ns=" + np.Namespace + "|pod=" + selectorKey(&spec.PodSelector)
-		out.selected = k.podPeer(out.subjectKey, peerDef{ns: np.Namespace, podSel: sel}).pods
+		sel = everything
 	}
+	out.subject, out.subjKey, out.keys = sel, sel.String(), selectorKeys(sel)
 
 	// Policy types, defaulted as the API server does. Invalid types isolate
 	// both directions, but rules count only in a direction validly listed.
@@ -62,21 +68,14 @@ func (k *compiler) compileNP(np *NetworkPolicy) *npCompiled {
 			ruleOK[Ingress] = ruleOK[Ingress] || t == networkingv1.PolicyTypeIngress
 			ruleOK[Egress] = ruleOK[Egress] || t == networkingv1.PolicyTypeEgress
 		}
-	} else if len(spec.PolicyTypes) == 0 {
-		out.types[Ingress] = true
-		out.types[Egress] = len(spec.Egress) > 0
 	} else {
-		for _, t := range spec.PolicyTypes {
-			switch t {
-			case networkingv1.PolicyTypeIngress:
-				out.types[Ingress] = true
-			case networkingv1.PolicyTypeEgress:
-				out.types[Egress] = true
-			}
-		}
-	}
-	if bad.under("spec.policyTypes") == "" {
+		out.types = policyTypes(spec)
 		ruleOK = out.types
+	}
+	// An unknown field outside spec may have been meant to change anything:
+	// both directions are isolated and no rule allows.
+	if objectProblem(np.UnknownFields) != "" {
+		out.types, ruleOK = [2]bool{true, true}, [2]bool{}
 	}
 	// Unknown fields directly under spec may change what every rule means.
 	specBad := subjectBad
@@ -87,64 +86,75 @@ func (k *compiler) compileNP(np *NetworkPolicy) *npCompiled {
 	}
 
 	for i, r := range spec.Ingress {
-		path := fmt.Sprintf("spec.ingress[%d]", i)
-		out.rules[Ingress] = append(out.rules[Ingress], k.compileNPRule(np.Namespace, i, path, "from", r.From, r.Ports, bad, specBad || !ruleOK[Ingress]))
+		path := "spec.ingress[" + strconv.Itoa(i) + "]"
+		out.rules[Ingress] = append(out.rules[Ingress], s.compileNPRule(out, Ingress, i, path, "from", r.From, r.Ports, bad, specBad || !ruleOK[Ingress]))
 	}
 	for i, r := range spec.Egress {
-		path := fmt.Sprintf("spec.egress[%d]", i)
-		out.rules[Egress] = append(out.rules[Egress], k.compileNPRule(np.Namespace, i, path, "to", r.To, r.Ports, bad, specBad || !ruleOK[Egress]))
+		path := "spec.egress[" + strconv.Itoa(i) + "]"
+		out.rules[Egress] = append(out.rules[Egress], s.compileNPRule(out, Egress, i, path, "to", r.To, r.Ports, bad, specBad || !ruleOK[Egress]))
+	}
+	seen := map[string]bool{}
+	for _, r := range out.rules[Ingress] {
+		for _, n := range r.ports.named {
+			if !seen[n.name] {
+				seen[n.name] = true
+				out.names = append(out.names, n.name)
+			}
+		}
 	}
 	return out
 }
 
-func isDirectChild(parent, path string) bool {
-	if len(path) <= len(parent)+1 || path[:len(parent)+1] != parent+"." {
-		return false
+// policyTypes defaults and reads spec.policyTypes.
+func policyTypes(spec *networkingv1.NetworkPolicySpec) [2]bool {
+	var types [2]bool
+	if len(spec.PolicyTypes) == 0 {
+		types[Ingress] = true
+		types[Egress] = len(spec.Egress) > 0
+		return types
 	}
-	rest := path[len(parent)+1:]
-	for _, c := range rest {
-		if c == '.' || c == '[' {
-			return false
+	for _, t := range spec.PolicyTypes {
+		switch t {
+		case networkingv1.PolicyTypeIngress:
+			types[Ingress] = true
+		case networkingv1.PolicyTypeEgress:
+			types[Egress] = true
 		}
 	}
-	return true
+	return types
 }
 
-func (k *compiler) compileNPRule(ns string, index int, path, peerField string, peers []networkingv1.NetworkPolicyPeer, ports []networkingv1.NetworkPolicyPort, bad badPaths, specBad bool) npRule {
-	r := npRule{index: index}
+func (s *state) compileNPRule(np *npState, dir Direction, index int, path, peerField string, peers []networkingv1.NetworkPolicyPeer, ports []networkingv1.NetworkPolicyPort, bad badPaths, none bool) *rule {
+	r := &rule{dir: dir, owner: np, index: index}
 	// A problem on the rule itself (not inside a peer or port) voids it.
 	for _, b := range bad {
 		if isDirectChild(path, b.path) && !isListField(path, b.path, peerField, "ports") {
-			r.none = true
+			none = true
 		}
 	}
-	if specBad || bad.exactly(path) != "" {
-		r.none = true
-	}
-	if r.none {
+	if none || bad.exactly(path) != "" {
 		return r
 	}
 	// Peers: an empty list is every address; a list whose entries all
 	// failed is nothing.
 	if len(peers) == 0 {
-		r.peers = allPeers()
+		r.set = s.internSet(nil, true)
 	} else {
-		var ps []peer
+		var ps []*peer
 		for j := range peers {
-			if bad.under(fmt.Sprintf("%s.%s[%d]", path, peerField, j)) != "" {
+			if len(bad) > 0 && bad.under(fmt.Sprintf("%s.%s[%d]", path, peerField, j)) != "" {
 				continue
 			}
-			ps = append(ps, k.npPeer(ns, &peers[j]))
+			ps = append(ps, s.npPeer(np.ns, &peers[j]))
 		}
-		r.peers = unionPeers(ps)
-		r.parts = ps
+		r.set = s.internSet(ps, false)
 	}
 	// Ports: an empty list is all traffic; failed entries match nothing.
 	if len(ports) == 0 {
 		r.ports.all = true
 	}
 	for j, p := range ports {
-		if bad.under(fmt.Sprintf("%s.ports[%d]", path, j)) != "" {
+		if len(bad) > 0 && bad.under(fmt.Sprintf("%s.ports[%d]", path, j)) != "" {
 			continue
 		}
 		proto := protocolOf(p.Protocol)
@@ -152,7 +162,7 @@ func (k *compiler) compileNPRule(ns string, index int, path, peerField string, p
 		case p.Port == nil:
 			r.ports.numeric = append(r.ports.numeric, protoRange{proto, AllPorts})
 		case p.Port.Type == intstr.String:
-			r.ports.named = append(r.ports.named, namedPort{proto, p.Port.StrVal})
+			r.ports.named = append(r.ports.named, namedPort{proto, p.Port.StrVal, j})
 		default:
 			to := p.Port.IntVal
 			if p.EndPort != nil {
@@ -161,27 +171,15 @@ func (k *compiler) compileNPRule(ns string, index int, path, peerField string, p
 			r.ports.numeric = append(r.ports.numeric, protoRange{proto, PortRange{uint16(p.Port.IntVal), uint16(to)}})
 		}
 	}
-	return r
+	return s.newRule(r)
 }
 
-// isListField reports whether a bad path lies inside one of the rule's
-// list fields, where problems are contained to one entry.
-func isListField(rulePath, badPath string, fields ...string) bool {
-	for _, f := range fields {
-		p := rulePath + "." + f
-		if badPath == p || len(badPath) > len(p) && badPath[:len(p)] == p && badPath[len(p)] == '[' {
-			return true
-		}
-	}
-	return false
-}
-
-// npPeer resolves one NetworkPolicy peer.
-func (k *compiler) npPeer(ns string, p *networkingv1.NetworkPolicyPeer) peer {
+// npPeer interns one NetworkPolicy peer.
+func (s *state) npPeer(ns *nsState, p *networkingv1.NetworkPolicyPeer) *peer {
 	if p.IPBlock != nil {
 		cidr, err := ParseCIDR(p.IPBlock.CIDR)
 		if err != nil {
-			return peer{addrs: NewAddrSet()}
+			return s.addrPeer("none", noAddrs)
 		}
 		var holes []AddrRange
 		for _, e := range p.IPBlock.Except {
@@ -189,27 +187,39 @@ func (k *compiler) npPeer(ns string, p *networkingv1.NetworkPolicyPeer) peer {
 				holes = append(holes, PrefixRange(ex))
 			}
 		}
-		return peer{addrs: NewAddrSet(PrefixRange(cidr)).Subtract(NewAddrSet(holes...))}
+		key := "ipblock=" + p.IPBlock.CIDR
+		if len(p.IPBlock.Except) > 0 {
+			key += " except " + strings.Join(p.IPBlock.Except, ",")
+		}
+		if pe := s.peers["addrs="+key]; pe != nil {
+			return pe
+		}
+		return s.addrPeer(key, NewAddrSet(PrefixRange(cidr)).Subtract(NewAddrSet(holes...)))
 	}
-	podSel := labels.Everything()
+	var podSel *podSel
 	if p.PodSelector != nil {
-		s, ok := k.sel.get(p.PodSelector)
+		sel, ok := s.selCache.get(p.PodSelector)
 		if !ok {
-			return peer{addrs: NewAddrSet()}
+			return s.addrPeer("none", noAddrs)
 		}
-		podSel = s
+		podSel = s.podSelOf(sel)
 	}
-	def := peerDef{ns: ns, podSel: podSel}
-	nsKey := "ns=" + ns
-	if p.NamespaceSelector != nil {
-		s, ok := k.sel.get(p.NamespaceSelector)
-		if !ok {
-			return peer{addrs: NewAddrSet()}
-		}
-		def.nsSel = s
-		nsKey = "nssel=" + selectorKey(p.NamespaceSelector)
+	if p.NamespaceSelector == nil {
+		return s.selectorPeer(ns, nil, podSel)
 	}
-	return k.podPeer(nsKey+"|pod="+selectorKey(p.PodSelector), def)
+	sel, ok := s.selCache.get(p.NamespaceSelector)
+	if !ok {
+		return s.addrPeer("none", noAddrs)
+	}
+	return s.selectorPeer(nil, s.internNSSel(sel.String(), sel), podSel)
+}
+
+// podSelOf interns a pod selector; nil stands for every pod.
+func (s *state) podSelOf(sel labels.Selector) *podSel {
+	if isEverything(sel) {
+		return nil
+	}
+	return s.internPodSel(sel.String(), sel)
 }
 
 // protocolOf maps a core protocol, defaulting to TCP.
@@ -222,4 +232,15 @@ func protocolOf(p *corev1.Protocol) Protocol {
 		return 0
 	}
 	return proto
+}
+
+// dropNP forgets a compiled NetworkPolicy's rules and peers.
+func (s *state) dropNP(np *npState) {
+	for d := range np.rules {
+		for _, r := range np.rules[d] {
+			s.dropRule(r)
+		}
+	}
+	np.ns.refs--
+	s.dropNamespace(np.ns)
 }

@@ -64,14 +64,18 @@ func (p *Program) Allowed(f Flow) bool {
 	return e.allowed && i.allowed
 }
 
-// outcome is a decision before it is put into words.
+// outcome is a decision before it is put into words. It holds no slice,
+// so that Allowed never allocates.
 type outcome struct {
 	allowed bool
 	tier    Tier
 	rule    *Rule   // the deciding ClusterNetworkPolicy rule
 	npRule  *NPRule // the allowing NetworkPolicy rule
 	np      *NPTier // the isolating NetworkPolicy tier
-	passed  []*Rule
+	// passed are the Pass rules that handed the decision on: at most one
+	// per ClusterNetworkPolicy tier, since a tier's first match decides.
+	passed  [2]*Rule
+	npassed int
 	self    bool
 	// duplicate: an end's address is claimed by several pods.
 	duplicate bool
@@ -106,38 +110,48 @@ func (p *Program) judge(local Endpoint, remote netip.Addr, f Flow, dir Direction
 	dp := p.Policies[local.Pod].Dir(dir)
 	ix := dp.indexes()
 	ord := int32(-1)
-	if i, ok := p.podByIP[remote.Unmap()]; ok {
-		ord = p.ordinal[i]
+	if s, ok := p.podByIP.get(remote.Unmap()); ok {
+		ord = int32(s)
 	}
-	var passed []*Rule
-	if o, done := judgeTier(dp.Admin, ix.admin, remote, ord, f, &passed); done {
+	var o outcome
+	if judgeTier(&o, dp.Admin, ix.admin, remote, ord, f) {
 		return o
 	}
 	if dp.NP != nil {
+		o.tier = TierNetworkPolicy
 		if i := ix.np.lookup(remote, ord, f.Proto, f.Port); i >= 0 {
-			return outcome{allowed: true, tier: TierNetworkPolicy, npRule: &dp.NP.Rules[i], passed: passed}
+			o.allowed, o.npRule = true, &dp.NP.Rules[i]
+			return o
 		}
-		return outcome{tier: TierNetworkPolicy, np: dp.NP, passed: passed}
-	}
-	if o, done := judgeTier(dp.Baseline, ix.baseline, remote, ord, f, &passed); done {
+		o.np = dp.NP
 		return o
 	}
-	return outcome{allowed: true, tier: TierDefault, passed: passed, quiet: len(passed) == 0 && len(dp.Admin) == 0 && len(dp.Baseline) == 0}
+	if judgeTier(&o, dp.Baseline, ix.baseline, remote, ord, f) {
+		return o
+	}
+	o.allowed, o.tier = true, TierDefault
+	o.quiet = o.npassed == 0 && len(dp.Admin) == 0 && len(dp.Baseline) == 0
+	return o
 }
 
 // judgeTier finds the first matching rule of one ClusterNetworkPolicy
-// tier; done is false when the tier made no decision (no match, or a Pass).
-func judgeTier(rules []RuleMatch, ix *matchIndex, remote netip.Addr, ord int32, f Flow, passed *[]*Rule) (outcome, bool) {
+// tier and reports whether it decided (false: no match, or a Pass, which
+// it records in o).
+func judgeTier(o *outcome, rules []RuleMatch, ix *matchIndex, remote netip.Addr, ord int32, f Flow) bool {
 	i := ix.lookup(remote, ord, f.Proto, f.Port)
 	if i < 0 {
-		return outcome{}, false
+		return false
 	}
 	r := rules[i].Rule
 	if r.Action == ActionPass {
-		*passed = append(*passed, r)
-		return outcome{}, false
+		if o.npassed < len(o.passed) {
+			o.passed[o.npassed] = r
+			o.npassed++
+		}
+		return false
 	}
-	return outcome{allowed: r.Action == ActionAccept, tier: r.Tier, rule: r, passed: *passed}, true
+	o.allowed, o.tier, o.rule = r.Action == ActionAccept, r.Tier, r
+	return true
 }
 
 func ruleDesc(r *Rule) string {
@@ -151,7 +165,7 @@ func ruleDesc(r *Rule) string {
 // explain puts an outcome into words.
 func (p *Program) explain(o outcome, local Endpoint, dir Direction) Decision {
 	d := Decision{Allowed: o.allowed, Tier: o.tier}
-	for _, r := range o.passed {
+	for _, r := range o.passed[:o.npassed] {
 		d.Passed = append(d.Passed, ruleDesc(r))
 	}
 	switch {

@@ -16,8 +16,8 @@ const GateIngressNetworksAndNodes = "IngressNetworksAndNodes"
 // exactly like an unknown one (docs/semantics.md, fail closed), so turning
 // a gate off can only take access away, and the CLI predicts what an agent
 // with the same gates enforces.
-func (k *compiler) unknownCNPFields(cnp *ClusterNetworkPolicy) []string {
-	gated := GatedFields(cnp, k.prog.Options)
+func (s *state) unknownCNPFields(cnp *ClusterNetworkPolicy) []string {
+	gated := GatedFields(cnp, s.opts)
 	if len(gated) == 0 {
 		return cnp.UnknownFields
 	}
@@ -47,10 +47,14 @@ func GatedFields(cnp *ClusterNetworkPolicy, opts Options) []string {
 }
 
 // unknownMessage is the diagnostic for a field treated as unknown: one a
-// disabled gate hides says which gate.
-func (k *compiler) unknownMessage(path string) string {
-	if !k.prog.Options.IngressNetworksAndNodes && isIngressNetworksOrNodes(path) {
+// disabled gate hides says which gate; one outside spec fails the whole
+// policy.
+func (s *state) unknownMessage(path string) string {
+	if !s.opts.IngressNetworksAndNodes && isIngressNetworksOrNodes(path) {
 		return "needs feature gate " + GateIngressNetworksAndNodes + " (off): the part it belongs to is enforced fail-closed"
+	}
+	if objectProblem([]string{path}) != "" {
+		return "unknown field outside spec: the whole policy is enforced fail-closed"
 	}
 	return "unknown field: the part it belongs to is enforced fail-closed"
 }

@@ -1,35 +1,293 @@
 package policy_test
 
 import (
+	"fmt"
 	"maps"
 	"math/rand/v2"
+	"net/netip"
+	"slices"
+	"strings"
 	"testing"
 
 	"github.com/moat-net/moat/internal/clustergen"
 	"github.com/moat-net/moat/policy"
 )
 
-// TestRelabelMatchesFullCompile relabels random pods one after another and
-// checks after each step that the incremental Program answers every sampled
-// flow exactly as a full compilation of the same snapshot does, and that the
-// Program from before the step still answers as before.
+// mutator changes a snapshot and stages the same change on a Compiler; it
+// returns what it did.
+type mutator func(r *rand.Rand, c *policy.Cluster, comp *policy.Compiler, spare *policy.Cluster) string
+
+var tiersOfLabels = []string{"web", "api", "db", "cache", "worker"}
+
+var mutators = []mutator{
+	// Relabel a pod.
+	func(r *rand.Rand, c *policy.Cluster, comp *policy.Compiler, _ *policy.Cluster) string {
+		p := &c.Pods[r.IntN(len(c.Pods))]
+		l := maps.Clone(p.Labels)
+		l["tier"] = tiersOfLabels[r.IntN(len(tiersOfLabels))]
+		if r.IntN(3) == 0 {
+			l["app"] = fmt.Sprintf("app-%02d", r.IntN(20))
+		}
+		if r.IntN(4) == 0 {
+			delete(l, "app")
+		}
+		p.Labels = l
+		comp.UpsertPod(*p)
+		return "relabel " + p.Key()
+	},
+	// Add a pod (a copy of another with a new name and address).
+	func(r *rand.Rand, c *policy.Cluster, comp *policy.Compiler, _ *policy.Cluster) string {
+		p := c.Pods[r.IntN(len(c.Pods))]
+		p.Name = fmt.Sprintf("new-%d", r.Uint32())
+		p.IPs = []netip.Addr{netip.AddrFrom4([4]byte{10, 250, byte(r.IntN(256)), byte(r.IntN(256))})}
+		if r.IntN(8) == 0 {
+			p.IPs = append(p.IPs, c.Pods[r.IntN(len(c.Pods))].IPs...) // a duplicate address
+		}
+		c.Pods = append(c.Pods, p)
+		comp.UpsertPod(p)
+		return "add " + p.Key()
+	},
+	// Delete a pod.
+	func(r *rand.Rand, c *policy.Cluster, comp *policy.Compiler, _ *policy.Cluster) string {
+		i := r.IntN(len(c.Pods))
+		key := c.Pods[i].Key()
+		c.Pods = slices.Delete(c.Pods, i, i+1)
+		comp.DeletePod(key)
+		return "delete " + key
+	},
+	// Change a pod's addresses, ports, or pod network.
+	func(r *rand.Rand, c *policy.Cluster, comp *policy.Compiler, _ *policy.Cluster) string {
+		p := &c.Pods[r.IntN(len(c.Pods))]
+		switch r.IntN(4) {
+		case 0:
+			p.IPs = []netip.Addr{netip.AddrFrom4([4]byte{10, 251, byte(r.IntN(256)), byte(r.IntN(256))})}
+		case 1:
+			p.IPs = nil
+		case 2:
+			p.Ports = slices.Clone(c.Pods[r.IntN(len(c.Pods))].Ports)
+		default:
+			p.HostNetwork = !p.HostNetwork
+		}
+		comp.UpsertPod(*p)
+		return "change " + p.Key()
+	},
+	// Relabel, add or delete a namespace.
+	func(r *rand.Rand, c *policy.Cluster, comp *policy.Compiler, _ *policy.Cluster) string {
+		i := r.IntN(len(c.Namespaces))
+		ns := &c.Namespaces[i]
+		switch r.IntN(4) {
+		case 0:
+			name := ns.Name
+			c.Namespaces = slices.Delete(c.Namespaces, i, i+1)
+			comp.DeleteNamespace(name)
+			return "delete namespace " + name
+		case 1:
+			n := policy.Namespace{Name: fmt.Sprintf("ns-new-%d", r.IntN(1000)), Labels: map[string]string{"team": fmt.Sprintf("team-%02d", r.IntN(40))}}
+			if slices.ContainsFunc(c.Namespaces, func(x policy.Namespace) bool { return x.Name == n.Name }) {
+				return "nothing"
+			}
+			c.Namespaces = append(c.Namespaces, n)
+			comp.UpsertNamespace(n)
+			return "add namespace " + n.Name
+		}
+		l := maps.Clone(ns.Labels)
+		l["team"] = fmt.Sprintf("team-%02d", r.IntN(40))
+		l["env"] = []string{"prod", "staging", "dev"}[r.IntN(3)]
+		ns.Labels = l
+		comp.UpsertNamespace(*ns)
+		return "relabel namespace " + ns.Name
+	},
+	// Change a node.
+	func(r *rand.Rand, c *policy.Cluster, comp *policy.Compiler, _ *policy.Cluster) string {
+		n := &c.Nodes[r.IntN(len(c.Nodes))]
+		l := maps.Clone(n.Labels)
+		l["pool"] = []string{"general", "gpu"}[r.IntN(2)]
+		n.Labels = l
+		if r.IntN(3) == 0 {
+			n.Addrs = []netip.Addr{netip.AddrFrom4([4]byte{172, 17, 0, byte(r.IntN(256))})}
+		}
+		comp.UpsertNode(*n)
+		return "change node " + n.Name
+	},
+	// Add, replace or delete a NetworkPolicy.
+	func(r *rand.Rand, c *policy.Cluster, comp *policy.Compiler, spare *policy.Cluster) string {
+		src := spare.NetworkPolicies[r.IntN(len(spare.NetworkPolicies))]
+		switch r.IntN(3) {
+		case 0:
+			np := policy.NetworkPolicy{NetworkPolicy: src.NetworkPolicy.DeepCopy()}
+			np.Name = fmt.Sprintf("new-%d", r.Uint32())
+			np.Namespace = c.Namespaces[r.IntN(len(c.Namespaces))].Name
+			c.NetworkPolicies = append(c.NetworkPolicies, np)
+			comp.UpsertNetworkPolicy(np)
+			return "add NetworkPolicy " + np.Namespace + "/" + np.Name
+		case 1:
+			i := r.IntN(len(c.NetworkPolicies))
+			np := policy.NetworkPolicy{NetworkPolicy: src.NetworkPolicy.DeepCopy()}
+			np.Name, np.Namespace = c.NetworkPolicies[i].Name, c.NetworkPolicies[i].Namespace
+			c.NetworkPolicies[i] = np
+			comp.UpsertNetworkPolicy(np)
+			return "replace NetworkPolicy " + np.Namespace + "/" + np.Name
+		}
+		i := r.IntN(len(c.NetworkPolicies))
+		np := c.NetworkPolicies[i]
+		c.NetworkPolicies = slices.Delete(c.NetworkPolicies, i, i+1)
+		comp.DeleteNetworkPolicy(np.Namespace, np.Name)
+		return "delete NetworkPolicy " + np.Namespace + "/" + np.Name
+	},
+	// Add, replace or delete a ClusterNetworkPolicy.
+	func(r *rand.Rand, c *policy.Cluster, comp *policy.Compiler, spare *policy.Cluster) string {
+		src := spare.ClusterNetworkPolicies[r.IntN(len(spare.ClusterNetworkPolicies))]
+		switch r.IntN(3) {
+		case 0:
+			cnp := policy.ClusterNetworkPolicy{ClusterNetworkPolicy: src.ClusterNetworkPolicy.DeepCopy()}
+			cnp.Name = fmt.Sprintf("new-%d", r.Uint32())
+			c.ClusterNetworkPolicies = append(c.ClusterNetworkPolicies, cnp)
+			comp.UpsertClusterNetworkPolicy(cnp)
+			return "add ClusterNetworkPolicy " + cnp.Name
+		case 1:
+			i := r.IntN(len(c.ClusterNetworkPolicies))
+			cnp := policy.ClusterNetworkPolicy{ClusterNetworkPolicy: src.ClusterNetworkPolicy.DeepCopy()}
+			cnp.Name = c.ClusterNetworkPolicies[i].Name
+			c.ClusterNetworkPolicies[i] = cnp
+			comp.UpsertClusterNetworkPolicy(cnp)
+			return "replace ClusterNetworkPolicy " + cnp.Name
+		}
+		i := r.IntN(len(c.ClusterNetworkPolicies))
+		cnp := c.ClusterNetworkPolicies[i]
+		c.ClusterNetworkPolicies = slices.Delete(c.ClusterNetworkPolicies, i, i+1)
+		comp.DeleteClusterNetworkPolicy(cnp.Name)
+		return "delete ClusterNetworkPolicy " + cnp.Name
+	},
+}
+
+// TestIncrementalMatchesFullCompile applies random sequences of changes
+// (pods relabelled, added, deleted, readdressed; namespaces, nodes and
+// policies added, replaced, deleted), a few at a time, and checks after
+// each batch that the incremental Program explains every sampled flow
+// exactly as a full compilation of the same snapshot does, with the same
+// statuses and diagnostics, and that the Program from before the batch
+// still answers as before.
+func TestIncrementalMatchesFullCompile(t *testing.T) {
+	for _, tc := range []struct {
+		cfg  clustergen.Config
+		opts policy.Options
+	}{
+		{clustergen.Config{Nodes: 4, Namespaces: 12, Pods: 150, NetworkPolicies: 30, ClusterPolicies: 12, Seed: 7}, policy.Options{IngressNetworksAndNodes: true}},
+		{clustergen.Config{Nodes: 4, Namespaces: 12, Pods: 150, NetworkPolicies: 84, ClusterPolicies: 12, Seed: 8, Workloads: true}, policy.Options{}},
+		{clustergen.Config{Nodes: 4, Namespaces: 12, Pods: 150, NetworkPolicies: 84, ClusterPolicies: 12, Seed: 9, Workloads: true}, policy.Options{IngressNetworksAndNodes: true, Node: "node-001"}},
+	} {
+		t.Run(fmt.Sprintf("seed=%d/workloads=%v/node=%q", tc.cfg.Seed, tc.cfg.Workloads, tc.opts.Node), func(t *testing.T) {
+			cluster := clustergen.Generate(tc.cfg).ToCluster()
+			spareCfg := tc.cfg
+			spareCfg.Seed += 100
+			spare := clustergen.Generate(spareCfg).ToCluster()
+			spareMix := clustergen.Generate(clustergen.Config{Nodes: 4, Namespaces: 12, Pods: 10, NetworkPolicies: 30, ClusterPolicies: 12, Seed: 11}).ToCluster()
+			spare.NetworkPolicies = append(spare.NetworkPolicies, spareMix.NetworkPolicies...)
+			spare.ClusterNetworkPolicies = append(spare.ClusterNetworkPolicies, spareMix.ClusterNetworkPolicies...)
+			comp := policy.NewCompiler(cluster, tc.opts)
+			r := rand.New(rand.NewPCG(tc.cfg.Seed, 4))
+			for step := 0; step < 60; step++ {
+				before := comp.Program()
+				flows := sampleFlows(before, 300)
+				was := make([]policy.Verdict, len(flows))
+				for i, f := range flows {
+					was[i] = before.Evaluate(f)
+				}
+				var did []string
+				for range 1 + r.IntN(3) {
+					did = append(did, mutators[r.IntN(len(mutators))](r, cluster, comp, spare))
+				}
+				inc := comp.Program()
+				full := policy.Compile(cluster, tc.opts)
+				what := fmt.Sprintf("step %d (%s)", step, strings.Join(did, "; "))
+				sameProgram(t, what, inc, full)
+				for i, f := range flows {
+					if v := before.Evaluate(f); !sameVerdict(v, was[i]) {
+						t.Fatalf("%s: the previous Program changed its answer for %+v", what, f)
+					}
+				}
+			}
+		})
+	}
+}
+
+// sameProgram compares two Programs of the same snapshot: pods, statuses,
+// diagnostics, and the verdict and explanation of sampled flows.
+func sameProgram(t *testing.T, what string, inc, full *policy.Program) {
+	t.Helper()
+	if len(inc.Pods) != len(full.Pods) {
+		t.Fatalf("%s: %d pods, full compile %d", what, len(inc.Pods), len(full.Pods))
+	}
+	for i := range inc.Pods {
+		if inc.Pods[i].Key() != full.Pods[i].Key() || (inc.Policies[i] == nil) != (full.Policies[i] == nil) {
+			t.Fatalf("%s: pod %d: %s policed=%v, full compile %s policed=%v", what, i, inc.Pods[i].Key(), inc.Policies[i] != nil, full.Pods[i].Key(), full.Policies[i] != nil)
+		}
+		if j, ok := inc.PodByKey(full.Pods[i].Key()); !ok || j != i {
+			t.Fatalf("%s: PodByKey(%s) = %d, %v; want %d", what, full.Pods[i].Key(), j, ok, i)
+		}
+		for _, a := range full.Pods[i].IPs {
+			j1, ok1 := inc.PodByIP(a)
+			j2, ok2 := full.PodByIP(a)
+			if j1 != j2 || ok1 != ok2 || inc.DuplicateAddr(a) != full.DuplicateAddr(a) {
+				t.Fatalf("%s: PodByIP(%s) = %d, %v; full compile %d, %v", what, a, j1, ok1, j2, ok2)
+			}
+		}
+	}
+	if fmt.Sprint(inc.Status) != fmt.Sprint(full.Status) {
+		t.Fatalf("%s: status\n%v\nfull compile\n%v", what, inc.Status, full.Status)
+	}
+	diags := func(p *policy.Program) []string {
+		var out []string
+		for _, d := range p.Diagnostics {
+			out = append(out, d.String())
+		}
+		slices.Sort(out)
+		return out
+	}
+	if a, b := diags(inc), diags(full); !slices.Equal(a, b) {
+		t.Fatalf("%s: diagnostics\n%s\nfull compile\n%s", what, strings.Join(a, "\n"), strings.Join(b, "\n"))
+	}
+	for _, f := range append(sampleFlows(full, 500), outsideFlows(full)...) {
+		if a, b := inc.Evaluate(f), full.Evaluate(f); !sameVerdict(a, b) {
+			t.Fatalf("%s: flow %s -> %s %s/%d:\nincremental %+v\nfull compile %+v", what, f.Src.Addr, f.Dst.Addr, f.Proto, f.Port, a, b)
+		}
+	}
+}
+
+// outsideFlows are flows between some pods and addresses outside the
+// pod network (nodes, ipBlocks, the internet).
+func outsideFlows(p *policy.Program) []policy.Flow {
+	var out []policy.Flow
+	outside := []string{"192.168.7.9", "192.168.7.200", "203.0.0.5", "8.8.8.8", "172.16.0.2", "172.17.0.5"}
+	for i := 0; i < len(p.Pods); i += 7 {
+		if len(p.Pods[i].IPs) == 0 {
+			continue
+		}
+		pod := policy.Endpoint{Pod: i, Addr: p.Pods[i].IPs[0]}
+		ext := policy.Endpoint{Pod: -1, Addr: netip.MustParseAddr(outside[i%len(outside)])}
+		for _, port := range []uint16{443, 8443, 10250, 53} {
+			out = append(out, policy.Flow{Src: pod, Dst: ext, Proto: policy.ProtoTCP, Port: port}, policy.Flow{Src: ext, Dst: pod, Proto: policy.ProtoTCP, Port: port})
+		}
+	}
+	return out
+}
+
+func sameVerdict(a, b policy.Verdict) bool {
+	return fmt.Sprintf("%v|%s|%s|%v|%s|%s|%v", a.Allowed, a.Egress.Tier, a.Egress.Reason, a.Egress.Passed, a.Ingress.Tier, a.Ingress.Reason, a.Ingress.Passed) ==
+		fmt.Sprintf("%v|%s|%s|%v|%s|%s|%v", b.Allowed, b.Egress.Tier, b.Egress.Reason, b.Egress.Passed, b.Ingress.Tier, b.Ingress.Reason, b.Ingress.Passed)
+}
+
+// TestRelabelMatchesFullCompile relabels random pods one after another
+// through RelabelPod and checks each step against a full compilation.
 func TestRelabelMatchesFullCompile(t *testing.T) {
 	gen := clustergen.Generate(clustergen.Config{Nodes: 4, Namespaces: 12, Pods: 150, NetworkPolicies: 30, ClusterPolicies: 12, Seed: 7})
 	cluster := gen.ToCluster()
 	comp := policy.NewCompiler(cluster, policy.Options{})
 	r := rand.New(rand.NewPCG(3, 4))
-	tiers := []string{"web", "api", "db", "cache", "worker"}
 	for step := 0; step < 40; step++ {
-		before := comp.Program()
-		flows := sampleFlows(before, 400)
-		was := make([]bool, len(flows))
-		for i, f := range flows {
-			was[i] = before.Allowed(f)
-		}
-
 		pi := r.IntN(len(cluster.Pods))
 		labels := maps.Clone(cluster.Pods[pi].Labels)
-		labels["tier"] = tiers[r.IntN(len(tiers))]
+		labels["tier"] = tiersOfLabels[r.IntN(len(tiersOfLabels))]
 		if r.IntN(3) == 0 {
 			delete(labels, "app")
 		}
@@ -38,16 +296,10 @@ func TestRelabelMatchesFullCompile(t *testing.T) {
 		if !ok {
 			t.Fatalf("pod %s unknown", cluster.Pods[pi].Key())
 		}
-		full := policy.Compile(cluster, policy.Options{})
-		for i, f := range flows {
-			// Flows are by pod index; both Programs sort pods identically.
-			if got, want := inc.Allowed(f), full.Allowed(f); got != want {
-				t.Fatalf("step %d (relabel %s): flow %+v: incremental %v, full %v", step, cluster.Pods[pi].Key(), f, got, want)
-			}
-			if before.Allowed(f) != was[i] {
-				t.Fatalf("step %d: the previous Program changed its answer for %+v", step, f)
-			}
-		}
+		sameProgram(t, fmt.Sprintf("step %d (relabel %s)", step, cluster.Pods[pi].Key()), inc, policy.Compile(cluster, policy.Options{}))
+	}
+	if _, ok := comp.RelabelPod("nowhere/nothing", nil); ok {
+		t.Error("RelabelPod of an unknown pod succeeded")
 	}
 }
 
@@ -56,12 +308,11 @@ func TestRelabelMatchesFullCompile(t *testing.T) {
 func BenchmarkRelabelScale(b *testing.B) {
 	cluster := clustergen.Generate(clustergen.Scale).ToCluster()
 	comp := policy.NewCompiler(cluster, policy.Options{})
-	tiers := []string{"web", "api", "db", "cache", "worker"}
 	i := 0
 	for b.Loop() {
 		p := &cluster.Pods[(i*7919)%len(cluster.Pods)]
 		labels := maps.Clone(p.Labels)
-		labels["tier"] = tiers[i%len(tiers)]
+		labels["tier"] = tiersOfLabels[i%len(tiersOfLabels)]
 		if _, ok := comp.RelabelPod(p.Key(), labels); !ok {
 			b.Fatal("unknown pod")
 		}

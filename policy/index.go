@@ -106,7 +106,7 @@ func buildIndex(matches []Match) *matchIndex {
 			for _, r := range t.split.cidrs.Ranges() {
 				addRange(r, id)
 			}
-			for _, r := range t.split.pods {
+			for _, r := range t.split.ranges() {
 				evPods = append(evPods, keyEvent[uint32]{r.from, true, id}, keyEvent[uint32]{r.to + 1, false, id})
 			}
 		}

@@ -27,7 +27,7 @@ func (d Direction) String() string {
 // Tier names where a decision was made, in evaluation order.
 type Tier string
 
-// Tiers of DESIGN §3, plus the pseudo-tiers that explain decisions made
+// Tiers in evaluation order (docs/semantics.md), plus the pseudo-tiers that explain decisions made
 // before or without policy.
 const (
 	TierAdmin         Tier = "Admin"
@@ -75,26 +75,22 @@ func (r PolicyRef) String() string {
 
 // Term is one product of addresses and ports; a Match is a union of terms.
 // Most rules compile to one term; egress named ports add one term per
-// destination pod, because the name resolves differently on each.
+// group of destination pods, because the name resolves differently on each.
+//
+// Terms whose addresses come from the same peers (the same selectors,
+// CIDRs or nodes, in whichever rules and policies) share one *AddrSet, and
+// a Compiler keeps that pointer across Programs while the peers' addresses
+// do not change: a backend can key shared sets by it.
 type Term struct {
 	Addrs *AddrSet
 	Ports *PortSet
 
 	// split, when set, describes Addrs for the evaluator's index as the
-	// addresses of some pods (by ordinal) plus other ranges, so that pods
-	// picked by selectors cost one segment per run of ordinals instead of
-	// one per address. Addrs is always their union.
+	// addresses of some pods (by slot) plus other ranges, so that pods
+	// picked by selectors cost one segment per run of slots instead of one
+	// per address. Addrs is always their union.
 	split *termSplit
 }
-
-// termSplit is Addrs seen as selected pods plus other ranges.
-type termSplit struct {
-	cidrs *AddrSet
-	pods  []ordRange
-}
-
-// ordRange is an inclusive range of pod ordinals.
-type ordRange struct{ from, to uint32 }
 
 // Match is the set of (peer address, protocol, port) a rule matches: the
 // peer is the remote end (destination for egress, source for ingress).
@@ -162,6 +158,10 @@ type DirPolicy struct {
 	// dataplane (which never evaluates) does not pay for it.
 	indexOnce sync.Once
 	index     *dirIndex
+	// The compiled tiers this DirPolicy was made of; nil when built by
+	// hand.
+	admin, baseline *cnpDir
+	np              *npDir
 }
 
 // dirIndex holds one matchIndex per tier.
@@ -171,6 +171,12 @@ type dirIndex struct {
 
 func (dp *DirPolicy) indexes() *dirIndex {
 	dp.indexOnce.Do(func() {
+		if dp.admin != nil {
+			// Compiled: tiers share their index with every DirPolicy
+			// that has the same tier.
+			dp.index = &dirIndex{admin: dp.admin.idx(), np: dp.np.idx(), baseline: dp.baseline.idx()}
+			return
+		}
 		ms := func(rs []RuleMatch) []Match {
 			out := make([]Match, len(rs))
 			for i, r := range rs {
@@ -223,6 +229,13 @@ type Options struct {
 	// ingress `networks` and `nodes` peers of ClusterNetworkPolicies are
 	// treated as unknown fields and enforced fail-closed.
 	IngressNetworksAndNodes bool
+	// Node, when set, scopes the Program to one node, as moat-agent needs
+	// it: only the pod-network pods on that node get a PodPolicy (every
+	// other pod's is nil, as if not policed), and nothing is compiled for
+	// pods elsewhere. Peers are still resolved cluster-wide, so the
+	// Program judges that node's pods exactly as a full Program does, and
+	// only them: the evaluator answers "not policed" for the other pods.
+	Node string
 }
 
 // Program is the single compiled form of all policies of a snapshot. The
@@ -232,35 +245,43 @@ type Program struct {
 	// Pods are all pods with their index as ID, sorted by namespace/name.
 	Pods []Pod
 	// Policies holds one PodPolicy per pod, nil for host-network pods and
-	// pods without IPs (they are not policed).
+	// pods without IPs (they are not policed), and with Options.Node for
+	// pods on other nodes. Pods judged alike share one PodPolicy.
 	Policies []*PodPolicy
 	Nodes    []Node
 	// Status has one entry per policy object, sorted by kind and name.
 	Status      []PolicyStatus
 	Diagnostics []Diagnostic
 
-	podByKey map[string]int
-	podByIP  map[netip.Addr]int
+	// podByKey and podByIP find a pod's slot (its stable number in the
+	// Compiler, which the evaluator's index uses); slotIndex maps a slot
+	// to the pod's index in Pods.
+	podByKey  *cowMap[string, uint32]
+	podByIP   *cowMap[netip.Addr, uint32]
+	slotIndex []int32
 	// dupAddrs are addresses more than one pod claims; traffic on them is
 	// denied.
-	dupAddrs map[netip.Addr]bool
-	// ordinal numbers policed pods so that pods alike in namespace and
-	// labels are adjacent; -1 for other pods. See termSplit.
-	ordinal   []int32
+	dupAddrs  map[netip.Addr]bool
 	nodeByIP  map[netip.Addr]int
 	nodeIndex map[string]int
 }
 
 // PodByKey finds a pod by "namespace/name".
 func (p *Program) PodByKey(key string) (int, bool) {
-	i, ok := p.podByKey[key]
-	return i, ok
+	s, ok := p.podByKey.get(key)
+	if !ok {
+		return 0, false
+	}
+	return int(p.slotIndex[s]), true
 }
 
 // PodByIP finds the pod-network pod that owns an address.
 func (p *Program) PodByIP(a netip.Addr) (int, bool) {
-	i, ok := p.podByIP[a.Unmap()]
-	return i, ok
+	s, ok := p.podByIP.get(a.Unmap())
+	if !ok {
+		return 0, false
+	}
+	return int(p.slotIndex[s]), true
 }
 
 // DuplicateAddr reports whether more than one pod claims the address.

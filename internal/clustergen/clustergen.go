@@ -22,6 +22,9 @@ type Config struct {
 	Nodes, Namespaces, Pods          int
 	NetworkPolicies, ClusterPolicies int
 	Seed                             uint64
+	// Workloads selects the workload shape of issue 8 (see Scale100k)
+	// instead of the original mix of Scale.
+	Workloads bool
 }
 
 // Scale is the issue's benchmark cluster: 10,000 pods in 1,000 namespaces
@@ -51,6 +54,16 @@ var (
 func Generate(c Config) *Cluster {
 	r := rand.New(rand.NewPCG(c.Seed, c.Seed^0x9e3779b97f4a7c15))
 	out := &Cluster{}
+	genNodes(c, out)
+	if c.Workloads {
+		generateWorkloads(r, c, out)
+		return out
+	}
+	generateMix(r, c, out)
+	return out
+}
+
+func genNodes(c Config, out *Cluster) {
 	for i := range c.Nodes {
 		out.Nodes = append(out.Nodes, corev1.Node{
 			ObjectMeta: metav1.ObjectMeta{Name: fmt.Sprintf("node-%03d", i), Labels: map[string]string{
@@ -58,6 +71,10 @@ func Generate(c Config) *Cluster {
 			Status: corev1.NodeStatus{Addresses: []corev1.NodeAddress{{Type: corev1.NodeInternalIP, Address: fmt.Sprintf("172.16.%d.%d", i/250, i%250+1)}}},
 		})
 	}
+}
+
+// generateMix is the original shape of Scale.
+func generateMix(r *rand.Rand, c Config, out *Cluster) {
 	for i := range c.Namespaces {
 		out.Namespaces = append(out.Namespaces, corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: nsName(i), Labels: map[string]string{
 			"team": fmt.Sprintf("team-%02d", i%50), "env": envs[i%len(envs)], "kubernetes.io/metadata.name": nsName(i)}}})
@@ -86,7 +103,6 @@ func Generate(c Config) *Cluster {
 	for i := range c.ClusterPolicies {
 		out.ClusterNetworkPolicies = append(out.ClusterNetworkPolicies, genCNP(r, i, c))
 	}
-	return out
 }
 
 func nsName(i int) string { return fmt.Sprintf("ns-%04d", i) }

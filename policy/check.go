@@ -1,0 +1,188 @@
+package policy
+
+import (
+	"fmt"
+	"slices"
+	"strconv"
+	"strings"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/util/validation/field"
+)
+
+// check turns a policy's validation errors and unknown fields into
+// diagnostics, the paths to fail closed on, and the policy's status.
+func (s *state) check(ref PolicyRef, source string, errs field.ErrorList, unknown []string) (badPaths, PolicyStatus, []Diagnostic) {
+	var diags []Diagnostic
+	for _, e := range errs {
+		diags = append(diags, Diagnostic{Severity: SeverityError, Object: ref.String(), Field: e.Field, Message: e.ErrorBody(), Source: source})
+	}
+	for _, u := range unknown {
+		diags = append(diags, Diagnostic{Severity: SeverityError, Object: ref.String(), Field: u, Message: s.unknownMessage(u), Source: source})
+	}
+	status := PolicyStatus{Policy: ref, Accepted: true}
+	bad := newBadPaths(errs, unknown)
+	if len(bad) > 0 {
+		status.Accepted = false
+		status.Reason, status.Message = statusReason(errs, unknown)
+	}
+	return bad, status, diags
+}
+
+// badPaths collects the field paths of an object that failed validation or
+// were not understood, so compilation can fail closed on exactly the parts
+// they belong to.
+type badPaths []badPath
+
+type badPath struct {
+	path, msg string
+}
+
+func newBadPaths(errs field.ErrorList, unknown []string) badPaths {
+	var b badPaths
+	for _, e := range errs {
+		b = append(b, badPath{e.Field, e.ErrorBody()})
+	}
+	for _, u := range unknown {
+		b = append(b, badPath{u, "unknown field"})
+	}
+	return b
+}
+
+// under returns the first problem at or below path, "" if none.
+func (b badPaths) under(path string) string {
+	for _, p := range b {
+		if p.path == path || strings.HasPrefix(p.path, path+".") || strings.HasPrefix(p.path, path+"[") {
+			return p.path + ": " + p.msg
+		}
+	}
+	return ""
+}
+
+// exactly returns the first problem at exactly path, "" if none.
+func (b badPaths) exactly(path string) string {
+	for _, p := range b {
+		if p.path == path {
+			return p.path + ": " + p.msg
+		}
+	}
+	return ""
+}
+
+// objectProblem returns the first unknown field outside spec, metadata
+// and status (a mis-indented `ingress:` at the top level), "" if none.
+// Such a field may have been meant to change anything about the policy,
+// so the whole policy fails closed (docs/semantics.md, Fail closed).
+// Metadata and status do not change what a policy means.
+func objectProblem(unknown []string) string {
+	for _, u := range unknown {
+		root, _, _ := strings.Cut(u, ".")
+		root, _, _ = strings.Cut(root, "[")
+		switch root {
+		case "spec", "metadata", "status":
+			continue
+		}
+		return u + ": unknown field outside spec: the whole policy is enforced fail-closed"
+	}
+	return ""
+}
+
+func isDirectChild(parent, path string) bool {
+	if len(path) <= len(parent)+1 || path[:len(parent)+1] != parent+"." {
+		return false
+	}
+	rest := path[len(parent)+1:]
+	for _, c := range rest {
+		if c == '.' || c == '[' {
+			return false
+		}
+	}
+	return true
+}
+
+// isListField reports whether a bad path lies inside one of the rule's
+// list fields, where problems are contained to one entry.
+func isListField(rulePath, badPath string, fields ...string) bool {
+	for _, f := range fields {
+		p := rulePath + "." + f
+		if badPath == p || len(badPath) > len(p) && badPath[:len(p)] == p && badPath[len(p)] == '[' {
+			return true
+		}
+	}
+	return false
+}
+
+// statusReason summarises problems for a status condition.
+func statusReason(errs field.ErrorList, unknown []string) (reason, msg string) {
+	if len(unknown) > 0 {
+		return "UnknownField", fmt.Sprintf("unknown field %s: enforced fail-closed", strings.Join(unknown, ", "))
+	}
+	if len(errs) > 0 {
+		return "InvalidSpec", errs[0].Error() + ": enforced fail-closed"
+	}
+	return "", ""
+}
+
+// selectorCache converts API label selectors once per distinct selector.
+type selectorCache map[string]labels.Selector
+
+// get converts sel; ok is false when the selector is invalid, and callers
+// must then fail closed. A nil selector selects nothing.
+func (c selectorCache) get(sel *metav1.LabelSelector) (labels.Selector, bool) {
+	if sel == nil {
+		return labels.Nothing(), true
+	}
+	if len(sel.MatchLabels) == 0 && len(sel.MatchExpressions) == 0 {
+		return everything, true
+	}
+	key := selectorCacheKey(sel)
+	if s, hit := c[key]; hit {
+		return s, s != nil
+	}
+	s, err := metav1.LabelSelectorAsSelector(sel)
+	if err != nil {
+		c[key] = nil
+		return nil, false
+	}
+	c[key] = s
+	return s, true
+}
+
+// selectorCacheKey identifies an API selector by content, more cheaply
+// than its String method. Every string is length-prefixed, so that no two
+// selectors share a key, valid or not.
+func selectorCacheKey(sel *metav1.LabelSelector) string {
+	var b strings.Builder
+	str := func(s string) {
+		b.WriteString(strconv.Itoa(len(s)))
+		b.WriteByte(':')
+		b.WriteString(s)
+	}
+	keys := make([]string, 0, len(sel.MatchLabels))
+	for k := range sel.MatchLabels {
+		keys = append(keys, k)
+	}
+	slices.Sort(keys)
+	b.WriteString(strconv.Itoa(len(keys)))
+	for _, k := range keys {
+		str(k)
+		str(sel.MatchLabels[k])
+	}
+	for _, r := range sel.MatchExpressions {
+		b.WriteByte('|')
+		str(r.Key)
+		str(string(r.Operator))
+		b.WriteString(strconv.Itoa(len(r.Values)))
+		for _, v := range r.Values {
+			str(v)
+		}
+	}
+	return b.String()
+}
+
+// isEverything reports whether a selector selects every object.
+func isEverything(sel labels.Selector) bool {
+	reqs, selectable := sel.Requirements()
+	return selectable && len(reqs) == 0
+}

@@ -1,0 +1,114 @@
+package policy
+
+import "maps"
+
+// Compiler compiles a snapshot and keeps what it learned, so that changes
+// (a pod relabelled, added or deleted, a policy added, replaced or
+// deleted, a namespace's or node's labels) are applied in time
+// proportional to what they change: the selectors and peers the object
+// enters or leaves, the classes of pods whose policies change, and one
+// copy of the Program's per-pod slices. Programs it returned earlier stay
+// valid and unchanged (copy on write).
+//
+// The Upsert and Delete methods stage a change; the next call of Program
+// applies every staged change at once. A Compiler is not safe for
+// concurrent use; its Programs are.
+type Compiler struct {
+	s       *state
+	pending bool
+}
+
+// NewCompiler compiles c fully. The Compiler keeps references to c's
+// objects (labels, policies); the caller must not change them.
+func NewCompiler(c *Cluster, opts Options) *Compiler {
+	return &Compiler{s: build(c, opts)}
+}
+
+// Program applies the staged changes, if any, and returns the latest
+// Program.
+func (c *Compiler) Program() *Program {
+	if c.pending {
+		c.pending = false
+		c.s.publish()
+	}
+	return c.s.prog
+}
+
+// RelabelPod replaces the labels of pod "namespace/name" and returns the
+// new Program (with any other staged change). ok is false when the pod is
+// unknown; nothing is changed then.
+func (c *Compiler) RelabelPod(key string, labels map[string]string) (prog *Program, ok bool) {
+	ps := c.s.pods[key]
+	if ps == nil {
+		return nil, false
+	}
+	p := ps.pod
+	p.Labels = maps.Clone(labels)
+	c.UpsertPod(p)
+	return c.Program(), true
+}
+
+// UpsertPod stages a pod, new or replacing the one of the same namespace
+// and name (labels, addresses, ports, node may all change).
+func (c *Compiler) UpsertPod(p Pod) {
+	c.s.upsertPod(p)
+	c.pending = true
+}
+
+// DeletePod stages the removal of pod "namespace/name"; false if unknown.
+func (c *Compiler) DeletePod(key string) bool {
+	ok := c.s.deletePod(key)
+	c.pending = c.pending || ok
+	return ok
+}
+
+// UpsertNamespace stages a namespace, new or with new labels.
+func (c *Compiler) UpsertNamespace(ns Namespace) {
+	c.s.upsertNamespace(ns)
+	c.pending = true
+}
+
+// DeleteNamespace stages the removal of a Namespace object. Pods still in
+// it keep it known by name only, as in a full compile.
+func (c *Compiler) DeleteNamespace(name string) {
+	c.s.deleteNamespace(name)
+	c.pending = true
+}
+
+// UpsertNode stages a node, new or with new labels or addresses.
+func (c *Compiler) UpsertNode(n Node) {
+	c.s.upsertNode(n)
+	c.pending = true
+}
+
+// DeleteNode stages the removal of a node.
+func (c *Compiler) DeleteNode(name string) {
+	c.s.deleteNode(name)
+	c.pending = true
+}
+
+// UpsertNetworkPolicy stages a NetworkPolicy, new or replacing the one of
+// the same namespace and name.
+func (c *Compiler) UpsertNetworkPolicy(np NetworkPolicy) {
+	c.s.upsertNP(&np)
+	c.pending = true
+}
+
+// DeleteNetworkPolicy stages the removal of a NetworkPolicy.
+func (c *Compiler) DeleteNetworkPolicy(namespace, name string) {
+	c.s.deleteNP(namespace, name)
+	c.pending = true
+}
+
+// UpsertClusterNetworkPolicy stages a ClusterNetworkPolicy, new or
+// replacing the one of the same name.
+func (c *Compiler) UpsertClusterNetworkPolicy(cnp ClusterNetworkPolicy) {
+	c.s.upsertCNP(&cnp)
+	c.pending = true
+}
+
+// DeleteClusterNetworkPolicy stages the removal of a ClusterNetworkPolicy.
+func (c *Compiler) DeleteClusterNetworkPolicy(name string) {
+	c.s.deleteCNP(name)
+	c.pending = true
+}

@@ -1,0 +1,223 @@
+package policy
+
+import (
+	"fmt"
+
+	"github.com/RoaringBitmap/roaring/v2"
+	"k8s.io/apimachinery/pkg/labels"
+)
+
+// Named ports that resolve nowhere are legal but allow nothing: the
+// compiler warns about them (Program.Diagnostics, severity warning, at the
+// port's field path), so that the agent can report them as Events. For
+// ingress the name must be declared by one of the pods the policy selects
+// (a policy that selects no pod is left alone: nothing to resolve on yet);
+// for egress by some pod-network pod of the cluster. The warnings do not
+// depend on Options.Node.
+
+// namedKey is a declared port name, with its protocol (0: any protocol, as
+// ClusterNetworkPolicy's destinationNamedPort asks).
+type namedKey struct {
+	name  string
+	proto Protocol
+}
+
+// namedChange is a pod whose labels, named ports or pod-network status
+// changed, as it was before.
+type namedChange struct {
+	ps        *podState
+	oldLabels map[string]string
+	wasNet    bool
+}
+
+// declare records (add) or forgets a pod-network pod's named ports.
+func (s *state) declare(slot uint32, sig int32, add bool) {
+	for _, cp := range s.sigs[sig].ports {
+		for _, k := range []namedKey{{cp.Name, cp.Protocol}, {cp.Name, 0}} {
+			bm := s.declared[k]
+			if bm == nil {
+				bm = roaring.New()
+				s.declared[k] = bm
+			}
+			before := bm.IsEmpty()
+			if add {
+				bm.Add(slot)
+			} else {
+				bm.Remove(slot)
+			}
+			if before != bm.IsEmpty() {
+				s.dirty.namesFlipped = true
+			}
+			if bm.IsEmpty() {
+				delete(s.declared, k)
+			}
+		}
+	}
+}
+
+// refreshNamed recomputes the named-port warnings of the policies a
+// change may have touched.
+func (s *state) refreshNamed() {
+	d := &s.dirty
+	if d.namesFlipped {
+		for _, np := range s.nps {
+			d.namedPolicies[np] = struct{}{}
+		}
+		for _, c := range s.cnps {
+			d.namedPolicies[c] = struct{}{}
+		}
+	}
+	for _, ch := range d.namedPods {
+		ps := ch.ps
+		for np := range ps.ns.tier.nps {
+			if len(np.names) > 0 {
+				d.namedPolicies[np] = struct{}{}
+			}
+		}
+		for _, l := range []map[string]string{ch.oldLabels, ps.pod.Labels} {
+			for _, t := range []*cnpTier{s.admin, s.baseline} {
+				if len(t.names) == 0 {
+					continue
+				}
+				ids := roaring.And(s.side(t.nsGroups, t.nsMemo, s.nsProj(t, ps.ns)), s.side(t.podGroups, t.podMemo, s.proj(l, t.podKeyList)))
+				it := ids.Iterator()
+				for it.HasNext() {
+					if c := t.cnps[it.Next()]; len(c.names) > 0 {
+						d.namedPolicies[c] = struct{}{}
+					}
+				}
+			}
+		}
+	}
+	subjects := map[[2]string]*roaring.Bitmap{}
+	nsPods := map[string]*roaring.Bitmap{}
+	for p := range d.namedPolicies {
+		switch p := p.(type) {
+		case *npState:
+			p.named = s.npNamedDiags(p)
+		case *cnpState:
+			p.named = s.cnpNamedDiags(p, subjects, nsPods)
+		}
+		d.diags = true
+	}
+}
+
+func (s *state) npNamedDiags(np *npState) []Diagnostic {
+	var out []Diagnostic
+	var subject *roaring.Bitmap
+	for _, dir := range []Direction{Ingress, Egress} {
+		for _, r := range np.rules[dir] {
+			if r.set == nil {
+				continue
+			}
+			for _, n := range r.ports.named {
+				k := namedKey{n.name, n.proto}
+				var msg string
+				if dir == Ingress {
+					if subject == nil {
+						subject = s.npSubjectPods(np)
+					}
+					if subject.IsEmpty() || s.declared[k] != nil && subject.Intersects(s.declared[k]) {
+						continue
+					}
+					msg = fmt.Sprintf("named port %q (%s) is declared by none of the %d pods the policy selects: the rule allows no traffic on it", n.name, n.proto, subject.GetCardinality())
+				} else {
+					if s.declared[k] != nil {
+						continue
+					}
+					msg = fmt.Sprintf("named port %q (%s) is declared by no pod in the cluster: the rule allows no traffic on it", n.name, n.proto)
+				}
+				out = append(out, Diagnostic{Severity: SeverityWarning, Object: np.ref.String(), Field: fmt.Sprintf("spec.%s[%d].ports[%d].port", dir, r.index, n.index), Message: msg, Source: np.src.Source})
+			}
+		}
+	}
+	return out
+}
+
+func (s *state) cnpNamedDiags(c *cnpState, subjects map[[2]string]*roaring.Bitmap, nsPods map[string]*roaring.Bitmap) []Diagnostic {
+	var out []Diagnostic
+	var subject *roaring.Bitmap
+	for _, dir := range []Direction{Ingress, Egress} {
+		for _, r := range c.rules[dir] {
+			if r.set == nil {
+				continue
+			}
+			for _, n := range r.ports.named {
+				k := namedKey{n.name, 0}
+				var msg string
+				if dir == Ingress {
+					if subject == nil {
+						k := [2]string{c.nsKey, c.podKey}
+						if c.subjNone {
+							k[0] = "\x00none"
+						}
+						if subject = subjects[k]; subject == nil {
+							subject = s.cnpSubjectPods(c, nsPods)
+							subjects[k] = subject
+						}
+					}
+					if subject.IsEmpty() || s.declared[k] != nil && subject.Intersects(s.declared[k]) {
+						continue
+					}
+					msg = fmt.Sprintf("named port %q is declared by none of the %d pods the policy selects: the rule allows no traffic on it", n.name, subject.GetCardinality())
+				} else {
+					if s.declared[k] != nil {
+						continue
+					}
+					msg = fmt.Sprintf("named port %q is declared by no pod in the cluster: the rule allows no traffic on it", n.name)
+				}
+				out = append(out, Diagnostic{Severity: SeverityWarning, Object: c.ref.String(), Field: fmt.Sprintf("spec.%s[%d].protocols[%d].destinationNamedPort", dir, r.cnp.Index, n.index), Message: msg, Source: c.src.Source})
+			}
+		}
+	}
+	return out
+}
+
+// npSubjectPods lists the pod-network pods a NetworkPolicy selects.
+func (s *state) npSubjectPods(np *npState) *roaring.Bitmap {
+	if isEverything(np.subject) {
+		return np.ns.pods.Clone()
+	}
+	if np.ns.pods.GetCardinality() > 256 {
+		return roaring.And(np.ns.pods, s.podIndex.eval(np.subject))
+	}
+	out := roaring.New()
+	it := np.ns.pods.Iterator()
+	for it.HasNext() {
+		x := it.Next()
+		if np.subject.Matches(labels.Set(s.slots[x].pod.Labels)) {
+			out.Add(x)
+		}
+	}
+	return out
+}
+
+// cnpSubjectPods lists the pod-network pods a ClusterNetworkPolicy selects;
+// memo holds the pods of namespace selectors already resolved.
+func (s *state) cnpSubjectPods(c *cnpState, memo map[string]*roaring.Bitmap) *roaring.Bitmap {
+	if c.subjNone {
+		return roaring.New()
+	}
+	nsPods := memo[c.nsKey]
+	if nsPods == nil {
+		if sel := s.nsSels[c.nsKey]; sel != nil {
+			nsPods = s.nsSelPods(sel)
+		} else {
+			nss := s.nsIndex.eval(c.nsSel)
+			var bms []*roaring.Bitmap
+			it := nss.Iterator()
+			for it.HasNext() {
+				bms = append(bms, s.nsByID[it.Next()].pods)
+			}
+			nsPods = roaring.FastOr(bms...)
+		}
+		memo[c.nsKey] = nsPods
+	}
+	if isEverything(c.podSel) {
+		return nsPods
+	}
+	if sel := s.podSels[c.podKey]; sel != nil {
+		return roaring.And(nsPods, s.podSelPods(sel))
+	}
+	return roaring.And(nsPods, s.podIndex.eval(c.podSel))
+}

@@ -1,0 +1,426 @@
+package policy
+
+import (
+	"fmt"
+	"net/netip"
+	"slices"
+	"sort"
+	"strings"
+
+	"github.com/RoaringBitmap/roaring/v2"
+)
+
+// publish brings the compiled tiers up to date with what changed since the
+// last publication and makes the next Program. Its cost follows what
+// changed: the classes whose policies or rules changed, the pods that
+// changed class, and one copy of the Program's per-pod slices.
+func (s *state) publish() *Program {
+	d := &s.dirty
+	s.refreshTiers()
+	s.refreshPeers()
+	for r := range d.rules {
+		r.forget()
+		r.owner.dropTiers(s)
+	}
+	if d.full {
+		for _, ps := range s.order {
+			s.classify(ps)
+		}
+	} else {
+		for ps := range d.reclass {
+			s.classify(ps)
+		}
+	}
+	s.refreshNamed()
+	for c := range d.combos {
+		if c.members.IsEmpty() {
+			continue
+		}
+		pp := s.podPolicy(c)
+		if pp == c.pp {
+			continue
+		}
+		c.pp = pp
+		if d.full {
+			continue // every pod's entry is new
+		}
+		it := c.members.Iterator()
+		for it.HasNext() {
+			d.pods[s.slots[it.Next()]] = struct{}{}
+		}
+	}
+	s.prog = s.program()
+	s.sweepMemos()
+	s.slotFree = append(s.slotFree, s.pendingFree...)
+	s.pendingFree = s.pendingFree[:0]
+	d.reset()
+	return s.prog
+}
+
+// refreshTiers applies changed policies to the tiers: new keys (every
+// pod's class is recomputed) and new policy lists per class.
+func (s *state) refreshTiers() {
+	d := &s.dirty
+	for _, t := range []*cnpTier{s.admin, s.baseline} {
+		if t.stale {
+			t.refresh(s)
+			t.stale = false
+			if !d.full {
+				for _, ps := range s.slots {
+					if ps != nil && ps.subject {
+						d.reclass[ps] = struct{}{}
+					}
+				}
+			}
+		}
+		if d.relistCNP[t.idx] || t.relist {
+			s.relistCNP(t)
+		}
+	}
+	for t := range d.relistNS {
+		if t.stale {
+			t.keyList = sortedKeys(t.keys)
+			t.namesID = s.internNames(t.names)
+			t.stale = false
+			if !d.full {
+				it := t.ns.pods.Iterator()
+				for it.HasNext() {
+					d.reclass[s.slots[it.Next()]] = struct{}{}
+				}
+			}
+		}
+		if t.relist {
+			s.relistNP(t)
+		}
+	}
+}
+
+// refreshPeers recomputes the peer sets of changed peers and forgets the
+// matches of the rules using them.
+func (s *state) refreshPeers() {
+	d := &s.dirty
+	sets := map[*peerSet]struct{}{}
+	for p := range d.peers {
+		for ps := range p.sets {
+			if ps.resolved {
+				sets[ps] = struct{}{}
+			}
+		}
+	}
+	for ps := range sets {
+		ps.resolved = false
+		s.resolveSet(ps)
+		for r := range ps.rules {
+			d.rules[r] = struct{}{}
+		}
+	}
+}
+
+// classify puts a pod into its classes, and so its combo.
+func (s *state) classify(ps *podState) {
+	var a, b *cnpClass
+	var n *npClass
+	if ps.subject && !ps.gone {
+		a, b = s.cnpClassOf(s.admin, ps), s.cnpClassOf(s.baseline, ps)
+		n = s.npClassOf(ps.ns.tier, ps)
+	}
+	if a == ps.admin && b == ps.baseline && n == ps.np {
+		return
+	}
+	var c *combo
+	if a != nil {
+		a.members++
+		b.members++
+		n.members++
+		c = s.comboFor(a, n, b)
+		c.members.Add(ps.slot)
+	}
+	if old := ps.combo; old != nil {
+		old.members.Remove(ps.slot)
+		if old.members.IsEmpty() {
+			s.dropCombo(old)
+		}
+		s.leaveCNP(ps.admin)
+		s.leaveCNP(ps.baseline)
+		s.leaveNP(ps.np)
+	}
+	ps.admin, ps.baseline, ps.np, ps.combo = a, b, n, c
+	if !s.dirty.full {
+		s.dirty.pods[ps] = struct{}{}
+	}
+}
+
+func (s *state) comboFor(a *cnpClass, n *npClass, b *cnpClass) *combo {
+	k := comboKey{a: a, b: b, n: n}
+	if c := s.combos[k]; c != nil {
+		return c
+	}
+	c := &combo{key: k, members: roaring.New()}
+	s.combos[k] = c
+	addTo(&a.combos, c)
+	addTo(&b.combos, c)
+	addTo(&n.combos, c)
+	s.dirty.combos[c] = struct{}{}
+	return c
+}
+
+func (s *state) dropCombo(c *combo) {
+	delete(s.combos, c.key)
+	delete(c.key.a.combos, c)
+	delete(c.key.b.combos, c)
+	delete(c.key.n.combos, c)
+	delete(s.dirty.combos, c)
+}
+
+func (s *state) leaveCNP(c *cnpClass) {
+	if c.members--; c.members > 0 {
+		return
+	}
+	delete(c.tier.classes, c.key)
+	delete(c.list.classes, c)
+	c.list.release()
+}
+
+func (s *state) leaveNP(c *npClass) {
+	if c.members--; c.members > 0 {
+		return
+	}
+	delete(c.tier.classes, c.key)
+	delete(c.list.classes, c)
+	c.list.release()
+}
+
+// program makes the next Program, sharing with the last one what did not
+// change.
+func (s *state) program() *Program {
+	d := &s.dirty
+	old := s.prog
+	p := &Program{Options: s.opts}
+	if old == nil || d.podSet {
+		p.Pods = make([]Pod, len(s.order))
+		p.Policies = make([]*PodPolicy, len(s.order))
+		p.slotIndex = make([]int32, len(s.slots))
+		for i := range p.slotIndex {
+			p.slotIndex[i] = -1
+		}
+		byKey := make(map[string]uint32, len(s.order))
+		for i, ps := range s.order {
+			ps.index = i
+			p.Pods[i] = ps.pod
+			p.slotIndex[ps.slot] = int32(i)
+			byKey[ps.pod.Key()] = ps.slot
+			if ps.combo != nil {
+				p.Policies[i] = ps.combo.pp
+			}
+		}
+		p.podByKey = newCOWMap(byKey)
+	} else {
+		p.Pods, p.Policies, p.slotIndex, p.podByKey = old.Pods, old.Policies, old.slotIndex, old.podByKey
+		if len(d.podData) > 0 {
+			p.Pods = slices.Clone(old.Pods)
+			for ps := range d.podData {
+				p.Pods[ps.index] = ps.pod
+			}
+		}
+		if len(d.pods) > 0 {
+			p.Policies = slices.Clone(old.Policies)
+			for ps := range d.pods {
+				if ps.gone {
+					continue
+				}
+				p.Policies[ps.index] = nil
+				if ps.combo != nil {
+					p.Policies[ps.index] = ps.combo.pp
+				}
+			}
+		}
+	}
+	s.addressTables(p, old)
+	s.nodeTables(p, old)
+	if old == nil || d.status {
+		p.Status = s.statuses()
+	} else {
+		p.Status = old.Status
+	}
+	if old == nil || d.diags {
+		p.Diagnostics = s.diagnostics()
+	} else {
+		p.Diagnostics = old.Diagnostics
+	}
+	return p
+}
+
+// statuses lists every policy's status, sorted by kind and name.
+func (s *state) statuses() []PolicyStatus {
+	type keyed struct {
+		key string
+		st  PolicyStatus
+	}
+	all := make([]keyed, 0, len(s.nps)+len(s.cnps))
+	for _, np := range s.nps {
+		all = append(all, keyed{np.ref.String(), np.status})
+	}
+	for _, c := range s.cnps {
+		all = append(all, keyed{c.ref.String(), c.status})
+	}
+	slices.SortStableFunc(all, func(a, b keyed) int { return strings.Compare(a.key, b.key) })
+	out := make([]PolicyStatus, len(all))
+	for i := range all {
+		out[i] = all[i].st
+	}
+	return out
+}
+
+// addressTables finds pods by address: the owner of each address one pod
+// claims, and the addresses several claim.
+func (s *state) addressTables(p, old *Program) {
+	d := &s.dirty
+	if old == nil {
+		byIP := make(map[netip.Addr]uint32, len(s.ipOwners))
+		p.dupAddrs = map[netip.Addr]bool{}
+		for a, owners := range s.ipOwners {
+			if len(owners) == 1 {
+				byIP[a] = owners[0].slot
+			} else {
+				p.dupAddrs[a] = true
+			}
+		}
+		p.podByIP = newCOWMap(byIP)
+		return
+	}
+	p.podByIP, p.dupAddrs = old.podByIP, old.dupAddrs
+	if len(d.addrs) == 0 {
+		return
+	}
+	changes := make(map[netip.Addr]*uint32, len(d.addrs))
+	dupChanged := false
+	for a := range d.addrs {
+		owners := s.ipOwners[a]
+		if len(owners) == 1 {
+			slot := owners[0].slot
+			changes[a] = &slot
+		} else {
+			changes[a] = nil
+		}
+		if (len(owners) > 1) != old.dupAddrs[a] {
+			dupChanged = true
+		}
+	}
+	p.podByIP = old.podByIP.with(changes)
+	if dupChanged {
+		p.dupAddrs = map[netip.Addr]bool{}
+		for a, owners := range s.ipOwners {
+			if len(owners) > 1 {
+				p.dupAddrs[a] = true
+			}
+		}
+	}
+}
+
+// nodeTables indexes nodes by name and address.
+func (s *state) nodeTables(p, old *Program) {
+	if old != nil && !s.dirty.nodes {
+		p.Nodes, p.nodeIndex, p.nodeByIP = old.Nodes, old.nodeIndex, old.nodeByIP
+		return
+	}
+	p.nodeIndex = map[string]int{}
+	p.nodeByIP = map[netip.Addr]int{}
+	names := make([]string, 0, len(s.nodes))
+	for name := range s.nodes {
+		names = append(names, name)
+	}
+	sort.Strings(names)
+	for _, name := range names {
+		n := s.nodes[name]
+		p.nodeIndex[name] = len(p.Nodes)
+		for _, a := range n.Addrs {
+			if _, dup := p.nodeByIP[a.Unmap()]; !dup {
+				p.nodeByIP[a.Unmap()] = len(p.Nodes)
+			}
+		}
+		p.Nodes = append(p.Nodes, *n)
+	}
+}
+
+// diagnostics lists every finding: duplicate input objects, namespaces
+// known only by name, nodes and pods without usable addresses, then each
+// policy's problems in input order.
+func (s *state) diagnostics() []Diagnostic {
+	out := slices.Clone(s.globalDiags)
+	var implied []string
+	for name, ns := range s.namespaces {
+		if !ns.explicit && s.hasPodNetPod(ns) {
+			implied = append(implied, name)
+		}
+	}
+	sort.Strings(implied)
+	for _, name := range implied {
+		out = append(out, Diagnostic{Severity: SeverityWarning, Object: "Namespace " + name, Message: "no Namespace object in the input: only its kubernetes.io/metadata.name label is known to selectors"})
+	}
+	out = append(out, s.nodeDiags()...)
+	pods := make([]*podState, 0, len(s.podsWithDiags))
+	for ps := range s.podsWithDiags {
+		pods = append(pods, ps)
+	}
+	sort.Slice(pods, func(i, j int) bool { return pods[i].pod.Key() < pods[j].pod.Key() })
+	for _, ps := range pods {
+		out = append(out, s.podDiags(ps)...)
+	}
+	for _, np := range s.nps {
+		out = append(out, np.diags...)
+		out = append(out, np.named...)
+	}
+	for _, c := range s.cnps {
+		out = append(out, c.diags...)
+		out = append(out, c.named...)
+	}
+	return out
+}
+
+// hasPodNetPod reports whether a namespace has a pod that is not on the
+// host network (those do not need their namespace's labels).
+func (s *state) hasPodNetPod(ns *nsState) bool { return ns.nonHost > 0 }
+
+func (s *state) nodeDiags() []Diagnostic {
+	names := make([]string, 0, len(s.nodes))
+	for name := range s.nodes {
+		names = append(names, name)
+	}
+	sort.Strings(names)
+	var out []Diagnostic
+	owner := map[netip.Addr]string{}
+	for _, name := range names {
+		n := s.nodes[name]
+		if len(n.Addrs) == 0 {
+			out = append(out, Diagnostic{Severity: SeverityWarning, Object: "Node " + name, Field: "status.addresses", Message: "node has no IP address: `nodes` peers select nothing on it"})
+		}
+		for _, a := range n.Addrs {
+			if other, dup := owner[a.Unmap()]; dup {
+				out = append(out, Diagnostic{Severity: SeverityWarning, Object: "Node " + name, Field: "status.addresses", Message: fmt.Sprintf("address %s also belongs to node %s", a, other)})
+				continue
+			}
+			owner[a.Unmap()] = name
+		}
+	}
+	return out
+}
+
+// sweepMemos forgets DirPolicies and PodPolicies no combo uses any more,
+// once they outnumber the live ones.
+func (s *state) sweepMemos() {
+	if len(s.ppMemo) <= 2*len(s.combos)+1024 && len(s.dirMemo) <= 4*len(s.combos)+1024 {
+		return
+	}
+	pp := make(map[[2]*DirPolicy]*PodPolicy, len(s.combos))
+	dirs := make(map[dirKey]*DirPolicy, 2*len(s.combos))
+	for _, c := range s.combos {
+		if c.pp == nil {
+			continue
+		}
+		pp[[2]*DirPolicy{c.pp.Ingress, c.pp.Egress}] = c.pp
+		for _, dp := range []*DirPolicy{c.pp.Ingress, c.pp.Egress} {
+			dirs[dirKey{dp.admin, dp.baseline, dp.np}] = dp
+		}
+	}
+	s.ppMemo, s.dirMemo = pp, dirs
+}

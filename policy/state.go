@@ -1,0 +1,409 @@
+package policy
+
+import (
+	"net/netip"
+	"slices"
+	"strings"
+
+	"github.com/RoaringBitmap/roaring/v2"
+)
+
+// nsNameLabel is the label the API server puts on every namespace; selectors
+// rely on it, so the compiler adds it even for namespaces it only knows by
+// name.
+const nsNameLabel = "kubernetes.io/metadata.name"
+
+// state is everything a Compiler knows between compilations: the objects,
+// the indexes over them, the selectors and peers resolved so far, the
+// classes of pods each tier cannot tell apart, and the parts of Programs
+// built from them. Programs share its immutable parts (address sets,
+// matches, DirPolicies); state itself is changed in place, and every change
+// records what it made dirty so that publish redoes only that.
+type state struct {
+	opts Options
+
+	namespaces map[string]*nsState
+	nsByID     []*nsState
+	nsFree     []uint32
+	nsIndex    *labelIndex
+
+	pods      map[string]*podState
+	slots     []*podState
+	slotFree  []uint32
+	order     []*podState // sorted by key: the Program's pod order
+	podIndex  *labelIndex // pod-network pods by slot
+	ipOwners  map[netip.Addr][]*podState
+	addrIndex []slotAddr // pod-network addresses sorted, built on demand
+
+	nodes     map[string]*Node
+	nodeOrder []string // names in input order, for diagnostics
+
+	nps      []*npState // input order; nil where deleted
+	cnps     []*cnpState
+	cnpNext  uint32
+	cnpsByID map[uint32]*cnpState
+
+	podSels map[string]*podSel
+	nsSels  map[string]*nsSel
+	peers   map[string]*peer
+	sets    map[string]*peerSet
+	// wideNamed are egress rules with named ports whose destinations
+	// include pods matched by address (see peerSet.cidrs): any pod's change
+	// of address or ports may change their match.
+	wideNamed map[*rule]struct{}
+
+	admin, baseline *cnpTier
+
+	projIDs  map[string]int32
+	projs    []map[string]string
+	projBuf  []byte
+	sigIDs   map[string]int32
+	sigs     []*namedSig
+	namesIDs map[string]int32
+	names    [][]string
+	sigMemo  map[[2]int32]int32
+
+	combos  map[comboKey]*combo
+	dirMemo map[dirKey]*DirPolicy
+	ppMemo  map[[2]*DirPolicy]*PodPolicy
+
+	selCache selectorCache
+	npSeq    int
+	// pendingFree are slots of pods deleted since the last publication.
+	pendingFree []uint32
+	// podsWithDiags are the pods without an address or with one that
+	// another pod claims too.
+	podsWithDiags map[*podState]struct{}
+	// declared are the pod-network pods declaring each named port.
+	declared map[namedKey]*roaring.Bitmap
+
+	globalDiags []Diagnostic
+	dirty       dirtySet
+	prog        *Program
+}
+
+// dirtySet is what changes since the last publication touched.
+type dirtySet struct {
+	reclass   map[*podState]struct{}
+	peers     map[*peer]struct{}
+	rules     map[*rule]struct{}
+	combos    map[*combo]struct{}
+	relistNS  map[*npTier]struct{}
+	relistCNP [2]bool // admin, baseline
+	addrs     map[netip.Addr]struct{}
+	// podSet: pods were added or removed, so the Program's order changes.
+	podSet bool
+	// pods need their Program entry updated; podData their Pod.
+	pods    map[*podState]struct{}
+	podData map[*podState]struct{}
+	nodes   bool
+	status  bool
+	diags   bool
+	full    bool
+	// Named-port warnings to redo: policies, pods that changed, and
+	// whether some name became declared or undeclared.
+	namedPolicies map[any]struct{}
+	namedPods     []namedChange
+	namesFlipped  bool
+}
+
+func (d *dirtySet) reset() {
+	*d = dirtySet{
+		reclass: map[*podState]struct{}{}, peers: map[*peer]struct{}{}, rules: map[*rule]struct{}{},
+		combos: map[*combo]struct{}{}, relistNS: map[*npTier]struct{}{},
+		addrs: map[netip.Addr]struct{}{}, pods: map[*podState]struct{}{}, podData: map[*podState]struct{}{},
+		namedPolicies: map[any]struct{}{},
+	}
+}
+
+// nsState is one namespace, from a Namespace object or implied by a pod.
+type nsState struct {
+	id       uint32
+	name     string
+	labels   map[string]string // with the name label
+	explicit bool              // a Namespace object exists
+	refs     int               // pods, peers and NetworkPolicies naming it
+	nonHost  int               // pods not on the host network
+	pods     *roaring.Bitmap   // its pod-network pods by slot
+	peers    map[*peer]struct{}
+	tier     *npTier
+	// proj caches the projection of labels for the Admin and Baseline
+	// tiers, valid while projVer matches the tier's keysVer.
+	proj    [2]int32
+	projVer [2]int
+}
+
+// podState is one pod.
+type podState struct {
+	pod  Pod
+	slot uint32
+	ns   *nsState
+	// podnet: a pod-network pod with an address, so a peer and a subject.
+	podnet bool
+	// subject: it gets a PodPolicy (podnet, and on Options.Node if set).
+	subject bool
+	// index is the pod's position in the Program's Pods.
+	index    int
+	gone     bool // deleted
+	fullSig  int32
+	admin    *cnpClass
+	baseline *cnpClass
+	np       *npClass
+	combo    *combo
+}
+
+type slotAddr struct {
+	a    netip.Addr
+	slot uint32
+}
+
+func newState(opts Options) *state {
+	s := &state{
+		opts:          opts,
+		namespaces:    map[string]*nsState{},
+		pods:          map[string]*podState{},
+		ipOwners:      map[netip.Addr][]*podState{},
+		nodes:         map[string]*Node{},
+		cnpsByID:      map[uint32]*cnpState{},
+		podSels:       map[string]*podSel{},
+		nsSels:        map[string]*nsSel{},
+		peers:         map[string]*peer{},
+		sets:          map[string]*peerSet{},
+		wideNamed:     map[*rule]struct{}{},
+		projIDs:       map[string]int32{"": 0},
+		projs:         []map[string]string{{}},
+		sigIDs:        map[string]int32{"": 0},
+		sigs:          []*namedSig{{id: 0}},
+		namesIDs:      map[string]int32{"": 0},
+		names:         [][]string{nil},
+		sigMemo:       map[[2]int32]int32{},
+		combos:        map[comboKey]*combo{},
+		dirMemo:       map[dirKey]*DirPolicy{},
+		ppMemo:        map[[2]*DirPolicy]*PodPolicy{},
+		selCache:      selectorCache{},
+		podsWithDiags: map[*podState]struct{}{},
+		declared:      map[namedKey]*roaring.Bitmap{},
+	}
+	s.nsIndex = newLabelIndex(func(id uint32) map[string]string { return s.nsByID[id].labels })
+	s.podIndex = newLabelIndex(func(slot uint32) map[string]string { return s.slots[slot].pod.Labels })
+	s.admin = newCNPTier(TierAdmin)
+	s.baseline = newCNPTier(TierBaseline)
+	s.dirty.reset()
+	return s
+}
+
+func (s *state) diag(sev Severity, object, fieldPath, source, msg string) {
+	s.globalDiags = append(s.globalDiags, Diagnostic{Severity: sev, Object: object, Field: fieldPath, Message: msg, Source: source})
+}
+
+// namespace returns the namespace of that name, creating it (implied, with
+// only its name label) if needed.
+func (s *state) namespace(name string) *nsState {
+	if ns := s.namespaces[name]; ns != nil {
+		return ns
+	}
+	ns := &nsState{name: name, labels: withNSName(nil, name), pods: roaring.New(), projVer: [2]int{-1, -1}}
+	if n := len(s.nsFree); n > 0 {
+		ns.id = s.nsFree[n-1]
+		s.nsFree = s.nsFree[:n-1]
+		s.nsByID[ns.id] = ns
+	} else {
+		ns.id = uint32(len(s.nsByID))
+		s.nsByID = append(s.nsByID, ns)
+	}
+	ns.tier = newNPTier(ns)
+	s.namespaces[name] = ns
+	s.nsIndex.add(ns.id, ns.labels)
+	s.nsSelsAdd(ns)
+	return ns
+}
+
+// dropNamespace forgets a namespace nothing refers to any more.
+func (s *state) dropNamespace(ns *nsState) {
+	if ns.explicit || ns.refs > 0 {
+		return
+	}
+	s.nsSelsRemove(ns)
+	s.nsIndex.remove(ns.id, ns.labels)
+	delete(s.namespaces, ns.name)
+	s.nsByID[ns.id] = nil
+	s.nsFree = append(s.nsFree, ns.id)
+	delete(s.dirty.relistNS, ns.tier)
+}
+
+func withNSName(l map[string]string, name string) map[string]string {
+	out := make(map[string]string, len(l)+1)
+	for k, v := range l {
+		out[k] = v
+	}
+	out[nsNameLabel] = name
+	return out
+}
+
+// allocSlot gives a pod a slot: a stable number for bitmaps and the
+// evaluator's index. Slots freed since the last publication are not
+// reused before the next one.
+func (s *state) allocSlot(ps *podState) {
+	if n := len(s.slotFree); n > 0 {
+		ps.slot = s.slotFree[n-1]
+		s.slotFree = s.slotFree[:n-1]
+		s.slots[ps.slot] = ps
+		return
+	}
+	ps.slot = uint32(len(s.slots))
+	s.slots = append(s.slots, ps)
+}
+
+// proj interns the projection of labels onto keys (sorted): the part of a
+// label set that selectors reading only those keys can see.
+func (s *state) proj(l map[string]string, keys []string) int32 {
+	if len(keys) == 0 || len(l) == 0 {
+		return 0
+	}
+	buf := s.projBuf[:0]
+	for _, k := range keys {
+		if v, ok := l[k]; ok {
+			buf = append(buf, k...)
+			buf = append(buf, 0)
+			buf = append(buf, v...)
+			buf = append(buf, 1)
+		}
+	}
+	s.projBuf = buf
+	if id, ok := s.projIDs[string(buf)]; ok {
+		return id
+	}
+	m := map[string]string{}
+	for _, k := range keys {
+		if v, ok := l[k]; ok {
+			m[k] = v
+		}
+	}
+	id := int32(len(s.projs))
+	s.projIDs[string(buf)] = id
+	s.projs = append(s.projs, m)
+	return id
+}
+
+// namedSig is what a pod's named container ports resolve to, restricted to
+// some names: pods with the same signature resolve named-port rules alike.
+type namedSig struct {
+	id    int32
+	ports []ContainerPort
+}
+
+func (s *state) internSig(ports []ContainerPort) int32 {
+	if len(ports) == 0 {
+		return 0
+	}
+	var b strings.Builder
+	for _, p := range ports {
+		b.WriteString(p.Name)
+		b.WriteByte(0)
+		b.WriteString(p.Protocol.String())
+		b.WriteByte(0)
+		b.WriteString(PortRange{p.Port, p.Port}.String())
+		b.WriteByte(1)
+	}
+	if id, ok := s.sigIDs[b.String()]; ok {
+		return id
+	}
+	id := int32(len(s.sigs))
+	s.sigIDs[b.String()] = id
+	s.sigs = append(s.sigs, &namedSig{id: id, ports: ports})
+	return id
+}
+
+// podSig interns all named ports of a pod.
+func (s *state) podSig(p *Pod) int32 {
+	var ports []ContainerPort
+	for _, cp := range p.Ports {
+		if cp.Name != "" {
+			ports = append(ports, cp)
+		}
+	}
+	slices.SortFunc(ports, func(a, b ContainerPort) int {
+		if c := strings.Compare(a.Name, b.Name); c != 0 {
+			return c
+		}
+		if a.Protocol != b.Protocol {
+			return int(a.Protocol) - int(b.Protocol)
+		}
+		return int(a.Port) - int(b.Port)
+	})
+	ports = slices.Compact(ports)
+	return s.internSig(ports)
+}
+
+// internNames interns a set of port names.
+func (s *state) internNames(set map[string]int) int32 {
+	if len(set) == 0 {
+		return 0
+	}
+	list := make([]string, 0, len(set))
+	for n := range set {
+		list = append(list, n)
+	}
+	slices.Sort(list)
+	key := strings.Join(list, "\x00")
+	if id, ok := s.namesIDs[key]; ok {
+		return id
+	}
+	id := int32(len(s.names))
+	s.namesIDs[key] = id
+	s.names = append(s.names, list)
+	return id
+}
+
+// sigFor restricts a pod's signature to some names.
+func (s *state) sigFor(full, names int32) int32 {
+	if full == 0 || names == 0 {
+		return 0
+	}
+	k := [2]int32{full, names}
+	if id, ok := s.sigMemo[k]; ok {
+		return id
+	}
+	var ports []ContainerPort
+	for _, p := range s.sigs[full].ports {
+		if _, ok := slices.BinarySearch(s.names[names], p.Name); ok {
+			ports = append(ports, p)
+		}
+	}
+	id := s.internSig(ports)
+	s.sigMemo[k] = id
+	return id
+}
+
+// addTo adds k to a set, making the set on first use: most sets stay
+// small or empty, and a compile makes hundreds of thousands of them.
+func addTo[K comparable](m *map[K]struct{}, k K) {
+	if *m == nil {
+		*m = map[K]struct{}{}
+	}
+	(*m)[k] = struct{}{}
+}
+
+// refCount adds d to a counted set's entry; it reports whether the set of
+// keys changed.
+func refCount(m *map[string]int, key string, d int) bool {
+	if *m == nil {
+		*m = map[string]int{}
+	}
+	n := (*m)[key] + d
+	if n <= 0 {
+		delete(*m, key)
+		return n+(-d) > 0
+	}
+	(*m)[key] = n
+	return n == d
+}
+
+func sortedKeys(m map[string]int) []string {
+	out := make([]string, 0, len(m))
+	for k := range m {
+		out = append(out, k)
+	}
+	slices.Sort(out)
+	return out
+}
