@@ -190,6 +190,21 @@ func (x *decoder) value(src source, inherit header, emit func(*Object)) error {
 		isList   bool // "items" was read as a list of objects
 		d        = &x.d
 	)
+	// replay reads the members captured before the body was known,
+	// metadata first: the identity is needed by what follows.
+	replay := func(b body, captured []capturedMember) error {
+		slices.SortStableFunc(captured, func(a, b capturedMember) int {
+			return boolInt(b.key == "metadata") - boolInt(a.key == "metadata")
+		})
+		for _, c := range captured {
+			d.src = c.src
+			if err := b.member(d, []byte(c.key)); err != nil {
+				return err
+			}
+		}
+		d.src = src
+		return nil
+	}
 	d.reset(src, false)
 	for {
 		key, ok, err := src.key()
@@ -255,6 +270,12 @@ func (x *decoder) value(src source, inherit header, emit func(*Object)) error {
 		if b == nil && h.haveKind && h.haveVersion {
 			b = x.start(h)
 			d.strict = strictKind(h)
+			// Members seen before apiVersion and kind (keys sorted: a
+			// mis-indented top-level "ingress" comes before "kind").
+			if err := replay(b, captured); err != nil {
+				return err
+			}
+			captured = nil
 		}
 		if b != nil {
 			if err := b.member(d, key); err != nil {
@@ -277,17 +298,9 @@ func (x *decoder) value(src source, inherit header, emit func(*Object)) error {
 	if b == nil {
 		b = x.start(h)
 		d.strict = strictKind(h)
-		// metadata first: the identity is needed by what follows.
-		slices.SortStableFunc(captured, func(a, b capturedMember) int {
-			return boolInt(b.key == "metadata") - boolInt(a.key == "metadata")
-		})
-		for _, c := range captured {
-			d.src = c.src
-			if err := b.member(d, []byte(c.key)); err != nil {
-				return err
-			}
+		if err := replay(b, captured); err != nil {
+			return err
 		}
-		d.src = src
 	}
 	o := &Object{loc: x.location()}
 	b.finish(d, o)

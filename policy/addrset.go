@@ -80,15 +80,6 @@ func PrefixRange(p netip.Prefix) AddrRange {
 	return AddrRange{From: p.Addr(), To: lastAddr(p)}
 }
 
-// AddrsOf builds a set of single addresses.
-func AddrsOf(addrs ...netip.Addr) *AddrSet {
-	rs := make([]AddrRange, len(addrs))
-	for i, a := range addrs {
-		rs[i] = AddrRange{a, a}
-	}
-	return NewAddrSet(rs...)
-}
-
 func lastAddr(p netip.Prefix) netip.Addr {
 	b := p.Addr().AsSlice()
 	bits := p.Bits()

@@ -7,7 +7,7 @@ import (
 	"github.com/moat-net/moat/policy"
 )
 
-// DESIGN §3: subjects, the four peer kinds in both directions (NPEP-127),
+// docs/semantics.md, ClusterNetworkPolicy matching: subjects, the four peer kinds in both directions (NPEP-127),
 // and the protocols list (NPEP-187).
 func TestClusterNetworkPolicyPeersAndProtocols(t *testing.T) {
 	prog := compile(t, `
@@ -58,7 +58,7 @@ spec:
 	})
 }
 
-// DESIGN §3 "Node-local traffic" and "Deny = drop".
+// docs/semantics.md, Node-local traffic and Dataplane guarantees (Deny = drop).
 func TestNodeLocal(t *testing.T) {
 	const isolate = `
 apiVersion: networking.k8s.io/v1
@@ -81,7 +81,7 @@ spec:
 	})
 }
 
-// DESIGN §3: host-network pods are never subjects or pod/namespace peers;
+// docs/semantics.md: host-network pods are never subjects or pod/namespace peers;
 // a rule without protocols matches all traffic, ICMP included, while a
 // protocols list matches only its ports.
 func TestHostNetworkAndAllTraffic(t *testing.T) {

@@ -7,7 +7,7 @@ import (
 	"github.com/moat-net/moat/policy"
 )
 
-// DESIGN §3 "Fail closed": parts Moat does not understand make Accept
+// docs/semantics.md, Fail closed: parts Moat does not understand make Accept
 // rules match nothing and Deny/Pass rules deny everything they could match.
 func TestFailClosed(t *testing.T) {
 	prog := compile(t, `

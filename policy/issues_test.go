@@ -33,7 +33,7 @@ metadata: {name: later-accept}
 spec:
   tier: Admin
   priority: 6
-  subject: {namespaces: {}}
+  subject: {namespaces: {matchLabels: {env: dev}}}
   ingress: [{action: Accept, from: [{namespaces: {}}]}]
   egress: [{action: Accept, to: [{networks: ["0.0.0.0/0"]}]}]
 ---
@@ -56,10 +56,10 @@ spec:
 	runFlows(t, prog, []flowCase{
 		{name: "CNP: subject's ingress denied at its place (before a later Accept)", from: "a/x", to: "b/z", port: 80, allowed: false, ingress: admin, reasonHas: "misindented ingress rule 0 denies it (fail-closed: ingress: unknown field outside spec"},
 		{name: "CNP: subject's egress denied too", from: "b/z", to: "192.168.1.1", port: 443, allowed: false, egress: admin, reasonHas: "misindented egress rule 0 denies it"},
-		{name: "CNP: other pods untouched", from: "a/y", to: "192.168.1.1", port: 443, allowed: true, egress: admin},
+		{name: "CNP: other pods untouched", from: "a/y", to: "192.168.1.1", port: 443, allowed: true, egress: deflt},
 		{name: "NP: selected pod isolated for ingress, its rules allow nothing", from: "a/y", to: "a/x", port: 80, allowed: false, ingress: npTier},
 		{name: "NP: selected pod isolated for egress too", from: "a/x", to: "192.168.1.1", port: 443, allowed: false, egress: npTier},
-		{name: "NP: unknown metadata field is harmless", from: "a/x", to: "a/y", port: 8080, allowed: true, ingress: npTier},
+		{name: "NP: unknown metadata field is harmless", from: "192.168.1.1", to: "a/y", port: 8080, allowed: true, ingress: npTier},
 	})
 	want := map[string]bool{"ClusterNetworkPolicy misindented": false, "NetworkPolicy a/np-misindented": false, "NetworkPolicy a/np-harmless": true}
 	for _, s := range prog.Status {

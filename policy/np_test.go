@@ -6,7 +6,7 @@ import (
 	"github.com/moat-net/moat/policy"
 )
 
-// DESIGN §3 "NetworkPolicy ports" and "Peers".
+// docs/semantics.md, NetworkPolicy matching: ports and peers.
 func TestNetworkPolicyPorts(t *testing.T) {
 	prog := compile(t, `
 apiVersion: networking.k8s.io/v1

@@ -1,7 +1,6 @@
 package policy
 
 import (
-	"net/netip"
 	"slices"
 	"sort"
 	"strings"
@@ -427,6 +426,3 @@ func (s *state) podsInRanges(set *AddrSet) *roaring.Bitmap {
 	}
 	return out
 }
-
-// ownersOf lists the pod-network pods claiming an address.
-func (s *state) ownersOf(a netip.Addr) []*podState { return s.ipOwners[a] }

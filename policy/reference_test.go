@@ -8,7 +8,7 @@ import (
 	"github.com/moat-net/moat/policy"
 )
 
-// referenceAllowed is DESIGN §3 written as plainly as possible: every rule
+// referenceAllowed is docs/semantics.md written as plainly as possible: every rule
 // scanned in order through the exported Program, no index. The evaluator
 // must agree with it on every flow.
 func referenceAllowed(p *policy.Program, f policy.Flow) bool {

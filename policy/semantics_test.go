@@ -77,6 +77,12 @@ type flowCase struct {
 
 func compile(t *testing.T, policies string, opts policy.Options) *policy.Program {
 	t.Helper()
+	return policy.Compile(load(t, policies), opts)
+}
+
+// load reads the base cluster and policies.
+func load(t *testing.T, policies string) *policy.Cluster {
+	t.Helper()
 	l := manifest.Loader{Stdin: strings.NewReader(baseCluster + "\n---\n" + policies)}
 	res, err := l.Load("-")
 	if err != nil {
@@ -85,7 +91,7 @@ func compile(t *testing.T, policies string, opts policy.Options) *policy.Program
 	if len(res.Dropped) > 0 {
 		t.Fatalf("dropped objects: %v %v", res.Dropped, res.Diagnostics)
 	}
-	return policy.Compile(&res.Cluster, opts)
+	return &res.Cluster
 }
 
 func runFlows(t *testing.T, prog *policy.Program, cases []flowCase) {

@@ -35,8 +35,7 @@ type state struct {
 	ipOwners  map[netip.Addr][]*podState
 	addrIndex []slotAddr // pod-network addresses sorted, built on demand
 
-	nodes     map[string]*Node
-	nodeOrder []string // names in input order, for diagnostics
+	nodes map[string]*Node
 
 	nps      []*npState // input order; nil where deleted
 	cnps     []*cnpState

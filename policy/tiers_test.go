@@ -15,7 +15,7 @@ const (
 	nodeLoc  = policy.TierNodeLocal
 )
 
-// DESIGN §3: allowed iff egress and ingress allow; each judged only at
+// docs/semantics.md, The verdict: allowed iff egress and ingress allow; each judged only at
 // pod-network pods; no policy = default allow.
 func TestDirectionsAndDefault(t *testing.T) {
 	prog := compile(t, `
@@ -39,7 +39,7 @@ spec:
 	})
 }
 
-// DESIGN §3 steps 1-4: Admin first-match Accept/Deny/Pass, then
+// docs/semantics.md, Evaluation of one direction: Admin first-match Accept/Deny/Pass, then
 // NetworkPolicy, then Baseline, then default.
 func TestTierOrder(t *testing.T) {
 	prog := compile(t, `

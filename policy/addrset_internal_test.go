@@ -1,0 +1,44 @@
+package policy
+
+import (
+	"math/rand/v2"
+	"net/netip"
+	"slices"
+	"testing"
+)
+
+// withAddr and withoutAddr (peers gaining and losing pods) agree with
+// building the set from scratch, ranges normalised alike.
+func TestAddrSetSingleAddressUpdates(t *testing.T) {
+	r := rand.New(rand.NewPCG(5, 6))
+	addr := func() netip.Addr {
+		if r.IntN(3) == 0 {
+			return netip.AddrFrom16([16]byte{0xfd, 15: byte(r.IntN(40))})
+		}
+		return netip.AddrFrom4([4]byte{10, 0, 0, byte(r.IntN(40))})
+	}
+	for round := 0; round < 2000; round++ {
+		in := map[netip.Addr]bool{}
+		set := NewAddrSet()
+		for range 60 {
+			a := addr()
+			if r.IntN(3) == 0 {
+				delete(in, a)
+				set = set.withoutAddr(a)
+			} else {
+				in[a] = true
+				set = set.withAddr(a)
+			}
+			var rs []AddrRange
+			for a := range in {
+				rs = append(rs, AddrRange{a, a})
+			}
+			if want := NewAddrSet(rs...); !slices.Equal(set.Ranges(), want.Ranges()) {
+				t.Fatalf("round %d: after %s: %s, want %s", round, a, set, want)
+			}
+		}
+	}
+	if s := AllAddrs().withoutAddr(netip.MustParseAddr("0.0.0.0")).withAddr(netip.MustParseAddr("0.0.0.0")); !slices.Equal(s.Ranges(), AllAddrs().Ranges()) {
+		t.Errorf("edges: %s", s)
+	}
+}

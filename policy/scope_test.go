@@ -1,0 +1,174 @@
+package policy_test
+
+import (
+	"fmt"
+	"maps"
+	"net/netip"
+	"testing"
+
+	"github.com/moat-net/moat/internal/clustergen"
+	"github.com/moat-net/moat/policy"
+)
+
+// A Program scoped to a node (Options.Node) gives a PodPolicy to that
+// node's pod-network pods only, and judges them exactly as the whole
+// cluster's Program does: peers are resolved cluster-wide.
+func TestNodeScopedProgram(t *testing.T) {
+	for _, cfg := range []clustergen.Config{
+		{Nodes: 4, Namespaces: 12, Pods: 150, NetworkPolicies: 30, ClusterPolicies: 12, Seed: 3},
+		{Nodes: 5, Namespaces: 10, Pods: 150, NetworkPolicies: 70, ClusterPolicies: 10, Seed: 4, Workloads: true},
+	} {
+		cluster := clustergen.Generate(cfg).ToCluster()
+		opts := policy.Options{IngressNetworksAndNodes: true}
+		full := policy.Compile(cluster, opts)
+		flows := append(sampleFlows(full, 3000), outsideFlows(full)...)
+		for _, node := range []string{"node-000", "node-002", "no-such-node"} {
+			opts.Node = node
+			scoped := policy.Compile(cluster, opts)
+			local := 0
+			for i, p := range scoped.Pods {
+				onNode := p.NodeName == node && full.Policies[i] != nil
+				if (scoped.Policies[i] != nil) != onNode {
+					t.Fatalf("%s: pod %s on %s: policed %v", node, p.Key(), p.NodeName, scoped.Policies[i] != nil)
+				}
+				if onNode {
+					local++
+				}
+			}
+			if node != "no-such-node" && local == 0 {
+				t.Fatalf("%s: no local pod", node)
+			}
+			judged := 0
+			for _, f := range flows {
+				for _, d := range []struct {
+					ep  policy.Endpoint
+					dir policy.Direction
+				}{{f.Src, policy.Egress}, {f.Dst, policy.Ingress}} {
+					if d.ep.Pod < 0 || scoped.Policies[d.ep.Pod] == nil {
+						continue
+					}
+					judged++
+					a, b := scoped.Evaluate(f), full.Evaluate(f)
+					da, db := a.Egress, b.Egress
+					if d.dir == policy.Ingress {
+						da, db = a.Ingress, b.Ingress
+					}
+					if fmt.Sprintf("%+v", stripPtr(da)) != fmt.Sprintf("%+v", stripPtr(db)) {
+						t.Fatalf("%s: %s of %+v: scoped %+v, full %+v", node, d.dir, f, da, db)
+					}
+				}
+			}
+			t.Logf("seed %d %s: %d local pods, %d decisions compared", cfg.Seed, node, local, judged)
+		}
+	}
+}
+
+func stripPtr(d policy.Decision) string {
+	return fmt.Sprintf("%v %s %s %v %s", d.Allowed, d.Tier, d.Action, d.Passed, d.Reason)
+}
+
+// Terms whose addresses come from the same peer share one *AddrSet,
+// whichever policies use it, and keep it across incremental changes that
+// do not change the peer's addresses: the nftables backend keys its
+// shared sets by it.
+func TestPeersShareAddrSets(t *testing.T) {
+	cluster := load(t, `
+apiVersion: networking.k8s.io/v1
+kind: NetworkPolicy
+metadata: {name: from-dev-z, namespace: a}
+spec:
+  podSelector: {matchLabels: {app: x}}
+  ingress: [{from: [{namespaceSelector: {matchLabels: {env: dev}}, podSelector: {matchLabels: {app: z}}}], ports: [{port: 80}]}]
+---
+apiVersion: networking.k8s.io/v1
+kind: NetworkPolicy
+metadata: {name: from-dev-z-too, namespace: b}
+spec:
+  podSelector: {}
+  ingress: [{from: [{namespaceSelector: {matchLabels: {env: dev}}, podSelector: {matchLabels: {app: z}}}], ports: [{port: 443}]}]
+---
+apiVersion: policy.networking.k8s.io/v1alpha2
+kind: ClusterNetworkPolicy
+metadata: {name: deny-dev-z}
+spec:
+  tier: Baseline
+  priority: 1
+  subject: {namespaces: {}}
+  egress: [{action: Deny, to: [{pods: {namespaceSelector: {matchLabels: {env: dev}}, podSelector: {matchLabels: {app: z}}}}]}]
+`)
+	prog := policy.Compile(cluster, policy.Options{})
+	addrsOf := func(p *policy.Program) map[string]*policy.AddrSet {
+		out := map[string]*policy.AddrSet{}
+		for i, pp := range p.Policies {
+			if pp == nil {
+				continue
+			}
+			if np := pp.Ingress.NP; np != nil {
+				for _, r := range np.Rules {
+					out[r.Policy.Name+"@"+p.Pods[i].Key()] = r.Match[0].Addrs
+				}
+			}
+			for _, r := range pp.Egress.Baseline {
+				out[r.Rule.Policy.Name+"@"+p.Pods[i].Key()] = r.Match[0].Addrs
+			}
+		}
+		return out
+	}
+	sets := addrsOf(prog)
+	var first *policy.AddrSet
+	for k, s := range sets {
+		if first == nil {
+			first = s
+		}
+		if s != first {
+			t.Errorf("%s: its peer's addresses are another AddrSet (%s vs %s)", k, s, first)
+		}
+	}
+	if len(sets) < 4 || first.String() != "{10.1.1.2, fd00::1:2}" {
+		t.Fatalf("peer sets %v", sets)
+	}
+
+	// The same through a Compiler: a change elsewhere keeps the pointer, a
+	// change of the peer's pods makes one new set for every user.
+	comp := policy.NewCompiler(cluster, policy.Options{})
+	before := addrsOf(comp.Program())
+	i, _ := prog.PodByKey("a/y")
+	y := prog.Pods[i]
+	y.Labels = maps.Clone(y.Labels)
+	y.Labels["other"] = "label"
+	comp.UpsertPod(y)
+	after := addrsOf(comp.Program())
+	for k := range before {
+		if before[k] != after[k] {
+			t.Errorf("%s: a change outside the peer replaced its AddrSet", k)
+		}
+	}
+	comp.UpsertPod(policy.Pod{Namespace: "b", Name: "w", NodeName: "n2", Labels: map[string]string{"app": "z"}, IPs: []netip.Addr{netip.MustParseAddr("10.1.3.3")}})
+	moved := addrsOf(comp.Program())
+	var next *policy.AddrSet
+	for k, s := range moved {
+		if next == nil {
+			next = s
+		}
+		if s != next || s == first {
+			t.Errorf("%s: after a pod joined the peer: %s", k, s)
+		}
+	}
+	if next.String() != "{10.1.1.2, 10.1.3.3, fd00::1:2}" {
+		t.Errorf("peer after the new pod: %s", next)
+	}
+}
+
+// A node-scoped compile classifies only that node's pods, and resolves
+// only the peers of the policies that select them.
+func TestNodeScopedCompilesLocalPodsOnly(t *testing.T) {
+	cluster := clustergen.Generate(clustergen.Config{Nodes: 10, Namespaces: 40, Pods: 400, NetworkPolicies: 280, ClusterPolicies: 20, Seed: 5, Workloads: true}).ToCluster()
+	all, _, _, fullPeers := policy.CompileStats(cluster, policy.Options{})
+	subjects, classified, stray, peers := policy.CompileStats(cluster, policy.Options{Node: "node-003"})
+	if subjects == 0 || subjects >= all/5 || classified != subjects || stray != 0 {
+		t.Errorf("%d of %d pods local, %d classified, %d namespaces classified without a local pod", subjects, all, classified, stray)
+	}
+	if peers >= fullPeers/2 {
+		t.Errorf("node-scoped compile resolved %d peers, the full one %d", peers, fullPeers)
+	}
+}
