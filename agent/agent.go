@@ -9,7 +9,6 @@ import (
 	"time"
 
 	"golang.org/x/time/rate"
-	corev1 "k8s.io/api/core/v1"
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/client-go/util/workqueue"
 	"k8s.io/klog/v2"
@@ -260,6 +259,7 @@ func (a *Agent) sync(ctx context.Context) error {
 	a.status.publish(snap, prog)
 	if full {
 		a.countPolicies(prog)
+		a.metrics.outOfScope.Set(float64(snap.outOfScope))
 	}
 
 	if a.fullResync.Swap(false) {
@@ -358,8 +358,8 @@ func (a *Agent) podLabels(key string) (map[string]string, bool) {
 	if err != nil || !exists {
 		return nil, false
 	}
-	p, ok := o.(*corev1.Pod)
-	if !ok || p.Status.Phase == corev1.PodSucceeded || p.Status.Phase == corev1.PodFailed {
+	p, ok := o.(*cachedPod)
+	if !ok || p.finished {
 		return nil, false
 	}
 	return p.Labels, true

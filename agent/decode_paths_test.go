@@ -224,20 +224,18 @@ func viaInformers(t *testing.T, docs string) *policy.Cluster {
 		case "Pod":
 			var p corev1.Pod
 			decodeTyped(t, js, &p)
-			slim, _ := slimPod(&p)
-			pod, _ := policy.PodFromAPI(slim.(*corev1.Pod))
-			c.Pods = append(c.Pods, pod)
+			cached, _ := toCachedPod(&p)
+			c.Pods = append(c.Pods, cached.(*cachedPod).Pod)
 		case "Node":
 			var n corev1.Node
 			decodeTyped(t, js, &n)
-			slim, _ := slimNode(&n)
-			node, _ := policy.NodeFromAPI(slim.(*corev1.Node))
-			c.Nodes = append(c.Nodes, node)
+			cached, _ := toCachedNode(&n)
+			c.Nodes = append(c.Nodes, cached.(*cachedNode).Node)
 		case "Namespace":
 			var n corev1.Namespace
 			decodeTyped(t, js, &n)
-			slim, _ := slimNamespace(&n)
-			c.Namespaces = append(c.Namespaces, policy.NamespaceFromAPI(slim.(*corev1.Namespace)))
+			cached, _ := toCachedNamespace(&n)
+			c.Namespaces = append(c.Namespaces, cached.(*cachedNamespace).Namespace)
 		case "NetworkPolicy":
 			c.NetworkPolicies = append(c.NetworkPolicies, decodeNP(unstructuredJSON(t, js)).NetworkPolicy)
 		case "ClusterNetworkPolicy":

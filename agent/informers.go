@@ -2,7 +2,6 @@ package agent
 
 import (
 	"context"
-	"maps"
 	"slices"
 
 	corev1 "k8s.io/api/core/v1"
@@ -81,7 +80,7 @@ func (a *Agent) newInformers() (*informers, error) {
 		cnps: a.dynamicInformer(clusterNetworkPolicyGVR),
 	}
 	transforms := []cache.TransformFunc{
-		slimPod, slimNamespace, slimNode,
+		toCachedPod, toCachedNamespace, toCachedNode,
 		func(o any) (any, error) {
 			if u, ok := o.(*unstructured.Unstructured); ok {
 				return decodeNP(u), nil
@@ -162,103 +161,14 @@ func (a *Agent) dynamicInformer(gvr schema.GroupVersionResource) cache.SharedInd
 	return cache.NewSharedIndexInformerWithOptions(cache.ToListWatcherWithWatchListSemantics(lw, a.clients.Dynamic), &unstructured.Unstructured{}, cache.SharedIndexInformerOptions{})
 }
 
-// slimPod keeps what policy reads of a pod: identity, labels, node,
-// host networking, declared ports (for named ports), phase and IPs.
-// managedFields, annotations, volumes, env and the rest of the status are
-// dropped before the object reaches the cache.
-func slimPod(o any) (any, error) {
-	p, ok := o.(*corev1.Pod)
-	if !ok {
-		return o, nil
-	}
-	out := &corev1.Pod{
-		ObjectMeta: slimMeta(&p.ObjectMeta),
-		Spec:       corev1.PodSpec{NodeName: p.Spec.NodeName, HostNetwork: p.Spec.HostNetwork},
-		Status:     corev1.PodStatus{Phase: p.Status.Phase, PodIP: p.Status.PodIP, PodIPs: p.Status.PodIPs},
-	}
-	portsOnly := func(cs []corev1.Container) []corev1.Container {
-		var out []corev1.Container
-		for _, c := range cs {
-			if len(c.Ports) > 0 {
-				out = append(out, corev1.Container{Name: c.Name, Ports: c.Ports})
-			}
-		}
-		return out
-	}
-	out.Spec.Containers = portsOnly(p.Spec.Containers)
-	out.Spec.InitContainers = portsOnly(p.Spec.InitContainers)
-	return out, nil
-}
-
-func slimNamespace(o any) (any, error) {
-	n, ok := o.(*corev1.Namespace)
-	if !ok {
-		return o, nil
-	}
-	return &corev1.Namespace{ObjectMeta: slimMeta(&n.ObjectMeta)}, nil
-}
-
-func slimNode(o any) (any, error) {
-	n, ok := o.(*corev1.Node)
-	if !ok {
-		return o, nil
-	}
-	return &corev1.Node{ObjectMeta: slimMeta(&n.ObjectMeta), Status: corev1.NodeStatus{Addresses: n.Status.Addresses}}, nil
-}
-
+// slimMeta keeps the metadata the agent reads of a policy: identity,
+// resourceVersion and generation (for status) and labels; no
+// managedFields, annotations or owner references.
 func slimMeta(m *metav1.ObjectMeta) metav1.ObjectMeta {
 	return metav1.ObjectMeta{
 		Name: m.Name, Namespace: m.Namespace, UID: m.UID,
 		ResourceVersion: m.ResourceVersion, Generation: m.Generation, Labels: m.Labels,
 	}
-}
-
-// The *Changed functions tell whether an update can change the compiled
-// program; updates that cannot (status heartbeats, conditions, the
-// agent's own status writes) do not cause a sync.
-
-func podChanged(old, cur any) bool {
-	a, ok1 := old.(*corev1.Pod)
-	b, ok2 := cur.(*corev1.Pod)
-	if !ok1 || !ok2 {
-		return true
-	}
-	return !maps.Equal(a.Labels, b.Labels) || !samePodButLabels(a, b)
-}
-
-func samePodButLabels(a, b *corev1.Pod) bool {
-	return a.UID == b.UID && a.Spec.NodeName == b.Spec.NodeName && a.Spec.HostNetwork == b.Spec.HostNetwork &&
-		a.Status.Phase == b.Status.Phase && a.Status.PodIP == b.Status.PodIP &&
-		slices.Equal(a.Status.PodIPs, b.Status.PodIPs) && containersEqual(a.Spec.Containers, b.Spec.Containers) &&
-		containersEqual(a.Spec.InitContainers, b.Spec.InitContainers)
-}
-
-// relabelOnly reports whether a pod update changed nothing but labels,
-// the most frequent change in a cluster, which the compiler applies
-// incrementally. It returns the pod's "namespace/name".
-func relabelOnly(old, cur any) (string, bool) {
-	a, ok1 := old.(*corev1.Pod)
-	b, ok2 := cur.(*corev1.Pod)
-	if !ok1 || !ok2 || !samePodButLabels(a, b) {
-		return "", false
-	}
-	return b.Namespace + "/" + b.Name, true
-}
-
-func containersEqual(a, b []corev1.Container) bool {
-	return slices.EqualFunc(a, b, func(x, y corev1.Container) bool { return slices.Equal(x.Ports, y.Ports) })
-}
-
-func namespaceChanged(old, cur any) bool {
-	a, ok1 := old.(*corev1.Namespace)
-	b, ok2 := cur.(*corev1.Namespace)
-	return !ok1 || !ok2 || !maps.Equal(a.Labels, b.Labels)
-}
-
-func nodeChanged(old, cur any) bool {
-	a, ok1 := old.(*corev1.Node)
-	b, ok2 := cur.(*corev1.Node)
-	return !ok1 || !ok2 || !maps.Equal(a.Labels, b.Labels) || !slices.Equal(a.Status.Addresses, b.Status.Addresses)
 }
 
 // npChanged and cnpChanged ignore status-only updates (the status

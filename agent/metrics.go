@@ -18,7 +18,9 @@ type metrics struct {
 	operations   prometheus.Histogram
 	programmed   *prometheus.GaugeVec
 	policies     *prometheus.GaugeVec
+	outOfScope   prometheus.Gauge
 	watchErrors  *prometheus.CounterVec
+	watchEvents  *prometheus.CounterVec
 	problems     *prometheus.GaugeVec
 	statusWrites *prometheus.CounterVec
 	conntrack    prometheus.Counter
@@ -38,8 +40,10 @@ const (
 	resultConntrackError = "conntrack_error"
 )
 
-// watchState adds the staleness series of one resource's cache.
+// watchState adds the event count and staleness series of one
+// resource's cache.
 func (m *metrics) watchState(s *watchState) {
+	s.events = m.watchEvents.WithLabelValues(s.resource)
 	labels := prometheus.Labels{"resource": s.resource}
 	m.reg.MustRegister(
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
@@ -86,11 +90,19 @@ func newMetrics() *metrics {
 	}, []string{"object"})
 	m.policies = prometheus.NewGaugeVec(prometheus.GaugeOpts{
 		Name: "moat_agent_policies",
-		Help: "Policies in the last compiled program by kind (NetworkPolicy, ClusterNetworkPolicy) and state (accepted; failed_closed: enforced fail-closed because of invalid or unknown fields).",
+		Help: "Policies this node compiled (every ClusterNetworkPolicy, the NetworkPolicies of namespaces with a local pod) by kind and state (accepted; failed_closed: enforced fail-closed because of invalid or unknown fields).",
 	}, []string{"kind", "state"})
+	m.outOfScope = prometheus.NewGauge(prometheus.GaugeOpts{
+		Name: "moat_agent_network_policies_out_of_scope",
+		Help: "NetworkPolicies this node does not compile: no pod of their namespace runs here, so they cannot select one.",
+	})
 	m.watchErrors = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "moat_agent_watch_errors_total",
 		Help: "Failed list or watch calls to the API server, by resource. The caches keep their last content meanwhile; transient failures are retried every 250 ms to 3 s.",
+	}, []string{"resource"})
+	m.watchEvents = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "moat_agent_watch_events_total",
+		Help: "Watch events received from the API server, by resource (bookmarks included; the initial lists are not events).",
 	}, []string{"resource"})
 	m.problems = prometheus.NewGaugeVec(prometheus.GaugeOpts{
 		Name: "moat_agent_input_problems",
@@ -116,7 +128,7 @@ func newMetrics() *metrics {
 		Name: "moat_agent_leader",
 		Help: "1 while this agent holds the status-writer Lease.",
 	})
-	m.reg.MustRegister(m.syncDuration, m.syncs, m.compiles, m.operations, m.programmed, m.policies, m.watchErrors,
+	m.reg.MustRegister(m.syncDuration, m.syncs, m.compiles, m.operations, m.programmed, m.policies, m.outOfScope, m.watchErrors, m.watchEvents,
 		m.problems, m.statusWrites, m.conntrack, m.lastSuccess, m.ready, m.leader)
 	for _, r := range []string{resultSuccess, resultError, resultConntrackError} {
 		for _, k := range []string{"full", "diff"} {

@@ -5,8 +5,6 @@ import (
 	"sort"
 	"strings"
 
-	corev1 "k8s.io/api/core/v1"
-
 	"github.com/moat-net/moat/policy"
 )
 
@@ -24,9 +22,12 @@ const (
 var allProblems = []string{problemPodWithoutIP, problemDuplicatePodIP, problemInvalidPodField, problemNodeWithoutAddr, problemInvalidNodeAddr, problemUndecodablePolicy, problemDuplicateLocal}
 
 // snapshot is one consistent reading of the caches, reduced to the
-// compiler's input.
+// compiler's input for this node (see scope.go).
 type snapshot struct {
 	cluster policy.Cluster
+	// outOfScope counts the NetworkPolicies left out of cluster: they
+	// cannot select a pod of this node.
+	outOfScope int
 	// cnps are the decoded ClusterNetworkPolicies by name, as compiled:
 	// the status writer reports on exactly these generations.
 	cnps map[string]*decodedCNP
@@ -41,40 +42,40 @@ type problem struct {
 	kind, msg string
 }
 
-// takeSnapshot reads every cache. Pods that have finished are left out
-// even if the cache still holds them (their IPs may be reused).
+// takeSnapshot reads every cache (the objects are already in the policy
+// model's form, see cached.go). Pods that have finished are left out even
+// if the cache still holds them (their IPs may be reused).
 func (a *Agent) takeSnapshot() *snapshot {
 	s := &snapshot{cnps: map[string]*decodedCNP{}, nps: map[string]*decodedNP{}, problems: map[string]problem{}}
 	c := &s.cluster
 	for _, o := range a.inf.namespaces.GetStore().List() {
-		if ns, ok := o.(*corev1.Namespace); ok {
-			c.Namespaces = append(c.Namespaces, policy.NamespaceFromAPI(ns))
+		if ns, ok := o.(*cachedNamespace); ok {
+			c.Namespaces = append(c.Namespaces, ns.Namespace)
 		}
 	}
 	for _, o := range a.inf.nodes.GetStore().List() {
-		n, ok := o.(*corev1.Node)
+		n, ok := o.(*cachedNode)
 		if !ok {
 			continue
 		}
-		node, diags := policy.NodeFromAPI(n)
-		if len(diags) > 0 {
-			s.problems["Node "+n.Name] = problem{problemInvalidNodeAddr, diagMessages(diags)}
-		} else if len(node.Addrs) == 0 {
+		if len(n.diags) > 0 {
+			s.problems["Node "+n.Name] = problem{problemInvalidNodeAddr, diagMessages(n.diags)}
+		} else if len(n.Addrs) == 0 {
 			s.problems["Node "+n.Name] = problem{problemNodeWithoutAddr, "node has no IP address in status.addresses: `nodes` peers select nothing on it and node-local traffic from it is not recognised"}
 		}
-		c.Nodes = append(c.Nodes, node)
+		c.Nodes = append(c.Nodes, n.Node)
 	}
 	owner := map[netip.Addr]string{}
 	for _, o := range a.inf.pods.GetStore().List() {
-		p, ok := o.(*corev1.Pod)
-		if !ok || p.Status.Phase == corev1.PodSucceeded || p.Status.Phase == corev1.PodFailed {
+		p, ok := o.(*cachedPod)
+		if !ok || p.finished {
 			continue
 		}
-		pod, diags := policy.PodFromAPI(p)
+		pod := p.Pod
 		key := "Pod " + pod.Key()
 		switch {
-		case len(diags) > 0:
-			s.problems[key] = problem{problemInvalidPodField, diagMessages(diags)}
+		case len(p.diags) > 0:
+			s.problems[key] = problem{problemInvalidPodField, diagMessages(p.diags)}
 		case len(pod.IPs) == 0 && !pod.HostNetwork && pod.NodeName != "":
 			// Unscheduled pods have no IP yet by design; a scheduled one
 			// without an IP is worth knowing about once it lasts.
@@ -91,13 +92,18 @@ func (a *Agent) takeSnapshot() *snapshot {
 		}
 		c.Pods = append(c.Pods, pod)
 	}
+	local := localNamespaces(c.Pods, a.cfg.NodeName)
 	for _, o := range a.inf.nps.GetStore().List() {
 		if np, ok := o.(*decodedNP); ok {
 			s.nps[np.Namespace+"/"+np.Name] = np
-			c.NetworkPolicies = append(c.NetworkPolicies, np.NetworkPolicy)
 			if bad := undecodable(np.Invalid); len(bad) > 0 {
 				s.problems["NetworkPolicy "+np.Namespace+"/"+np.Name] = problem{problemUndecodablePolicy, "cannot decode " + strings.Join(bad, ", ") + ": enforced fail-closed"}
 			}
+			if !local[np.Namespace] {
+				s.outOfScope++
+				continue
+			}
+			c.NetworkPolicies = append(c.NetworkPolicies, np.NetworkPolicy)
 		}
 	}
 	for _, o := range a.inf.cnps.GetStore().List() {

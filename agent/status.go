@@ -58,12 +58,28 @@ const fieldManager = "moat-agent"
 // for conditions; events are shorter in practice).
 const maxMessage = 1024
 
-// published is what one sync hands to the status writer.
+// published is what one sync hands to the status writer. Handing it over
+// costs nothing per sync: the writer (the leader only) indexes the
+// statuses when it writes.
 type published struct {
-	snap   *snapshot
-	pods   []policy.Pod
-	status map[policy.PolicyRef]policy.PolicyStatus
-	diags  []policy.Diagnostic
+	snap *snapshot
+	pods []policy.Pod
+
+	status     []policy.PolicyStatus
+	statusOnce sync.Once
+	byRef      map[policy.PolicyRef]policy.PolicyStatus
+}
+
+// statusOf finds the compiled status of a policy.
+func (p *published) statusOf(ref policy.PolicyRef) (policy.PolicyStatus, bool) {
+	p.statusOnce.Do(func() {
+		p.byRef = make(map[policy.PolicyRef]policy.PolicyStatus, len(p.status))
+		for _, st := range p.status {
+			p.byRef[st.Policy] = st
+		}
+	})
+	st, ok := p.byRef[ref]
+	return st, ok
 }
 
 // statusWriter reports what the compiler concluded: the leader writes
@@ -81,10 +97,12 @@ type statusWriter struct {
 	// object and generation, so each is reported once (leader only).
 	mu      sync.Mutex
 	emitted map[string]string
+	// npDiags: see npDiagnostics.
+	npDiags map[*decodedNP][]policy.Diagnostic
 }
 
 func newStatusWriter(a *Agent) *statusWriter {
-	return &statusWriter{a: a, notify: make(chan struct{}, 1), emitted: map[string]string{}}
+	return &statusWriter{a: a, notify: make(chan struct{}, 1), emitted: map[string]string{}, npDiags: map[*decodedNP][]policy.Diagnostic{}}
 }
 
 // startEvents starts the Event pipeline; stopEvents flushes and ends it.
@@ -102,10 +120,7 @@ func (w *statusWriter) stopEvents() {
 
 // publish hands the result of a compilation to the writer.
 func (w *statusWriter) publish(s *snapshot, prog *policy.Program) {
-	p := &published{snap: s, pods: prog.Pods, status: map[policy.PolicyRef]policy.PolicyStatus{}, diags: prog.Diagnostics}
-	for _, st := range prog.Status {
-		p.status[st.Policy] = st
-	}
+	p := &published{snap: s, pods: prog.Pods, status: prog.Status}
 	w.latest.Store(p)
 	w.nudge()
 }
@@ -199,7 +214,7 @@ func (w *statusWriter) write(ctx context.Context) (again bool) {
 			return false
 		}
 		compiled := p.snap.cnps[name]
-		st, ok := p.status[policy.PolicyRef{Kind: "ClusterNetworkPolicy", Name: name}]
+		st, ok := p.statusOf(policy.PolicyRef{Kind: "ClusterNetworkPolicy", Name: name})
 		if !ok {
 			continue
 		}
@@ -311,30 +326,35 @@ func (w *statusWriter) event(ref *corev1.ObjectReference, typ, reason, msg strin
 }
 
 // reportNPs emits one Warning Event per new problem of a NetworkPolicy:
-// diagnostics from compilation (invalid or unknown fields, enforced
-// fail-closed) and named ports that resolve on no pod.
+// invalid or unknown fields (enforced fail-closed) and named ports that
+// resolve on no pod. It covers every NetworkPolicy of the cluster, not
+// only those of this node's scope.
 func (w *statusWriter) reportNPs(p *published) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	opts := w.a.policyOptions()
 	byObject := map[string][]string{}
-	for _, d := range p.diags {
-		if strings.HasPrefix(d.Object, "NetworkPolicy ") {
+	for key, np := range p.snap.nps {
+		for _, d := range w.npDiagnostics(np, opts) {
 			msg := d.Message
 			if d.Field != "" {
 				msg = d.Field + ": " + msg
 			}
-			byObject[strings.TrimPrefix(d.Object, "NetworkPolicy ")] = append(byObject[strings.TrimPrefix(d.Object, "NetworkPolicy ")], msg)
+			byObject[key] = append(byObject[key], msg)
+		}
+	}
+	// Forget the diagnostics of versions no longer in the cache.
+	for np := range w.npDiags {
+		if p.snap.nps[np.Namespace+"/"+np.Name] != np {
+			delete(w.npDiags, np)
 		}
 	}
 	for key, msgs := range namedPortProblems(p.snap.nps, p.pods) {
 		byObject[key] = append(byObject[key], msgs...)
 	}
-	w.mu.Lock()
-	defer w.mu.Unlock()
 	seen := map[string]string{}
 	for key, msgs := range byObject {
-		np, ok := p.snap.nps[key]
-		if !ok {
-			continue
-		}
+		np := p.snap.nps[key]
 		for _, m := range msgs {
 			id := fmt.Sprintf("%s@%d|%s", key, np.Generation, m)
 			seen[id] = ""

@@ -100,45 +100,63 @@ func TestDesiredCondition(t *testing.T) {
 	}
 }
 
-func TestSlimPodKeepsWhatPolicyNeeds(t *testing.T) {
+func TestCachedPodIsThePolicyView(t *testing.T) {
 	p := fixture.Pod("a", "x", "n1", map[string]string{"app": "x"}, []fixture.Port{{Name: "http", Port: 80}}, "10.0.0.1", "fd00::1")
 	p.Annotations = map[string]string{"big": strings.Repeat("x", 1000)}
-	p.ManagedFields = append(p.ManagedFields, p.ManagedFields...)
 	p.Spec.Containers[0].Env = []corev1.EnvVar{{Name: "A", Value: "b"}}
-	p.Spec.Containers = append(p.Spec.Containers, corev1.Container{Name: "sidecar", Image: "i"})
-	out, _ := slimPod(p)
-	s := out.(*corev1.Pod)
-	if s.Annotations != nil || s.ManagedFields != nil || len(s.Spec.Containers) != 1 || s.Spec.Containers[0].Env != nil || s.Spec.Containers[0].Image != "" {
-		t.Errorf("slim pod kept more than policy needs: %+v", s)
+	always := corev1.ContainerRestartPolicyAlways
+	// A sidecar (an init container that keeps running) serves its ports; a
+	// plain init container does not.
+	p.Spec.InitContainers = []corev1.Container{
+		{Name: "proxy", RestartPolicy: &always, Ports: []corev1.ContainerPort{{Name: "proxy", ContainerPort: 15001, Protocol: corev1.ProtocolTCP}}},
+		{Name: "setup", Ports: []corev1.ContainerPort{{Name: "setup", ContainerPort: 9999, Protocol: corev1.ProtocolTCP}}},
 	}
+	p.UID = "u1"
+	out, _ := toCachedPod(p)
+	c := out.(*cachedPod)
 	want, _ := policy.PodFromAPI(p)
-	got, _ := policy.PodFromAPI(s)
-	if got.Key() != want.Key() || !slices.Equal(got.IPs, want.IPs) || !slices.Equal(got.Ports, want.Ports) || got.NodeName != want.NodeName || got.Labels["app"] != "x" {
-		t.Errorf("policy view differs after slimming: %+v vs %+v", got, want)
+	if c.Key() != want.Key() || !slices.Equal(c.IPs, want.IPs) || !slices.Equal(c.Ports, want.Ports) || c.NodeName != want.NodeName || c.Labels["app"] != "x" || c.finished {
+		t.Errorf("cached pod differs from the policy view: %+v vs %+v", c.Pod, want)
 	}
-	again, _ := slimPod(s)
-	if !podEqual(again.(*corev1.Pod), s) {
-		t.Error("slimPod is not idempotent")
+	if !slices.ContainsFunc(c.Ports, func(cp policy.ContainerPort) bool { return cp.Name == "proxy" }) || slices.ContainsFunc(c.Ports, func(cp policy.ContainerPort) bool { return cp.Name == "setup" }) {
+		t.Errorf("ports %v: want the sidecar's, not the init container's", c.Ports)
 	}
-	relabelled := s.DeepCopy()
+	if again, _ := toCachedPod(c); again != any(c) {
+		t.Error("the transform is not idempotent")
+	}
+	if m := c.GetObjectMeta(); m.GetNamespace() != "a" || m.GetName() != "x" {
+		t.Errorf("cache key from %s/%s", m.GetNamespace(), m.GetName())
+	}
+	convert := func(p *corev1.Pod) *cachedPod {
+		o, _ := toCachedPod(p)
+		return o.(*cachedPod)
+	}
+	relabelled := p.DeepCopy()
 	relabelled.Labels = map[string]string{"app": "y"}
-	if key, ok := relabelOnly(s, relabelled); !ok || key != "a/x" {
+	if key, ok := relabelOnly(c, convert(relabelled)); !ok || key != "a/x" {
 		t.Errorf("relabelOnly = %q, %v; want a/x, true", key, ok)
 	}
 	moved := relabelled.DeepCopy()
 	moved.Status.PodIPs = moved.Status.PodIPs[:1]
-	if _, ok := relabelOnly(s, moved); ok {
+	if _, ok := relabelOnly(c, convert(moved)); ok {
 		t.Error("an IP change passed as a relabel")
 	}
-	if !podChanged(s, relabelled) || podChanged(s, s.DeepCopy()) {
-		t.Error("podChanged misjudges labels")
+	recreated := p.DeepCopy()
+	recreated.UID = "u2"
+	if _, ok := relabelOnly(c, convert(recreated)); ok || !podChanged(c, convert(recreated)) {
+		t.Error("a re-created pod passed as unchanged or as a relabel")
 	}
-}
-
-func podEqual(a, b *corev1.Pod) bool {
-	ja, _ := json.Marshal(a)
-	jb, _ := json.Marshal(b)
-	return string(ja) == string(jb)
+	heartbeat := p.DeepCopy()
+	heartbeat.Status.Conditions = []corev1.PodCondition{{Type: corev1.PodReady, Status: corev1.ConditionTrue}}
+	heartbeat.Annotations = nil
+	if !podChanged(c, convert(relabelled)) || podChanged(c, convert(heartbeat)) {
+		t.Error("podChanged misjudges labels or status noise")
+	}
+	done := p.DeepCopy()
+	done.Status.Phase = corev1.PodSucceeded
+	if cd := convert(done); !cd.finished || !podChanged(c, cd) {
+		t.Error("a finished pod is not marked")
+	}
 }
 
 // FuzzDecodeCNP: whatever JSON arrives as a ClusterNetworkPolicy, decoding

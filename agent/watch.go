@@ -14,6 +14,8 @@ import (
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/client-go/tools/cache"
+
+	"github.com/prometheus/client_golang/prometheus"
 )
 
 // Retrying transient list and watch failures. client-go's reflector backs
@@ -83,6 +85,9 @@ type watchState struct {
 	// contact is the Unix nano time of the last successful list, watch
 	// start or watch event (bookmarks included).
 	contact atomic.Int64
+
+	// events counts the watch events received (nil: not counted).
+	events prometheus.Counter
 
 	mu      sync.Mutex
 	lastErr error
@@ -271,6 +276,9 @@ func observe(s *watchState, w watch.Interface) watch.Interface {
 					s.failed(apierrors.FromObject(ev.Object))
 				} else {
 					s.touch()
+				}
+				if s.events != nil {
+					s.events.Inc()
 				}
 				select {
 				case o.out <- ev:

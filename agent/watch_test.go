@@ -142,6 +142,9 @@ func TestListWatchRetriesTransientFailures(t *testing.T) {
 	if s.contact.Load() <= before {
 		t.Error("a watch event did not count as contact")
 	}
+	if v := testutilValue(t, a, "moat_agent_watch_events_total", `resource="pods"`); v != "1" {
+		t.Errorf("watch events = %s, want 1", v)
+	}
 	f.watcher.Stop()
 	if _, ok := <-w.ResultChan(); ok {
 		t.Fatal("watch channel still open after the server closed it")

@@ -5,6 +5,7 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"math/rand/v2"
 	"net/http"
 	"os"
 	"os/exec"
@@ -12,7 +13,6 @@ import (
 	"slices"
 	"strconv"
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -20,8 +20,6 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	networkingv1 "k8s.io/api/networking/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
-	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/util/intstr"
 
 	"github.com/moat-net/moat/agent/internal/fixture"
@@ -31,53 +29,101 @@ import (
 	"github.com/moat-net/moat/internal/testenv"
 )
 
-// BenchmarkAgentScale loads the issue's scale cluster (clustergen.Scale:
-// 10,000 pods on 100 Node objects in 1,000 namespaces, 2,000
-// NetworkPolicies, 200 ClusterNetworkPolicies) into a real API server,
-// runs the real moat-agent binary for node-000 with real nftables in a
-// network namespace of its own and reports:
+// scaleCases are the clusters BenchmarkAgentScale loads. Each has about
+// 100 pods per node, as real nodes do.
+var scaleCases = []struct {
+	name string
+	cfg  clustergen.Config
+}{
+	// The issue's first-sync goal: a node with 100 local pods in a
+	// 10,000-pod cluster (2,000 NetworkPolicies, 200 ClusterNetworkPolicies).
+	{"pods=10000", clustergen.Scale},
+	// The memory and latency goals: 30,000 pods on 300 nodes in 3,000
+	// namespaces, 20,000 policies (19,000 NetworkPolicies, 1,000
+	// ClusterNetworkPolicies).
+	{"pods=30000", clustergen.Config{Nodes: 300, Namespaces: 3000, Pods: 30000, NetworkPolicies: 19000, ClusterPolicies: 1000, Seed: 1}},
+}
+
+// BenchmarkAgentScale loads a real kube-apiserver (internal/kubetest) with
+// a generated cluster, every object created through the API (pods get
+// status.podIPs through the status subresource, as from a kubelet), runs
+// the real moat-agent binary for node-000 with real nftables in a network
+// namespace of its own, talking to the API server through a byte-counting
+// TCP proxy, and reports per size:
 //
 //   - ms-to-ready: process start to /readyz 200 (lists, first compile, first
-//     full transaction);
+//     full transaction); list-MB: bytes the API server sent until then;
 //
-//   - rss-MB, hwm-MB: the agent's resident and peak memory after the label
-//     updates;
+//   - first-sync-ms: the first sync from complete caches to the kernel
+//     (first-compile-ms: snapshot and compilation; first-program-ms: ruleset
+//     build and the one nftables transaction);
 //
 //   - p50-ms, p99-ms: from sending a pod-label update to the API server to
-//     the first change `nft monitor` reports in the node's namespace;
+//     the first change `nft monitor` reports in the node's namespace
+//     (labelUpdates updates, each flipping whether a pod on node-000 is
+//     selected by a NetworkPolicy, so each changes the node's table);
+//     relabel-compile-ms: mean compile phase of their syncs;
 //
-//   - first-compile-ms, first-program-ms: the first sync's phases (snapshot
-//     and full compilation; ruleset build and the one transaction);
+//   - events/s, cpu-us/event, bytes/event: a burst of churnUpdates label
+//     updates of random pods across the cluster (a remote pod's change
+//     reaches every agent, because any pod may be any policy's peer): watch
+//     events the agent received per second until it had them all and was
+//     idle again, its CPU time per event (the nft processes it ran
+//     included), and API server bytes per event;
 //
-//   - relabel-compile-ms: mean compile phase of the label updates' syncs
-//     (incremental).
+//   - rss-MB, hwm-MB, heap-MB: the agent's resident and peak memory and Go
+//     heap in use at the end.
 //
-//     go test -run '^$' -bench BenchmarkAgentScale -benchtime 1x -timeout 30m ./agent/e2e
+//     go test -run '^$' -bench 'BenchmarkAgentScale/pods=30000' -benchtime 1x -timeout 90m ./agent/e2e
+//
+// With MOAT_BENCH_PROFILES=DIR the agent's CPU profile of the burst and
+// its heap profile at the end are saved there.
 func BenchmarkAgentScale(b *testing.B) {
+	for _, sc := range scaleCases {
+		b.Run(sc.name, func(b *testing.B) { benchScale(b, sc.cfg) })
+	}
+}
+
+const (
+	// labelUpdates is how many label toggles each iteration times.
+	labelUpdates = 100
+	// churnUpdates is the size of the event burst.
+	churnUpdates = 5000
+	// loadConcurrency bounds the loader's requests in flight.
+	loadConcurrency = 64
+)
+
+func benchScale(b *testing.B, cfg clustergen.Config) {
 	testenv.RequirePrivileged(b)
 	bins := kubetest.RequireBinaries(b)
-	ctx, cancel := context.WithTimeout(context.Background(), 25*time.Minute)
+	ctx, cancel := context.WithTimeout(context.Background(), 85*time.Minute)
 	defer cancel()
 	crds, err := deploy.CRDs(deploy.Experimental)
 	if err != nil {
 		b.Fatal(err)
 	}
-	env, err := kubetest.Launch(ctx, bins, kubetest.WithCRDs(crds))
+	// The loader creates tens of thousands of objects; the default
+	// in-flight limits (and priority and fairness) would throttle it.
+	env, err := kubetest.Launch(ctx, bins, kubetest.WithCRDs(crds), kubetest.WithAPIServerArgs(
+		"--max-requests-inflight=2000", "--max-mutating-requests-inflight=1000", "--enable-priority-and-fairness=false"))
 	if err != nil {
 		b.Fatal(err)
 	}
 	defer env.Stop()
 
-	gen := clustergen.Generate(clustergen.Scale)
+	gen := clustergen.Generate(cfg)
 	const node = "node-000"
 	// The pod whose label the benchmark toggles, and a NetworkPolicy that
 	// selects it only while it carries bench=on, with a rule of its own so
 	// that every toggle changes the node's ruleset.
 	var target *corev1.Pod
+	local := 0
 	for i := range gen.Pods {
 		if gen.Pods[i].Spec.NodeName == node {
-			target = &gen.Pods[i]
-			break
+			local++
+			if target == nil {
+				target = &gen.Pods[i]
+			}
 		}
 	}
 	if target == nil {
@@ -96,43 +142,63 @@ func BenchmarkAgentScale(b *testing.B) {
 		},
 	}
 	start := time.Now()
-	populate(ctx, b, env, gen, benchNP)
-	b.Logf("populated the API server in %s", time.Since(start).Round(time.Second))
+	counts, err := kubetest.Load(ctx, env, gen, kubetest.LoadOptions{Concurrency: loadConcurrency, ExtraNetworkPolicies: []networkingv1.NetworkPolicy{benchNP}})
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Logf("loaded %s in %s (%.0f objects/s); %d pods on %s", counts, time.Since(start).Round(time.Second), float64(counts.Requests)/time.Since(start).Seconds(), local, node)
 
 	nsName := fmt.Sprintf("moat-bench-%d", os.Getpid())
 	if out, err := exec.Command("ip", "netns", "add", nsName).CombinedOutput(); err != nil {
 		b.Fatalf("ip netns add: %v %s", err, out)
 	}
 	defer exec.Command("ip", "netns", "delete", nsName).Run()
+	proxy, err := newCountingProxy(strings.TrimPrefix(env.URL, "https://"))
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer proxy.close()
+	agentCfg := fixture.AgentConfig(ctx, b, env)
+	agentCfg.Host = "https://" + proxy.addr()
 	kubeconfig := filepath.Join(b.TempDir(), "agent.kubeconfig")
-	if err := env.WriteKubeconfig(kubeconfig, fixture.AgentConfig(ctx, b, env)); err != nil {
+	if err := env.WriteKubeconfig(kubeconfig, agentCfg); err != nil {
 		b.Fatal(err)
 	}
 	bin := agentBinary(b)
+	others := make([]string, 0, len(gen.Pods))
+	for _, p := range gen.Pods {
+		if p.Spec.NodeName != node {
+			others = append(others, p.Namespace+"/"+p.Name)
+		}
+	}
 
-	var readyTotal, rssTotal, hwmTotal, compileTotal, firstCompile, firstProgram float64
+	var sum scaleResult
 	var lat []time.Duration
 	for b.Loop() {
-		r := runScaleIteration(ctx, b, env, bin, kubeconfig, nsName, node, target)
-		readyTotal += r.ready.Seconds() * 1000
-		rssTotal += r.rss
-		hwmTotal += r.hwm
-		compileTotal += r.compileMS
-		firstCompile += r.firstCompile
-		firstProgram += r.firstProgram
+		r := runScaleIteration(ctx, b, env, proxy, bin, kubeconfig, nsName, node, target, others)
+		sum.add(r)
 		lat = append(lat, r.latencies...)
 	}
 	n := float64(b.N)
 	slices.Sort(lat)
-	b.ReportMetric(readyTotal/n, "ms-to-ready")
-	b.ReportMetric(rssTotal/n, "rss-MB")
-	b.ReportMetric(hwmTotal/n, "hwm-MB")
-	b.ReportMetric(compileTotal/n, "relabel-compile-ms")
-	b.ReportMetric(firstCompile/n, "first-compile-ms")
-	b.ReportMetric(firstProgram/n, "first-program-ms")
+	b.ReportMetric(sum.ready.Seconds()*1000/n, "ms-to-ready")
+	b.ReportMetric(sum.listMB/n, "list-MB")
+	b.ReportMetric((sum.firstCompile+sum.firstProgram)/n, "first-sync-ms")
+	b.ReportMetric(sum.firstCompile/n, "first-compile-ms")
+	b.ReportMetric(sum.firstProgram/n, "first-program-ms")
 	b.ReportMetric(pct(lat, 50), "p50-ms")
 	b.ReportMetric(pct(lat, 99), "p99-ms")
+	b.ReportMetric(sum.compileMS/n, "relabel-compile-ms")
+	b.ReportMetric(sum.eventsPerSec/n, "events/s")
+	b.ReportMetric(sum.cpuPerEvent/n, "cpu-us/event")
+	b.ReportMetric(sum.bytesPerEvent/n, "bytes/event")
+	b.ReportMetric(sum.rss/n, "rss-MB")
+	b.ReportMetric(sum.hwm/n, "hwm-MB")
+	b.ReportMetric(sum.heap/n, "heap-MB")
 	b.Logf("%d label updates: min %.1f ms, p50 %.1f ms, p99 %.1f ms, max %.1f ms", len(lat), pct(lat, 0), pct(lat, 50), pct(lat, 99), pct(lat, 100))
+	if out, err := exec.Command("uptime").Output(); err == nil {
+		b.Logf("load: %s", strings.TrimSpace(string(out)))
+	}
 }
 
 func pct(d []time.Duration, p int) float64 {
@@ -145,18 +211,32 @@ func pct(d []time.Duration, p int) float64 {
 
 type scaleResult struct {
 	ready                      time.Duration
+	listMB                     float64
 	firstCompile, firstProgram float64
-	rss, hwm                   float64
 	compileMS                  float64
+	eventsPerSec, cpuPerEvent  float64
+	bytesPerEvent              float64
+	rss, hwm, heap             float64
 	latencies                  []time.Duration
 }
 
-// labelUpdates is how many label toggles each iteration measures.
-const labelUpdates = 60
+func (s *scaleResult) add(r scaleResult) {
+	s.ready += r.ready
+	s.listMB += r.listMB
+	s.firstCompile += r.firstCompile
+	s.firstProgram += r.firstProgram
+	s.compileMS += r.compileMS
+	s.eventsPerSec += r.eventsPerSec
+	s.cpuPerEvent += r.cpuPerEvent
+	s.bytesPerEvent += r.bytesPerEvent
+	s.rss += r.rss
+	s.hwm += r.hwm
+	s.heap += r.heap
+}
 
-func runScaleIteration(ctx context.Context, b *testing.B, env *kubetest.Env, bin, kubeconfig, netns, node string, target *corev1.Pod) scaleResult {
+func runScaleIteration(ctx context.Context, b *testing.B, env *kubetest.Env, proxy *countingProxy, bin, kubeconfig, netns, node string, target *corev1.Pod, others []string) scaleResult {
 	health := fmt.Sprintf("127.0.0.1:%d", freePort(b))
-	metrics := fmt.Sprintf("127.0.0.1:%d", freePort(b))
+	metricsURL := fmt.Sprintf("http://127.0.0.1:%d/metrics", freePort(b))
 	logPath := filepath.Join(b.TempDir(), "agent.log")
 	logf, err := os.Create(logPath)
 	if err != nil {
@@ -164,10 +244,15 @@ func runScaleIteration(ctx context.Context, b *testing.B, env *kubetest.Env, bin
 	}
 	defer logf.Close()
 	cmd := exec.Command(bin, "--node-name="+node, "--kubeconfig="+kubeconfig, "--netns="+netns,
-		"--health-bind-address="+health, "--metrics-bind-address="+metrics,
-		"--feature-gates=IngressNetworksAndNodes=true", "--leader-elect=false", "--v=2")
+		"--health-bind-address="+health, "--metrics-bind-address="+strings.TrimSuffix(strings.TrimPrefix(metricsURL, "http://"), "/metrics"),
+		"--feature-gates=IngressNetworksAndNodes=true", "--leader-elect=false", "--v=2", "--profiling")
 	cmd.Stdout, cmd.Stderr = logf, logf
 	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+	fail := func(format string, args ...any) {
+		tail, _ := os.ReadFile(logPath)
+		b.Fatalf(format+"\nagent log tail:\n%s", append(args, tail[max(0, len(tail)-4000):])...)
+	}
+	bytesBefore := proxy.received()
 	start := time.Now()
 	if err := cmd.Start(); err != nil {
 		b.Fatal(err)
@@ -179,9 +264,8 @@ func runScaleIteration(ctx context.Context, b *testing.B, env *kubetest.Env, bin
 	var res scaleResult
 	client := http.Client{Timeout: 2 * time.Second}
 	for {
-		if time.Since(start) > 10*time.Minute {
-			tail, _ := os.ReadFile(logPath)
-			b.Fatalf("agent not ready after 10 minutes:\n%s", tail)
+		if time.Since(start) > 20*time.Minute {
+			fail("agent not ready after 20 minutes")
 		}
 		resp, err := client.Get("http://" + health + "/readyz")
 		if err == nil {
@@ -193,10 +277,15 @@ func runScaleIteration(ctx context.Context, b *testing.B, env *kubetest.Env, bin
 		time.Sleep(10 * time.Millisecond)
 	}
 	res.ready = time.Since(start)
-	// What the first sync cost, before any other sync (compile: snapshot and
-	// full compilation; program: ruleset build and the transaction).
-	res.firstCompile = sumMetric(b, "http://"+metrics+"/metrics", `moat_agent_sync_duration_seconds`, `phase="compile"`) * 1000
-	res.firstProgram = sumMetric(b, "http://"+metrics+"/metrics", `moat_agent_sync_duration_seconds`, `phase="program"`) * 1000
+	res.listMB = float64(proxy.received()-bytesBefore) / 1e6
+	// What the first sync cost (the cluster is still, so it is the only
+	// sync so far).
+	m := scrape(b, metricsURL)
+	if n := m.get(`moat_agent_sync_duration_seconds_count{phase="compile"}`); n != 1 {
+		b.Logf("%v syncs before the first reading; first-sync figures are their sum", n)
+	}
+	res.firstCompile = m.get(`moat_agent_sync_duration_seconds_sum{phase="compile"}`) * 1000
+	res.firstProgram = m.get(`moat_agent_sync_duration_seconds_sum{phase="program"}`) * 1000
 
 	mon := startMonitor(b, netns)
 	defer mon.stop()
@@ -225,19 +314,97 @@ func runScaleIteration(ctx context.Context, b *testing.B, env *kubetest.Env, bin
 		}
 		at, ok := mon.next(10 * time.Second)
 		if !ok {
-			tail, _ := os.ReadFile(logPath)
-			b.Fatalf("update %d: no nftables change within 10 s\n%s", i, tail[max(0, len(tail)-4000):])
+			fail("update %d: no nftables change within 10 s", i)
 		}
 		res.latencies = append(res.latencies, at.Sub(sent))
 	}
-	res.rss, res.hwm = procMemMB(b, cmd.Process.Pid)
-	count := countMetric(b, "http://"+metrics+"/metrics", `moat_agent_sync_duration_seconds`, `phase="compile"`)
-	sum := sumMetric(b, "http://"+metrics+"/metrics", `moat_agent_sync_duration_seconds`, `phase="compile"`) * 1000
-	if count > 1 {
-		// The label updates' syncs only.
-		res.compileMS = (sum - res.firstCompile) / (count - 1)
+	m = scrape(b, metricsURL)
+	if count := m.get(`moat_agent_sync_duration_seconds_count{phase="compile"}`); count > 1 {
+		res.compileMS = (m.get(`moat_agent_sync_duration_seconds_sum{phase="compile"}`)*1000 - res.firstCompile) / (count - 1)
 	}
+
+	profiles := os.Getenv("MOAT_BENCH_PROFILES")
+	var cpuProfile chan error
+	if profiles != "" {
+		cpuProfile = make(chan error, 1)
+		go func() {
+			cpuProfile <- fetch(strings.TrimSuffix(metricsURL, "/metrics")+"/debug/pprof/profile?seconds=20", filepath.Join(profiles, "churn.cpu.pprof"))
+		}()
+	}
+	res.eventsPerSec, res.cpuPerEvent, res.bytesPerEvent = churn(ctx, b, env, proxy, cmd.Process.Pid, metricsURL, others, fail)
+	if cpuProfile != nil {
+		if err := <-cpuProfile; err != nil {
+			b.Error(err)
+		}
+		if err := fetch(strings.TrimSuffix(metricsURL, "/metrics")+"/debug/pprof/heap?gc=1", filepath.Join(profiles, "heap.pprof")); err != nil {
+			b.Error(err)
+		}
+	}
+
+	res.rss, res.hwm = procMemMB(b, cmd.Process.Pid)
+	res.heap = scrape(b, metricsURL).get("go_memstats_heap_inuse_bytes") / (1 << 20)
 	return res
+}
+
+// churn sends churnUpdates label updates of random remote pods at the
+// loader's concurrency and measures how fast the agent takes the events
+// in: events per second from the first update until it has received them
+// all and gone idle, its CPU time per event and the API server's bytes per
+// event.
+func churn(ctx context.Context, b *testing.B, env *kubetest.Env, proxy *countingProxy, pid int, metricsURL string, others []string, fail func(string, ...any)) (perSec, cpuUS, bytes float64) {
+	r := rand.New(rand.NewPCG(2, 3))
+	picks := make([]string, churnUpdates)
+	for i := range picks {
+		picks[i] = others[r.IntN(len(others))]
+	}
+	eventsBefore := scrape(b, metricsURL).get(`moat_agent_watch_events_total{resource="pods"}`)
+	cpuBefore := procCPU(b, pid)
+	bytesBefore := proxy.received()
+	start := time.Now()
+	errc := make(chan error, 1)
+	go func() {
+		errc <- kubetest.Parallel(ctx, loadConcurrency, len(picks), func(i int) error {
+			ns, name, _ := strings.Cut(picks[i], "/")
+			patch := fmt.Sprintf(`{"metadata":{"labels":{"churn":"c%d"}}}`, i)
+			_, err := env.Client.CoreV1().Pods(ns).Patch(ctx, name, "application/merge-patch+json", []byte(patch), metav1.PatchOptions{})
+			return err
+		})
+	}()
+	// Every update is one event to this agent; it is done when it has them
+	// all and its sync count has not moved for a second.
+	var received, lastSyncs float64
+	var done time.Time
+	stillSince := time.Time{}
+	for {
+		if time.Since(start) > 10*time.Minute {
+			fail("churn: %v of %d events after 10 minutes", received, churnUpdates)
+		}
+		time.Sleep(50 * time.Millisecond)
+		m := scrape(b, metricsURL)
+		received = m.get(`moat_agent_watch_events_total{resource="pods"}`) - eventsBefore
+		if received < churnUpdates {
+			continue
+		}
+		if done.IsZero() {
+			done = time.Now()
+		}
+		syncs := m.get(`moat_agent_sync_duration_seconds_count{phase="total"}`)
+		if syncs != lastSyncs {
+			lastSyncs, stillSince = syncs, time.Now()
+			continue
+		}
+		if time.Since(stillSince) >= time.Second {
+			break
+		}
+	}
+	if err := <-errc; err != nil {
+		b.Fatal(err)
+	}
+	// CPU until idle, minus the idle second (and the scrapes, which are
+	// cheap), per event.
+	cpu := procCPU(b, pid) - cpuBefore
+	b.Logf("churn: %v events in %s (%s until idle), agent CPU %s", received, done.Sub(start).Round(time.Millisecond), time.Since(start).Round(time.Millisecond), cpu)
+	return received / done.Sub(start).Seconds(), float64(cpu.Microseconds()) / received, float64(proxy.received()-bytesBefore) / received
 }
 
 // monitor follows `nft monitor` in a namespace: each line is a change the
@@ -281,7 +448,7 @@ func startMonitor(b testing.TB, netns string) *monitor {
 		_, _ = io.Copy(io.Discard, out)
 	}()
 	// nft reads the whole ruleset before it reports anything, which takes
-	// seconds with this table: wait until it reports a change of its own.
+	// seconds with a large table: wait until it reports a change of its own.
 	deadline := time.Now().Add(2 * time.Minute)
 	for {
 		if out, err := exec.Command("ip", "netns", "exec", netns, "nft", "add table inet moat-bench-probe; delete table inet moat-bench-probe").CombinedOutput(); err != nil {
@@ -322,81 +489,6 @@ func (m *monitor) stop() {
 	_ = m.cmd.Wait()
 }
 
-// populate writes the generated cluster (and the benchmark's policy) with
-// 32 parallel clients, playing the kubelet for node addresses and pod IPs.
-func populate(ctx context.Context, b *testing.B, env *kubetest.Env, gen *clustergen.Cluster, extra networkingv1.NetworkPolicy) {
-	c := env.Client
-	run := func(what string, n int, f func(i int) error) {
-		var wg sync.WaitGroup
-		errs := make(chan error, n)
-		sem := make(chan struct{}, 32)
-		for i := range n {
-			sem <- struct{}{}
-			wg.Add(1)
-			go func() {
-				defer wg.Done()
-				defer func() { <-sem }()
-				if err := f(i); err != nil {
-					errs <- fmt.Errorf("%s %d: %w", what, i, err)
-				}
-			}()
-		}
-		wg.Wait()
-		close(errs)
-		for err := range errs {
-			b.Fatal(err)
-		}
-	}
-	run("namespace", len(gen.Namespaces), func(i int) error {
-		_, err := c.CoreV1().Namespaces().Create(ctx, &gen.Namespaces[i], metav1.CreateOptions{})
-		return err
-	})
-	run("node", len(gen.Nodes), func(i int) error {
-		n := gen.Nodes[i].DeepCopy()
-		st := n.Status
-		n.Status = corev1.NodeStatus{}
-		got, err := c.CoreV1().Nodes().Create(ctx, n, metav1.CreateOptions{})
-		if err != nil {
-			return err
-		}
-		got.Status = st
-		_, err = c.CoreV1().Nodes().UpdateStatus(ctx, got, metav1.UpdateOptions{})
-		return err
-	})
-	run("pod", len(gen.Pods), func(i int) error {
-		p := gen.Pods[i].DeepCopy()
-		for j := range p.Spec.Containers {
-			p.Spec.Containers[j].Image = "registry.k8s.io/pause:3.10"
-		}
-		ip := p.Status.PodIP
-		p.Status = corev1.PodStatus{}
-		got, err := c.CoreV1().Pods(p.Namespace).Create(ctx, p, metav1.CreateOptions{})
-		if err != nil {
-			return err
-		}
-		got.Status.Phase = corev1.PodRunning
-		got.Status.PodIP = ip
-		got.Status.PodIPs = []corev1.PodIP{{IP: ip}}
-		_, err = c.CoreV1().Pods(p.Namespace).UpdateStatus(ctx, got, metav1.UpdateOptions{})
-		return err
-	})
-	nps := append(slices.Clone(gen.NetworkPolicies), extra)
-	run("networkpolicy", len(nps), func(i int) error {
-		_, err := c.NetworkingV1().NetworkPolicies(nps[i].Namespace).Create(ctx, &nps[i], metav1.CreateOptions{})
-		return err
-	})
-	run("clusternetworkpolicy", len(gen.ClusterNetworkPolicies), func(i int) error {
-		obj, err := runtime.DefaultUnstructuredConverter.ToUnstructured(&gen.ClusterNetworkPolicies[i])
-		if err != nil {
-			return err
-		}
-		u := &unstructured.Unstructured{Object: obj}
-		u.SetAPIVersion("policy.networking.k8s.io/v1alpha2")
-		u.SetKind("ClusterNetworkPolicy")
-		return fixture.Policy(ctx, env, u)
-	})
-}
-
 // procMemMB reads VmRSS and VmHWM from /proc.
 func procMemMB(b *testing.B, pid int) (rss, hwm float64) {
 	data, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/status")
@@ -414,29 +506,65 @@ func procMemMB(b *testing.B, pid int) (rss, hwm float64) {
 	return rss, hwm
 }
 
-// sumMetric and countMetric read a histogram's _sum and _count for the
-// series with labels.
-func sumMetric(b *testing.B, url, name, labels string) float64 {
-	return metricValue(b, url, name+"_sum", labels)
+// fetch saves a URL's body to a file.
+func fetch(url, path string) error {
+	resp, err := http.Get(url)
+	if err != nil {
+		return err
+	}
+	defer resp.Body.Close()
+	f, err := os.Create(path)
+	if err != nil {
+		return err
+	}
+	defer f.Close()
+	_, err = io.Copy(f, resp.Body)
+	return err
 }
 
-func countMetric(b *testing.B, url, name, labels string) float64 {
-	return metricValue(b, url, name+"_count", labels)
+// procCPU reads a process's user and system CPU time, and that of its
+// children it has waited for (the nft processes), from /proc (clock ticks
+// of 10 ms, the kernel's USER_HZ on Linux).
+func procCPU(b *testing.B, pid int) time.Duration {
+	data, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
+	if err != nil {
+		b.Fatal(err)
+	}
+	// Fields after the command name, which is in parentheses and may hold
+	// spaces: state is field 3, utime 14, stime 15, cutime 16, cstime 17.
+	rest := string(data[strings.LastIndexByte(string(data), ')')+2:])
+	f := strings.Fields(rest)
+	var ticks int64
+	for _, i := range []int{11, 12, 13, 14} {
+		v, _ := strconv.ParseInt(f[i], 10, 64)
+		ticks += v
+	}
+	return time.Duration(ticks) * 10 * time.Millisecond
 }
 
-func metricValue(b *testing.B, url, series, labels string) float64 {
+// metricsPage is one scrape of /metrics: series (name and labels as
+// printed) to value.
+type metricsPage map[string]float64
+
+func scrape(b *testing.B, url string) metricsPage {
 	resp, err := http.Get(url)
 	if err != nil {
 		b.Fatal(err)
 	}
 	defer resp.Body.Close()
 	body, _ := io.ReadAll(resp.Body)
+	m := metricsPage{}
 	for line := range strings.SplitSeq(string(body), "\n") {
-		f := strings.Fields(line)
-		if len(f) == 2 && strings.HasPrefix(f[0], series+"{") && strings.Contains(f[0], labels) {
-			v, _ := strconv.ParseFloat(f[1], 64)
-			return v
+		if strings.HasPrefix(line, "#") {
+			continue
+		}
+		if i := strings.LastIndexByte(line, ' '); i > 0 {
+			if v, err := strconv.ParseFloat(line[i+1:], 64); err == nil {
+				m[line[:i]] = v
+			}
 		}
 	}
-	return 0
+	return m
 }
+
+func (m metricsPage) get(series string) float64 { return m[series] }

@@ -97,6 +97,7 @@ func Run(ctx context.Context, o *options.Options) error {
 		return err
 	}
 	defer srv.close()
+	srv.profiling = o.Profiling
 	restCfg, err := kubeconfig.Load(o.Kubeconfig, o.Context, "moat-agent/"+o.NodeName)
 	if err != nil {
 		return err

@@ -7,6 +7,7 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"net/http/pprof"
 	"strings"
 	"time"
 
@@ -29,6 +30,8 @@ type checker interface {
 // both (other than port 0) serves everything on one listener.
 type server struct {
 	metricsLn, healthLn net.Listener
+	// profiling adds /debug/pprof/ to the metrics listener.
+	profiling bool
 	// healthOnMetrics: the health endpoints share the metrics listener.
 	healthOnMetrics bool
 }
@@ -101,6 +104,9 @@ func (s *server) serve(ctx context.Context, a checker) <-chan error {
 	if s.metricsLn != nil {
 		mux := http.NewServeMux()
 		addMetrics(mux, a)
+		if s.profiling {
+			addProfiling(mux)
+		}
 		if s.healthOnMetrics {
 			addHealth(mux, a)
 		}
@@ -121,6 +127,15 @@ func addMetrics(mux *http.ServeMux, a checker) {
 	proc.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	g := prometheus.Gatherers{a.Metrics(), proc}
 	mux.Handle("/metrics", promhttp.HandlerFor(g, promhttp.HandlerOpts{}))
+}
+
+// addProfiling serves net/http/pprof's handlers.
+func addProfiling(mux *http.ServeMux) {
+	mux.HandleFunc("/debug/pprof/", pprof.Index)
+	mux.HandleFunc("/debug/pprof/cmdline", pprof.Cmdline)
+	mux.HandleFunc("/debug/pprof/profile", pprof.Profile)
+	mux.HandleFunc("/debug/pprof/symbol", pprof.Symbol)
+	mux.HandleFunc("/debug/pprof/trace", pprof.Trace)
 }
 
 func addHealth(mux *http.ServeMux, a checker) {

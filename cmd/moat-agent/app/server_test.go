@@ -97,6 +97,9 @@ func TestEndpoints(t *testing.T) {
 					t.Errorf("/metrics = %d, lacks %q", code, want)
 				}
 			}
+			if code, _ := get(t, m+"/debug/pprof/"); code != http.StatusNotFound {
+				t.Errorf("/debug/pprof/ without --profiling: HTTP %d", code)
+			}
 			code, _ = get(t, h+"/metrics")
 			if served := code == http.StatusOK; served != tc.wantMetricsOnHealth {
 				t.Errorf("/metrics on the health address: HTTP %d, want served=%v", code, tc.wantMetricsOnHealth)
@@ -114,6 +117,21 @@ func freePort(t *testing.T) string {
 	defer l.Close()
 	_, port, _ := net.SplitHostPort(l.Addr().String())
 	return port
+}
+
+func TestProfiling(t *testing.T) {
+	srv, err := listen("127.0.0.1:0", "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer srv.close()
+	srv.profiling = true
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	srv.serve(ctx, &stubAgent{reg: prometheus.NewRegistry()})
+	if code, body := get(t, "http://"+srv.metricsAddr()+"/debug/pprof/"); code != http.StatusOK || !strings.Contains(body, "heap") {
+		t.Errorf("/debug/pprof/ = %d", code)
+	}
 }
 
 func TestListenTakenPort(t *testing.T) {

@@ -37,6 +37,8 @@ type Options struct {
 	// NetNS programs nftables in this network namespace instead of the
 	// agent's own (labs and tests: one agent per simulated node).
 	NetNS string
+	// Profiling serves Go's profiles on /debug/pprof/ beside /metrics.
+	Profiling bool
 
 	Features featuregate.MutableVersionedFeatureGate
 	Logging  *logsapi.LoggingConfiguration
@@ -78,6 +80,7 @@ func (o *Options) Flags() cliflag.NamedFlagSets {
 	fs.StringVar(&o.Context, "context", o.Context, "The kubeconfig context to use; empty uses the current context")
 	fs.StringVar(&o.MetricsBindAddress, "metrics-bind-address", o.MetricsBindAddress, "Address (host:port) serving Prometheus metrics on /metrics; empty disables")
 	fs.StringVar(&o.HealthBindAddress, "health-bind-address", o.HealthBindAddress, "Address (host:port) serving /healthz (liveness) and /readyz (ready after the first full sync; lists how current each watch is); empty disables")
+	fs.BoolVar(&o.Profiling, "profiling", o.Profiling, "Serve Go's runtime profiles (CPU, heap, goroutines) on /debug/pprof/ at --metrics-bind-address")
 	fs.DurationVar(&o.Resync, "resync", o.Resync, "Period of the full resync, which rewrites the whole table in one transaction (repairs edits made behind the agent's back); 0 disables")
 	o.Features.AddFlag(fs)
 
@@ -111,6 +114,9 @@ func (o *Options) Validate() error {
 		if _, port, err := net.SplitHostPort(a.addr); err != nil || port == "" {
 			errs = append(errs, fmt.Errorf("%s=%s: want host:port", a.flag, a.addr))
 		}
+	}
+	if o.Profiling && o.MetricsBindAddress == "" {
+		errs = append(errs, errors.New("--profiling needs --metrics-bind-address"))
 	}
 	if o.LeaderElect && o.LeaderElectionNamespace == "" {
 		errs = append(errs, errors.New("--leader-election-namespace is empty"))

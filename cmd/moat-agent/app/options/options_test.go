@@ -20,6 +20,7 @@ func TestValidate(t *testing.T) {
 		{"health off", func(o *Options) { o.HealthBindAddress = "" }, nil},
 		{"no lease namespace", func(o *Options) { o.LeaderElectionNamespace = "" }, []string{"--leader-election-namespace"}},
 		{"no lease namespace without election", func(o *Options) { o.LeaderElectionNamespace, o.LeaderElect = "", false }, nil},
+		{"profiling without metrics", func(o *Options) { o.Profiling, o.MetricsBindAddress = true, "" }, []string{"--profiling needs --metrics-bind-address"}},
 		{"bad log format", func(o *Options) { o.Logging.Format = "xml" }, []string{"xml"}},
 		{"every problem at once", func(o *Options) { o.NodeName, o.HealthBindAddress = "", "x" }, []string{"--node-name", "--health-bind-address=x"}},
 	} {

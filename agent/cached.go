@@ -1,0 +1,122 @@
+package agent
+
+import (
+	"maps"
+	"slices"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+
+	"github.com/moat-net/moat/policy"
+)
+
+// What the pod, namespace and node caches hold: the policy model's form of
+// each object, converted once when it arrives (policy.PodFromAPI and
+// friends, the same conversion the file source uses), not the API object.
+// A slimmed *corev1.Pod still cost 2.3 KB of heap per pod (the PodSpec and
+// PodStatus structs are large even when nearly empty); this form costs
+// what policy reads and nothing else (BenchmarkPodCacheMemory), and a full
+// compilation no longer converts every object again.
+//
+// The caches key objects by namespace and name through GetObjectMeta.
+
+// cachedPod is a pod in the agent's cache.
+type cachedPod struct {
+	policy.Pod
+	uid types.UID
+	// finished: phase Succeeded or Failed. The field selector keeps such
+	// pods out of the watch, so this is a guard only: their IPs may
+	// already belong to new pods.
+	finished bool
+	// diags are conversion problems (an unparsable IP or port).
+	diags []policy.Diagnostic
+}
+
+func (p *cachedPod) GetObjectMeta() metav1.Object {
+	return &metav1.ObjectMeta{Namespace: p.Namespace, Name: p.Name}
+}
+
+// toCachedPod is the pod informer's transform.
+func toCachedPod(o any) (any, error) {
+	p, ok := o.(*corev1.Pod)
+	if !ok {
+		return o, nil // already converted, or a tombstone
+	}
+	pod, diags := policy.PodFromAPI(p)
+	return &cachedPod{
+		Pod:      pod,
+		uid:      p.UID,
+		finished: p.Status.Phase == corev1.PodSucceeded || p.Status.Phase == corev1.PodFailed,
+		diags:    diags,
+	}, nil
+}
+
+type cachedNamespace struct {
+	policy.Namespace
+}
+
+func (n *cachedNamespace) GetObjectMeta() metav1.Object { return &metav1.ObjectMeta{Name: n.Name} }
+
+func toCachedNamespace(o any) (any, error) {
+	n, ok := o.(*corev1.Namespace)
+	if !ok {
+		return o, nil
+	}
+	return &cachedNamespace{policy.NamespaceFromAPI(n)}, nil
+}
+
+type cachedNode struct {
+	policy.Node
+	diags []policy.Diagnostic
+}
+
+func (n *cachedNode) GetObjectMeta() metav1.Object { return &metav1.ObjectMeta{Name: n.Name} }
+
+func toCachedNode(o any) (any, error) {
+	n, ok := o.(*corev1.Node)
+	if !ok {
+		return o, nil
+	}
+	node, diags := policy.NodeFromAPI(n)
+	return &cachedNode{Node: node, diags: diags}, nil
+}
+
+// The *Changed functions tell whether an update can change the compiled
+// program; updates that cannot (status heartbeats, conditions, fields
+// policy does not read) do not cause a sync.
+
+func podChanged(old, cur any) bool {
+	a, ok1 := old.(*cachedPod)
+	b, ok2 := cur.(*cachedPod)
+	return !ok1 || !ok2 || !maps.Equal(a.Labels, b.Labels) || !samePodButLabels(a, b)
+}
+
+func samePodButLabels(a, b *cachedPod) bool {
+	return a.uid == b.uid && a.NodeName == b.NodeName && a.HostNetwork == b.HostNetwork && a.finished == b.finished &&
+		slices.Equal(a.IPs, b.IPs) && slices.Equal(a.Ports, b.Ports) && slices.Equal(a.diags, b.diags)
+}
+
+// relabelOnly reports whether a pod update changed nothing but labels,
+// the most frequent change in a cluster, which the compiler applies
+// incrementally. It returns the pod's "namespace/name".
+func relabelOnly(old, cur any) (string, bool) {
+	a, ok1 := old.(*cachedPod)
+	b, ok2 := cur.(*cachedPod)
+	if !ok1 || !ok2 || !samePodButLabels(a, b) {
+		return "", false
+	}
+	return b.Key(), true
+}
+
+func namespaceChanged(old, cur any) bool {
+	a, ok1 := old.(*cachedNamespace)
+	b, ok2 := cur.(*cachedNamespace)
+	return !ok1 || !ok2 || !maps.Equal(a.Labels, b.Labels)
+}
+
+func nodeChanged(old, cur any) bool {
+	a, ok1 := old.(*cachedNode)
+	b, ok2 := cur.(*cachedNode)
+	return !ok1 || !ok2 || !maps.Equal(a.Labels, b.Labels) || !slices.Equal(a.Addrs, b.Addrs) || !slices.Equal(a.diags, b.diags)
+}
