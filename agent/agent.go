@@ -62,6 +62,10 @@ type Agent struct {
 	pending  pending
 	compiler *policy.Compiler
 	snap     *snapshot
+	// selectorKeys are the label keys some policy's selector reads;
+	// keyMemo keeps them per decoded policy (see labelkeys.go).
+	selectorKeys atomic.Pointer[keySet]
+	keyMemo      map[any][]string
 
 	status *statusWriter
 	drops  *drops
@@ -88,6 +92,7 @@ func New(cfg Config, clients Clients, dp Dataplane) (*Agent, error) {
 		log:      klog.Background().WithName("moat-agent").WithValues("node", cfg.NodeName),
 		metrics:  newMetrics(),
 		reported: map[string]string{},
+		keyMemo:  map[any][]string{},
 	}
 	// Failed syncs back off exponentially (100 ms to 30 s); the bucket
 	// bounds retries of any kind to 10/s with bursts of 50.
@@ -342,6 +347,8 @@ func (a *Agent) compile() (*policy.Program, *snapshot, bool) {
 		}
 	}
 	if full {
+		// Before the caches are read: see labelkeys.go.
+		a.updateSelectorKeys()
 		a.snap = a.takeSnapshot()
 		a.compiler = policy.NewCompiler(&a.snap.cluster, a.policyOptions())
 		a.metrics.compiles.WithLabelValues("full").Inc()

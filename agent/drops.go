@@ -71,7 +71,13 @@ func newDrops(dp Dataplane, reg prometheus.Registerer, log klog.Logger) *drops {
 	return d
 }
 
-// run reads the counters every dropPeriod and after syncs until ctx ends.
+// dropMinGap is the least time between two readings: each runs nft and
+// parses every counter of the table, so a burst of syncs must not cause a
+// burst of readings competing with the syncs for the CPU.
+const dropMinGap = 2 * time.Second
+
+// run reads the counters every dropPeriod and after syncs (at most one
+// reading per dropMinGap) until ctx ends.
 func (d *drops) run(ctx context.Context) {
 	if d.reader == nil {
 		return
@@ -86,6 +92,11 @@ func (d *drops) run(ctx context.Context) {
 		case <-d.poked:
 		}
 		d.read(ctx)
+		select {
+		case <-ctx.Done():
+			return
+		case <-time.After(dropMinGap):
+		}
 	}
 }
 

@@ -109,6 +109,10 @@ func (a *Agent) newInformers() (*informers, error) {
 				}
 				if isPods {
 					if key, ok := relabelOnly(old, cur); ok {
+						if !a.selectorKeys.Load().mentions(old.(*cachedPod).Labels, cur.(*cachedPod).Labels) {
+							a.metrics.ignoredRelabels.Inc()
+							return
+						}
 						a.enqueue(key)
 						return
 					}

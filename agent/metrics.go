@@ -19,14 +19,16 @@ type metrics struct {
 	programmed   *prometheus.GaugeVec
 	policies     *prometheus.GaugeVec
 	outOfScope   prometheus.Gauge
-	watchErrors  *prometheus.CounterVec
-	watchEvents  *prometheus.CounterVec
-	problems     *prometheus.GaugeVec
-	statusWrites *prometheus.CounterVec
-	conntrack    prometheus.Counter
-	lastSuccess  prometheus.Gauge
-	ready        prometheus.Gauge
-	leader       prometheus.Gauge
+	// ignoredRelabels counts pod label changes no selector reads.
+	ignoredRelabels prometheus.Counter
+	watchErrors     *prometheus.CounterVec
+	watchEvents     *prometheus.CounterVec
+	problems        *prometheus.GaugeVec
+	statusWrites    *prometheus.CounterVec
+	conntrack       prometheus.Counter
+	lastSuccess     prometheus.Gauge
+	ready           prometheus.Gauge
+	leader          prometheus.Gauge
 }
 
 // Results of a sync, the label of moat_agent_syncs_total.
@@ -96,6 +98,10 @@ func newMetrics() *metrics {
 		Name: "moat_agent_network_policies_out_of_scope",
 		Help: "NetworkPolicies this node does not compile: no pod of their namespace runs here, so they cannot select one.",
 	})
+	m.ignoredRelabels = prometheus.NewCounter(prometheus.CounterOpts{
+		Name: "moat_agent_label_changes_ignored_total",
+		Help: "Pod label changes dropped before the queue because no policy's selector reads any key that changed.",
+	})
 	m.watchErrors = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "moat_agent_watch_errors_total",
 		Help: "Failed list or watch calls to the API server, by resource. The caches keep their last content meanwhile; transient failures are retried every 250 ms to 3 s.",
@@ -128,7 +134,7 @@ func newMetrics() *metrics {
 		Name: "moat_agent_leader",
 		Help: "1 while this agent holds the status-writer Lease.",
 	})
-	m.reg.MustRegister(m.syncDuration, m.syncs, m.compiles, m.operations, m.programmed, m.policies, m.outOfScope, m.watchErrors, m.watchEvents,
+	m.reg.MustRegister(m.syncDuration, m.syncs, m.compiles, m.operations, m.programmed, m.policies, m.outOfScope, m.ignoredRelabels, m.watchErrors, m.watchEvents,
 		m.problems, m.statusWrites, m.conntrack, m.lastSuccess, m.ready, m.leader)
 	for _, r := range []string{resultSuccess, resultError, resultConntrackError} {
 		for _, k := range []string{"full", "diff"} {

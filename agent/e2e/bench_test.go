@@ -62,14 +62,18 @@ var scaleCases = []struct {
 //     the first change `nft monitor` reports in the node's namespace
 //     (labelUpdates updates, each flipping whether a pod on node-000 is
 //     selected by a NetworkPolicy, so each changes the node's table);
-//     relabel-compile-ms: mean compile phase of their syncs;
+//     relabel-compile-ms, relabel-program-ms: mean compile and program
+//     phases of their syncs;
 //
 //   - events/s, cpu-us/event, bytes/event: a burst of churnUpdates label
 //     updates of random pods across the cluster (a remote pod's change
-//     reaches every agent, because any pod may be any policy's peer): watch
-//     events the agent received per second until it had them all and was
-//     idle again, its CPU time per event (the nft processes it ran
-//     included), and API server bytes per event;
+//     reaches every agent, because any pod may be any policy's peer), on a
+//     label no selector reads: watch events the agent received per second
+//     until it had them all and was idle again, its CPU time per event (the
+//     nft processes it ran included), and API server bytes per event;
+//     read-events/s, read-cpu-us/event: the same with changes of the tier
+//     label, which the generated policies select on, so each may move the
+//     pod in or out of selections and is compiled;
 //
 //   - rss-MB, hwm-MB, heap-MB: the agent's resident and peak memory and Go
 //     heap in use at the end.
@@ -189,8 +193,11 @@ func benchScale(b *testing.B, cfg clustergen.Config) {
 	b.ReportMetric(pct(lat, 50), "p50-ms")
 	b.ReportMetric(pct(lat, 99), "p99-ms")
 	b.ReportMetric(sum.compileMS/n, "relabel-compile-ms")
+	b.ReportMetric(sum.programMS/n, "relabel-program-ms")
 	b.ReportMetric(sum.eventsPerSec/n, "events/s")
 	b.ReportMetric(sum.cpuPerEvent/n, "cpu-us/event")
+	b.ReportMetric(sum.readEventsPerSec/n, "read-events/s")
+	b.ReportMetric(sum.readCPUPerEvent/n, "read-cpu-us/event")
 	b.ReportMetric(sum.bytesPerEvent/n, "bytes/event")
 	b.ReportMetric(sum.rss/n, "rss-MB")
 	b.ReportMetric(sum.hwm/n, "hwm-MB")
@@ -213,8 +220,10 @@ type scaleResult struct {
 	ready                      time.Duration
 	listMB                     float64
 	firstCompile, firstProgram float64
-	compileMS                  float64
+	compileMS, programMS       float64
 	eventsPerSec, cpuPerEvent  float64
+	readEventsPerSec           float64
+	readCPUPerEvent            float64
 	bytesPerEvent              float64
 	rss, hwm, heap             float64
 	latencies                  []time.Duration
@@ -226,7 +235,10 @@ func (s *scaleResult) add(r scaleResult) {
 	s.firstCompile += r.firstCompile
 	s.firstProgram += r.firstProgram
 	s.compileMS += r.compileMS
+	s.programMS += r.programMS
 	s.eventsPerSec += r.eventsPerSec
+	s.readEventsPerSec += r.readEventsPerSec
+	s.readCPUPerEvent += r.readCPUPerEvent
 	s.cpuPerEvent += r.cpuPerEvent
 	s.bytesPerEvent += r.bytesPerEvent
 	s.rss += r.rss
@@ -321,6 +333,7 @@ func runScaleIteration(ctx context.Context, b *testing.B, env *kubetest.Env, pro
 	m = scrape(b, metricsURL)
 	if count := m.get(`moat_agent_sync_duration_seconds_count{phase="compile"}`); count > 1 {
 		res.compileMS = (m.get(`moat_agent_sync_duration_seconds_sum{phase="compile"}`)*1000 - res.firstCompile) / (count - 1)
+		res.programMS = (m.get(`moat_agent_sync_duration_seconds_sum{phase="program"}`)*1000 - res.firstProgram) / (count - 1)
 	}
 
 	profiles := os.Getenv("MOAT_BENCH_PROFILES")
@@ -331,7 +344,10 @@ func runScaleIteration(ctx context.Context, b *testing.B, env *kubetest.Env, pro
 			cpuProfile <- fetch(strings.TrimSuffix(metricsURL, "/metrics")+"/debug/pprof/profile?seconds=20", filepath.Join(profiles, "churn.cpu.pprof"))
 		}()
 	}
-	res.eventsPerSec, res.cpuPerEvent, res.bytesPerEvent = churn(ctx, b, env, proxy, cmd.Process.Pid, metricsURL, others, fail)
+	res.eventsPerSec, res.cpuPerEvent, res.bytesPerEvent = churn(ctx, b, env, proxy, cmd.Process.Pid, metricsURL, others, fail,
+		func(i int) string { return fmt.Sprintf(`{"metadata":{"labels":{"churn":"c%d"}}}`, i) })
+	res.readEventsPerSec, res.readCPUPerEvent, _ = churn(ctx, b, env, proxy, cmd.Process.Pid, metricsURL, others, fail,
+		func(i int) string { return fmt.Sprintf(`{"metadata":{"labels":{"tier":%q}}}`, []string{"web", "api", "db", "cache", "worker"}[i%5]) })
 	if cpuProfile != nil {
 		if err := <-cpuProfile; err != nil {
 			b.Error(err)
@@ -351,7 +367,7 @@ func runScaleIteration(ctx context.Context, b *testing.B, env *kubetest.Env, pro
 // in: events per second from the first update until it has received them
 // all and gone idle, its CPU time per event and the API server's bytes per
 // event.
-func churn(ctx context.Context, b *testing.B, env *kubetest.Env, proxy *countingProxy, pid int, metricsURL string, others []string, fail func(string, ...any)) (perSec, cpuUS, bytes float64) {
+func churn(ctx context.Context, b *testing.B, env *kubetest.Env, proxy *countingProxy, pid int, metricsURL string, others []string, fail func(string, ...any), patch func(i int) string) (perSec, cpuUS, bytes float64) {
 	r := rand.New(rand.NewPCG(2, 3))
 	picks := make([]string, churnUpdates)
 	for i := range picks {
@@ -365,8 +381,7 @@ func churn(ctx context.Context, b *testing.B, env *kubetest.Env, proxy *counting
 	go func() {
 		errc <- kubetest.Parallel(ctx, loadConcurrency, len(picks), func(i int) error {
 			ns, name, _ := strings.Cut(picks[i], "/")
-			patch := fmt.Sprintf(`{"metadata":{"labels":{"churn":"c%d"}}}`, i)
-			_, err := env.Client.CoreV1().Pods(ns).Patch(ctx, name, "application/merge-patch+json", []byte(patch), metav1.PatchOptions{})
+			_, err := env.Client.CoreV1().Pods(ns).Patch(ctx, name, "application/merge-patch+json", []byte(patch(i)), metav1.PatchOptions{})
 			return err
 		})
 	}()
@@ -403,7 +418,7 @@ func churn(ctx context.Context, b *testing.B, env *kubetest.Env, proxy *counting
 	// CPU until idle, minus the idle second (and the scrapes, which are
 	// cheap), per event.
 	cpu := procCPU(b, pid) - cpuBefore
-	b.Logf("churn: %v events in %s (%s until idle), agent CPU %s", received, done.Sub(start).Round(time.Millisecond), time.Since(start).Round(time.Millisecond), cpu)
+	b.Logf("churn %s: %v events in %s (%s until idle), agent CPU %s", patch(0), received, done.Sub(start).Round(time.Millisecond), time.Since(start).Round(time.Millisecond), cpu)
 	return received / done.Sub(start).Seconds(), float64(cpu.Microseconds()) / received, float64(proxy.received()-bytesBefore) / received
 }
 

@@ -1,0 +1,132 @@
+package agent
+
+import (
+	"reflect"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/tools/cache"
+)
+
+// Label changes no selector reads. A pod's labels matter to the program
+// only through the label selectors of policies (subjects and peers); a
+// change of labels that none of them mentions, such as a rollout's or a
+// tool's bookkeeping label, cannot move the pod in or out of any
+// selection. The agent drops such updates before the queue instead of
+// recompiling, which is what most label churn in a cluster costs it then:
+// the watch event alone.
+//
+// The keys are collected from every policy in the caches (not only the
+// node's scope: a superset is safe), by walking each decoded policy for
+// every metav1.LabelSelector it holds, so that a selector in a field added
+// later is not missed. The set is recomputed before each full compilation
+// reads the caches: a policy that mentions a new key always causes one, and
+// any update dropped before the set knew the key is read from the pod
+// cache by that compilation.
+
+// keySet is a set of label keys; nil means "unknown yet: every key".
+type keySet map[string]struct{}
+
+// mentions reports whether a label change between old and cur touches a
+// key in s; always true for a nil set.
+func (s *keySet) mentions(old, cur map[string]string) bool {
+	if s == nil {
+		return true
+	}
+	for k, v := range old {
+		if w, ok := cur[k]; !ok || w != v {
+			if _, read := (*s)[k]; read {
+				return true
+			}
+		}
+	}
+	for k := range cur {
+		if _, ok := old[k]; !ok {
+			if _, read := (*s)[k]; read {
+				return true
+			}
+		}
+	}
+	return false
+}
+
+var labelSelectorType = reflect.TypeFor[metav1.LabelSelector]()
+var objectMetaType = reflect.TypeFor[metav1.ObjectMeta]()
+
+// selectorKeys returns the label keys of every label selector in v.
+func selectorKeys(v any) []string {
+	seen := map[string]bool{}
+	var keys []string
+	add := func(k string) {
+		if !seen[k] {
+			seen[k] = true
+			keys = append(keys, k)
+		}
+	}
+	var walk func(reflect.Value)
+	walk = func(v reflect.Value) {
+		switch v.Kind() {
+		case reflect.Pointer, reflect.Interface:
+			if !v.IsNil() {
+				walk(v.Elem())
+			}
+		case reflect.Struct:
+			switch v.Type() {
+			case objectMetaType:
+				return // an object's own labels select nothing
+			case labelSelectorType:
+				// Read through reflect: the value may sit behind an
+				// unexported field or in a map, where Interface panics.
+				for _, k := range v.FieldByName("MatchLabels").MapKeys() {
+					add(k.String())
+				}
+				exprs := v.FieldByName("MatchExpressions")
+				for i := range exprs.Len() {
+					add(exprs.Index(i).FieldByName("Key").String())
+				}
+				return
+			}
+			for i := range v.NumField() {
+				walk(v.Field(i))
+			}
+		case reflect.Slice, reflect.Array:
+			for i := range v.Len() {
+				walk(v.Index(i))
+			}
+		case reflect.Map:
+			it := v.MapRange()
+			for it.Next() {
+				walk(it.Value())
+			}
+		}
+	}
+	walk(reflect.ValueOf(v))
+	return keys
+}
+
+// updateSelectorKeys recomputes the keys every cached policy's selectors
+// read; the sync worker calls it before a full compilation reads the
+// caches. Keys are kept per decoded object (a new version is a new
+// object).
+func (a *Agent) updateSelectorKeys() {
+	set := keySet{}
+	seen := make(map[any]bool, len(a.keyMemo))
+	for _, store := range []cache.Store{a.inf.nps.GetStore(), a.inf.cnps.GetStore()} {
+		for _, o := range store.List() {
+			keys, ok := a.keyMemo[o]
+			if !ok {
+				keys = selectorKeys(o)
+				a.keyMemo[o] = keys
+			}
+			seen[o] = true
+			for _, k := range keys {
+				set[k] = struct{}{}
+			}
+		}
+	}
+	for o := range a.keyMemo {
+		if !seen[o] {
+			delete(a.keyMemo, o)
+		}
+	}
+	a.selectorKeys.Store(&set)
+}
