@@ -39,6 +39,8 @@ type Agent struct {
 	metrics *metrics
 
 	inf *informers
+	// labelSets shares equal pod labels maps in the pod cache.
+	labelSets *labelSets
 	// watches are the informers' list and watch states, for staleness.
 	watches []*watchState
 	queue   workqueue.TypedRateLimitingInterface[string]
@@ -86,13 +88,14 @@ func New(cfg Config, clients Clients, dp Dataplane) (*Agent, error) {
 		return nil, errors.New("agent needs a dataplane")
 	}
 	a := &Agent{
-		cfg:      cfg,
-		clients:  clients,
-		dp:       dp,
-		log:      klog.Background().WithName("moat-agent").WithValues("node", cfg.NodeName),
-		metrics:  newMetrics(),
-		reported: map[string]string{},
-		keyMemo:  map[any][]string{},
+		cfg:       cfg,
+		clients:   clients,
+		dp:        dp,
+		log:       klog.Background().WithName("moat-agent").WithValues("node", cfg.NodeName),
+		metrics:   newMetrics(),
+		reported:  map[string]string{},
+		keyMemo:   map[any][]string{},
+		labelSets: newLabelSets(),
 	}
 	// Failed syncs back off exponentially (100 ms to 30 s); the bucket
 	// bounds retries of any kind to 10/s with bursts of 50.

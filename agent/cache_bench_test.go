@@ -67,6 +67,7 @@ func BenchmarkPodCacheMemory(b *testing.B) {
 		transform cache.TransformFunc
 	}{
 		{"cached", toCachedPod},
+		{"cached-shared-labels", newLabelSets().toCachedPod},
 		{"as-received", func(o any) (any, error) { return o, nil }},
 	} {
 		b.Run(tc.name, func(b *testing.B) {

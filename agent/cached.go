@@ -24,7 +24,10 @@ import (
 // cachedPod is a pod in the agent's cache.
 type cachedPod struct {
 	policy.Pod
-	uid types.UID
+	// labels keeps the shared set Pod.Labels belongs to alive (see
+	// labelSets); nil when not interned.
+	labels *labelSet
+	uid    types.UID
 	// finished: phase Succeeded or Failed. The field selector keeps such
 	// pods out of the watch, so this is a guard only: their IPs may
 	// already belong to new pods.
@@ -37,19 +40,30 @@ func (p *cachedPod) GetObjectMeta() metav1.Object {
 	return &metav1.ObjectMeta{Namespace: p.Namespace, Name: p.Name}
 }
 
-// toCachedPod is the pod informer's transform.
-func toCachedPod(o any) (any, error) {
+// toCachedPod converts a pod without sharing its labels.
+func toCachedPod(o any) (any, error) { return (*labelSets)(nil).toCachedPod(o) }
+
+// toCachedPod is the pod informer's transform: the pod in the policy
+// model's form, its labels shared with equal ones (t may be nil: not
+// shared).
+func (t *labelSets) toCachedPod(o any) (any, error) {
 	p, ok := o.(*corev1.Pod)
 	if !ok {
 		return o, nil // already converted, or a tombstone
 	}
 	pod, diags := policy.PodFromAPI(p)
-	return &cachedPod{
+	c := &cachedPod{
 		Pod:      pod,
 		uid:      p.UID,
 		finished: p.Status.Phase == corev1.PodSucceeded || p.Status.Phase == corev1.PodFailed,
 		diags:    diags,
-	}, nil
+	}
+	if t != nil {
+		if c.labels = t.intern(pod.Labels); c.labels != nil {
+			c.Labels = c.labels.m
+		}
+	}
+	return c, nil
 }
 
 type cachedNamespace struct {

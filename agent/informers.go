@@ -80,7 +80,7 @@ func (a *Agent) newInformers() (*informers, error) {
 		cnps: a.dynamicInformer(clusterNetworkPolicyGVR),
 	}
 	transforms := []cache.TransformFunc{
-		toCachedPod, toCachedNamespace, toCachedNode,
+		a.labelSets.toCachedPod, toCachedNamespace, toCachedNode,
 		func(o any) (any, error) {
 			if u, ok := o.(*unstructured.Unstructured); ok {
 				return decodeNP(u), nil
