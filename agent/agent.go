@@ -64,6 +64,9 @@ type Agent struct {
 	pending  pending
 	compiler *policy.Compiler
 	snap     *snapshot
+	// cost is what compilations took lately, for choosing between
+	// incremental and full (sync worker only).
+	cost compileCost
 	// selectorKeys are the label keys some policy's selector reads;
 	// keyMemo keeps them per decoded policy (see labelkeys.go).
 	selectorKeys atomic.Pointer[keySet]
@@ -336,7 +339,14 @@ func (a *Agent) compile() (*policy.Program, *snapshot, bool) {
 	if a.fullResync.Load() || a.compiler == nil {
 		full = true
 	}
-	if !full {
+	// A burst of relabels (a rollout, a tool relabelling a namespace's
+	// pods) is cheaper to compile in full than one by one, each of which
+	// costs in proportion to the cluster: pick what the last ones cost.
+	if !full && a.cost.preferFull(len(relabeled)) {
+		full = true
+	}
+	if !full && len(relabeled) > 0 {
+		start := time.Now()
 		for _, key := range relabeled {
 			labels, ok := a.podLabels(key)
 			if !ok {
@@ -348,12 +358,17 @@ func (a *Agent) compile() (*policy.Program, *snapshot, bool) {
 				break
 			}
 		}
+		if !full {
+			a.cost.relabel = ewma(a.cost.relabel, time.Since(start)/time.Duration(len(relabeled)))
+		}
 	}
 	if full {
+		start := time.Now()
 		// Before the caches are read: see labelkeys.go.
 		a.updateSelectorKeys()
 		a.snap = a.takeSnapshot()
 		a.compiler = policy.NewCompiler(&a.snap.cluster, a.policyOptions())
+		a.cost.full = ewma(a.cost.full, time.Since(start))
 		a.metrics.compiles.WithLabelValues("full").Inc()
 	} else if len(relabeled) > 0 {
 		a.metrics.compiles.WithLabelValues("relabel").Inc()
@@ -391,4 +406,23 @@ func (a *Agent) countPolicies(prog *policy.Program) {
 	for k, n := range counts {
 		a.metrics.policies.WithLabelValues(k[0], k[1]).Set(float64(n))
 	}
+}
+
+// compileCost is what a full compilation and one incremental relabel
+// took lately.
+type compileCost struct{ full, relabel time.Duration }
+
+// preferFull reports whether n relabels would take longer than compiling
+// in full (false until both have been measured).
+func (c compileCost) preferFull(n int) bool {
+	return c.full > 0 && c.relabel > 0 && time.Duration(n)*c.relabel > c.full
+}
+
+// ewma folds a new measurement into a running estimate (weight 1/4; the
+// first measurement is taken as is).
+func ewma(old, cur time.Duration) time.Duration {
+	if old == 0 {
+		return cur
+	}
+	return old + (cur-old)/4
 }

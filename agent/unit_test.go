@@ -188,3 +188,26 @@ func FuzzDecodeCNP(f *testing.F) {
 		_ = desiredCondition(d, prog.Status[0], opts)
 	})
 }
+
+func TestPreferFull(t *testing.T) {
+	for _, tc := range []struct {
+		cost compileCost
+		n    int
+		want bool
+	}{
+		{compileCost{}, 10000, false},
+		{compileCost{full: time.Second}, 10000, false},
+		{compileCost{full: time.Second, relabel: 5 * time.Millisecond}, 100, false},
+		{compileCost{full: time.Second, relabel: 5 * time.Millisecond}, 201, true},
+	} {
+		if got := tc.cost.preferFull(tc.n); got != tc.want {
+			t.Errorf("%+v.preferFull(%d) = %v, want %v", tc.cost, tc.n, got, tc.want)
+		}
+	}
+	if got := ewma(0, time.Second); got != time.Second {
+		t.Errorf("first measurement: %s", got)
+	}
+	if got := ewma(time.Second, 5*time.Second); got != 2*time.Second {
+		t.Errorf("ewma(1s, 5s) = %s, want 2s", got)
+	}
+}

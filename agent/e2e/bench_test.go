@@ -347,7 +347,9 @@ func runScaleIteration(ctx context.Context, b *testing.B, env *kubetest.Env, pro
 	res.eventsPerSec, res.cpuPerEvent, res.bytesPerEvent = churn(ctx, b, env, proxy, cmd.Process.Pid, metricsURL, others, fail,
 		func(i int) string { return fmt.Sprintf(`{"metadata":{"labels":{"churn":"c%d"}}}`, i) })
 	res.readEventsPerSec, res.readCPUPerEvent, _ = churn(ctx, b, env, proxy, cmd.Process.Pid, metricsURL, others, fail,
-		func(i int) string { return fmt.Sprintf(`{"metadata":{"labels":{"tier":%q}}}`, []string{"web", "api", "db", "cache", "worker"}[i%5]) })
+		func(i int) string {
+			return fmt.Sprintf(`{"metadata":{"labels":{"tier":%q}}}`, []string{"web", "api", "db", "cache", "worker"}[i%5])
+		})
 	if cpuProfile != nil {
 		if err := <-cpuProfile; err != nil {
 			b.Error(err)
