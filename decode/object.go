@@ -18,7 +18,9 @@ type Object struct {
 	// as with kubectl).
 	Ref string
 	// Source is where it came from: "file.yaml#2 items[7]", or what the
-	// caller named the stream.
+	// caller named the stream. It is left empty for a pod, node or
+	// namespace read without a problem (nothing keeps it; Result still
+	// names it if it turns out to be a duplicate).
 	Source string
 	// Exactly one of these is set when the object was read.
 	Namespace            *policy.Namespace
