@@ -8,7 +8,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"log/slog"
 	"math/rand/v2"
 	"net"
 	"os"
@@ -23,6 +22,7 @@ import (
 	"google.golang.org/grpc/experimental"
 	"google.golang.org/grpc/keepalive"
 	"google.golang.org/grpc/metadata"
+	"k8s.io/klog/v2"
 
 	"github.com/moat-net/moat/tunnel/dest"
 	"github.com/moat-net/moat/tunnel/grpcbuf"
@@ -57,8 +57,9 @@ type Config struct {
 	// extensions, so the tunnel runs upstream's protocol exactly (no
 	// credit-based flow control); used to test interoperability.
 	NoExtensions bool
-	Log          *slog.Logger
-	Registry     prometheus.Registerer
+	// Log receives the agent's structured log (the zero Logger discards).
+	Log      klog.Logger
+	Registry prometheus.Registerer
 }
 
 type tunnel struct {
@@ -74,7 +75,7 @@ type Agent struct {
 	pool    *grpcbuf.Pool
 	metrics *mux.Metrics
 	gauge   prometheus.Gauge
-	log     *slog.Logger
+	log     klog.Logger
 
 	mu          sync.Mutex
 	tunnels     map[string]*tunnel
@@ -105,9 +106,6 @@ func New(cfg Config) (*Agent, error) {
 	}
 	if cfg.DialTimeout <= 0 {
 		cfg.DialTimeout = 10 * time.Second
-	}
-	if cfg.Log == nil {
-		cfg.Log = slog.New(slog.DiscardHandler)
 	}
 	if cfg.Registry == nil {
 		cfg.Registry = prometheus.NewRegistry()
@@ -150,7 +148,7 @@ func (a *Agent) Active() int64 {
 func (a *Agent) Run(ctx context.Context) error {
 	if len(a.cfg.Targets) > 0 {
 		if !a.cfg.NodeToControlPlane {
-			a.log.Warn("--target ignored: feature gate EnableClusterToMasterTraffic is off; no listener opened")
+			a.log.Info("Ignoring --target: feature gate EnableClusterToMasterTraffic is off; no listener opened")
 		} else if err := a.listen(ctx); err != nil {
 			return err
 		}
@@ -161,7 +159,7 @@ func (a *Agent) Run(ctx context.Context) error {
 		err := a.sync(ctx)
 		wait := a.cfg.SyncInterval
 		if err != nil {
-			a.log.Warn("connect to proxy server failed", "server", a.cfg.Server, "err", err, "retry", backoff)
+			a.log.Info("Connect to proxy server failed", "server", a.cfg.Server, "err", err, "retry", backoff)
 			wait = backoff + time.Duration(rand.Int64N(int64(backoff)/5+1))
 			backoff = min(backoff*2, a.cfg.MaxBackoff)
 		} else {
@@ -274,8 +272,9 @@ func (a *Agent) connect(ctx context.Context) error {
 		MaxQueue:    a.cfg.MaxQueue,
 		DialTimeout: a.cfg.DialTimeout,
 		Dial:        a.dialNodeSide,
+		Pool:        a.pool,
 		Metrics:     a.metrics,
-		Log:         a.log.With("serverID", t.serverID),
+		Log:         a.log.WithValues("serverID", t.serverID),
 	})
 	a.mu.Lock()
 	a.serverCount = count
@@ -286,7 +285,7 @@ func (a *Agent) connect(ctx context.Context) error {
 	a.tunnels[t.serverID] = t
 	a.gauge.Set(float64(len(a.tunnels)))
 	a.mu.Unlock()
-	a.log.Info("tunnel up", "serverID", t.serverID, "serverCount", count, "features", feat.String())
+	a.log.Info("Tunnel up", "serverID", t.serverID, "serverCount", count, "features", feat.String())
 	a.wg.Add(1)
 	go func() {
 		defer a.wg.Done()
@@ -299,7 +298,7 @@ func (a *Agent) connect(ctx context.Context) error {
 		}
 		a.gauge.Set(float64(len(a.tunnels)))
 		a.mu.Unlock()
-		a.log.Info("tunnel down", "serverID", t.serverID, "err", err)
+		a.log.Info("Tunnel down", "serverID", t.serverID, "err", err)
 	}()
 	return nil
 }
@@ -347,10 +346,10 @@ func (a *Agent) Drain() {
 	a.mu.Unlock()
 	for _, t := range ts {
 		if err := t.sess.SendDrain(); err != nil {
-			a.log.Warn("send DRAIN failed", "serverID", t.serverID, "err", err)
+			a.log.Error(err, "Send DRAIN failed", "serverID", t.serverID)
 		}
 	}
-	a.log.Info("draining", "tunnels", len(ts))
+	a.log.Info("Draining", "tunnels", len(ts))
 }
 
 func (a *Agent) closeAll() {

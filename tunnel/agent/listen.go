@@ -26,22 +26,11 @@ func (a *Agent) listen(ctx context.Context) error {
 		a.listenMu.Lock()
 		a.listeners = append(a.listeners, ln)
 		a.listenMu.Unlock()
-		a.log.Info("forwarding node clients", "listen", addr, "destination", t.Dest.String())
+		a.log.Info("Forwarding node clients", "listen", addr, "destination", t.Dest.String())
 		a.wg.Add(1)
 		go a.accept(ctx, ln, t)
 	}
 	return nil
-}
-
-// Addrs returns the target listeners' addresses (for tests and logs).
-func (a *Agent) Addrs() []net.Addr {
-	a.listenMu.Lock()
-	defer a.listenMu.Unlock()
-	out := make([]net.Addr, 0, len(a.listeners))
-	for _, l := range a.listeners {
-		out = append(out, l.Addr())
-	}
-	return out
 }
 
 func (a *Agent) closeListeners() {
@@ -73,7 +62,7 @@ func (a *Agent) accept(ctx context.Context, ln net.Listener, t dest.Target) {
 func (a *Agent) forward(ctx context.Context, nc net.Conn, t dest.Target) {
 	tun := a.pick()
 	if tun == nil {
-		a.log.Warn("node client refused: no tunnel up", "client", nc.RemoteAddr().String())
+		a.log.Info("Node client refused: no tunnel up", "client", nc.RemoteAddr().String())
 		nc.Close()
 		return
 	}
@@ -81,7 +70,7 @@ func (a *Agent) forward(ctx context.Context, nc net.Conn, t dest.Target) {
 	c, err := tun.sess.Dial(dctx, t.Dest.String())
 	cancel()
 	if err != nil {
-		a.log.Warn("node client refused", "destination", t.Dest.String(), "serverID", tun.serverID, "err", err)
+		a.log.Info("Node client refused", "destination", t.Dest.String(), "serverID", tun.serverID, "err", err)
 		nc.Close()
 		return
 	}

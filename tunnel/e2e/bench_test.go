@@ -1,19 +1,23 @@
 package e2e
 
 import (
+	"bufio"
 	"context"
 	"crypto/tls"
 	"fmt"
 	"io"
 	"net"
+	"net/http"
+	"net/http/httptest"
 	"runtime"
 	"slices"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
-	"github.com/moat-net/moat/tunnel/server"
+	"github.com/moat-net/moat/cmd/moat-proxy-server/app/options"
 	"github.com/moat-net/moat/tunnel/tlsconfig"
 )
 
@@ -22,7 +26,6 @@ import (
 type benchStack struct {
 	backend string
 	dial    func(ctx context.Context) (net.Conn, error)
-	stop    func()
 }
 
 // Modes compared by every benchmark: direct loopback TCP; direct-tls, the
@@ -53,9 +56,9 @@ func newBenchStack(b *testing.B, mode string) *benchStack {
 	if mode == "relay" || mode == "relay-tls" {
 		return relayBenchStack(b, p, addr, mode == "relay-tls")
 	}
-	m := server.ModeGRPC
+	m := options.ModeGRPC
 	if strings.HasPrefix(mode, "http-connect") {
-		m = server.ModeHTTPConnect
+		m = options.ModeHTTPConnect
 	}
 	ps := startServer(b, p, serverOpts{mode: m})
 	startAgent(b, p, ps.agentAddr, nil)
@@ -245,7 +248,7 @@ func BenchmarkConnect(b *testing.B) {
 		b.Run(mode, func(b *testing.B) {
 			st := newBenchStack(b, mode)
 			one := make([]byte, 1)
-			start := time.Now()
+			start, c0 := time.Now(), cpuTime()
 			b.ResetTimer()
 			for range b.N {
 				c, err := st.dial(context.Background())
@@ -260,6 +263,7 @@ func BenchmarkConnect(b *testing.B) {
 				c.Close()
 			}
 			b.ReportMetric(float64(b.N)/time.Since(start).Seconds(), "conns/s")
+			b.ReportMetric(float64((cpuTime()-c0).Microseconds())/float64(b.N), "cpu-µs/conn")
 		})
 	}
 }
@@ -300,4 +304,130 @@ func BenchmarkIdleMemory(b *testing.B) {
 			}
 		})
 	}
+}
+
+// smallGet sends one small HTTP/1.1 request on c and reads the response.
+func smallGet(c net.Conn) error {
+	if _, err := io.WriteString(c, "GET /x HTTP/1.1\r\nHost: backend\r\nConnection: close\r\n\r\n"); err != nil {
+		return err
+	}
+	resp, err := http.ReadResponse(bufio.NewReader(c), nil)
+	if err != nil {
+		return err
+	}
+	defer resp.Body.Close()
+	body, err := io.ReadAll(resp.Body)
+	if err != nil {
+		return err
+	}
+	if string(body) != "hello /x" {
+		return fmt.Errorf("body %q", body)
+	}
+	return nil
+}
+
+func percentile(d []time.Duration, p int) time.Duration {
+	s := slices.Clone(d)
+	slices.Sort(s)
+	return s[len(s)*p/100]
+}
+
+// BenchmarkFreshTunnel measures what kube-apiserver pays per connection: a
+// new single-use konnectivity-client tunnel over the Unix socket (a new gRPC
+// connection, a Proxy stream, DIAL_REQ to the agent, the agent's dial,
+// DIAL_RSP), one small HTTP request through it, close. Each iteration also
+// makes the same request directly (new TCP connection), interleaved, so the
+// overhead is measured in the same run under the same load.
+func BenchmarkFreshTunnel(b *testing.B) {
+	p := newPKI(b)
+	hs := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		fmt.Fprintf(w, "hello %s", r.URL.Path)
+	}))
+	b.Cleanup(hs.Close)
+	addr := hs.Listener.Addr().String()
+	ps := startServer(b, p, serverOpts{})
+	startAgent(b, p, ps.agentAddr, nil)
+	eventually(b, "agent tunnel", ps.srv.Ready)
+	direct := make([]time.Duration, 0, b.N)
+	tunnel := make([]time.Duration, 0, b.N)
+	ctx := context.Background()
+	b.ResetTimer()
+	for range b.N {
+		t0 := time.Now()
+		c, err := net.Dial("tcp", addr)
+		if err != nil {
+			b.Fatal(err)
+		}
+		if err := smallGet(c); err != nil {
+			b.Fatal(err)
+		}
+		c.Close()
+		t1 := time.Now()
+		c, err = grpcDial(ctx, b, p, ps.udsPath, addr)
+		if err != nil {
+			b.Fatal(err)
+		}
+		if err := smallGet(c); err != nil {
+			b.Fatal(err)
+		}
+		c.Close()
+		direct = append(direct, t1.Sub(t0))
+		tunnel = append(tunnel, time.Since(t1))
+	}
+	b.StopTimer()
+	d50, t50 := percentile(direct, 50), percentile(tunnel, 50)
+	b.ReportMetric(float64(d50.Microseconds()), "direct-p50-µs")
+	b.ReportMetric(float64(t50.Microseconds()), "tunnel-p50-µs")
+	b.ReportMetric(float64((t50 - d50).Microseconds()), "overhead-p50-µs")
+	b.ReportMetric(float64((percentile(tunnel, 90) - percentile(direct, 90)).Microseconds()), "overhead-p90-µs")
+}
+
+// BenchmarkCeiling compares single-stream throughput of the tunnel's Unix
+// socket frontends with the relay-tls ceiling (two user-space relays with
+// TLS on the middle hop: the least any proxy of the tunnel's shape must
+// do), in alternating rounds of 64 MiB so that load on the machine hits
+// all alike; it reports each mode's rate and its ratio to the ceiling.
+func BenchmarkCeiling(b *testing.B) {
+	modes := []string{"relay-tls", "http-connect-uds", "grpc-uds"}
+	stacks := map[string]*benchStack{}
+	for _, m := range modes {
+		stacks[m] = newBenchStack(b, m)
+	}
+	const size = 64 << 20
+	took, cpu := map[string]time.Duration{}, map[string]time.Duration{}
+	b.ResetTimer()
+	for i := range b.N {
+		for j := range modes {
+			m := modes[(i+j)%len(modes)]
+			c, err := stacks[m].dial(context.Background())
+			if err != nil {
+				b.Fatal(err)
+			}
+			t0, c0 := time.Now(), cpuTime()
+			c.Write(header('Z', size, 0))
+			if _, err := io.CopyN(io.Discard, c, size); err != nil {
+				b.Fatal(err)
+			}
+			took[m] += time.Since(t0)
+			cpu[m] += cpuTime() - c0
+			c.Close()
+		}
+	}
+	b.StopTimer()
+	rate := func(m string) float64 { return float64(b.N) * size / took[m].Seconds() / 1e6 }
+	for _, m := range modes {
+		b.ReportMetric(rate(m), m+"-MB/s")
+		// CPU per byte of the whole process (client, proxies, backend):
+		// what the path costs, less at the mercy of other load than MB/s.
+		b.ReportMetric(float64(cpu[m].Nanoseconds())/float64(b.N)/size, m+"-cpu-ns/B")
+	}
+	b.ReportMetric(rate("http-connect-uds")/rate("relay-tls"), "http-connect-uds/ceiling")
+	b.ReportMetric(rate("grpc-uds")/rate("relay-tls"), "grpc-uds/ceiling")
+}
+
+// cpuTime is the user and system CPU time this process has used.
+func cpuTime() time.Duration {
+	var ru syscall.Rusage
+	syscall.Getrusage(syscall.RUSAGE_SELF, &ru)
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
 }

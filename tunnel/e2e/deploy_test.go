@@ -7,22 +7,32 @@ import (
 
 	"github.com/spf13/pflag"
 	corev1 "k8s.io/api/core/v1"
+	cliflag "k8s.io/component-base/cli/flag"
 	"sigs.k8s.io/yaml"
 
-	"github.com/moat-net/moat/tunnel/agent"
-	"github.com/moat-net/moat/tunnel/server"
+	agentoptions "github.com/moat-net/moat/cmd/moat-proxy-agent/app/options"
+	serveroptions "github.com/moat-net/moat/cmd/moat-proxy-server/app/options"
 )
+
+// flagSet gathers a binary's named flag sets into one, as its command does.
+func flagSet(name string, fss cliflag.NamedFlagSets) *pflag.FlagSet {
+	fs := pflag.NewFlagSet(name, pflag.ContinueOnError)
+	for _, f := range fss.FlagSets {
+		fs.AddFlagSet(f)
+	}
+	return fs
+}
 
 // TestDeployManifests decodes the static pods strictly and runs their
 // command lines through the binaries' own flag parsing and validation.
 func TestDeployManifests(t *testing.T) {
 	type opts interface {
-		AddFlags(*pflag.FlagSet)
+		Flags() cliflag.NamedFlagSets
 		Validate() error
 	}
 	for file, mk := range map[string]func() (opts, error){
-		"../../deploy/tunnel/moat-proxy-server.yaml": func() (opts, error) { return server.NewOptions() },
-		"../../deploy/tunnel/moat-proxy-agent.yaml":  func() (opts, error) { return agent.NewOptions() },
+		"../../deploy/tunnel/moat-proxy-server.yaml": func() (opts, error) { return serveroptions.New() },
+		"../../deploy/tunnel/moat-proxy-agent.yaml":  func() (opts, error) { return agentoptions.New() },
 	} {
 		b, err := os.ReadFile(file)
 		if err != nil {
@@ -36,8 +46,7 @@ func TestDeployManifests(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		fs := pflag.NewFlagSet(file, pflag.ContinueOnError)
-		o.AddFlags(fs)
+		fs := flagSet(file, o.Flags())
 		if err := fs.Parse(pod.Spec.Containers[0].Command[1:]); err != nil {
 			t.Fatalf("%s: %v", file, err)
 		}
@@ -58,9 +67,8 @@ func TestDeployManifests(t *testing.T) {
 			break
 		}
 	}
-	o, _ := agent.NewOptions()
-	fs := pflag.NewFlagSet("unit", pflag.ContinueOnError)
-	o.AddFlags(fs)
+	o, _ := agentoptions.New()
+	fs := flagSet("unit", o.Flags())
 	if err := fs.Parse(args); err != nil {
 		t.Fatalf("systemd unit: %v", err)
 	}

@@ -5,13 +5,13 @@ import (
 	"net"
 	"testing"
 
-	"github.com/moat-net/moat/tunnel/server"
+	"github.com/moat-net/moat/cmd/moat-proxy-server/app/options"
 )
 
 // TestDrain: after an agent sends DRAIN, new dials go to the other agent.
 func TestDrain(t *testing.T) {
 	p := newPKI(t)
-	ps := startServer(t, p, serverOpts{mode: server.ModeHTTPConnect})
+	ps := startServer(t, p, serverOpts{mode: options.ModeHTTPConnect})
 	a := startAgent(t, p, ps.agentAddr, nil)
 	b := startAgent(t, p, ps.agentAddr, nil)
 	eventually(t, "two agents", func() bool { return ps.srv.Backends() == 2 })

@@ -9,7 +9,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"log/slog"
 	"math/rand/v2"
 	"net"
 	"net/http"
@@ -22,19 +21,25 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/credentials/insecure"
+	"k8s.io/klog/v2"
+	"k8s.io/klog/v2/textlogger"
 	kclient "sigs.k8s.io/apiserver-network-proxy/konnectivity-client/pkg/client"
 
+	"github.com/moat-net/moat/cmd/moat-proxy-server/app"
+	"github.com/moat-net/moat/cmd/moat-proxy-server/app/options"
+	testpki "github.com/moat-net/moat/internal/testenv/pki"
 	"github.com/moat-net/moat/tunnel/agent"
-	"github.com/moat-net/moat/tunnel/internal/testpki"
 	"github.com/moat-net/moat/tunnel/server"
 	"github.com/moat-net/moat/tunnel/tlsconfig"
 )
 
-func testLog(t testing.TB) *slog.Logger {
+// testLog is the servers' and agents' logger: discarded unless
+// MOAT_TUNNEL_TEST_LOG is set (then verbosity 4 on stderr).
+func testLog(t testing.TB) klog.Logger {
 	if os.Getenv("MOAT_TUNNEL_TEST_LOG") != "" {
-		return slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelDebug}))
+		return textlogger.NewLogger(textlogger.NewConfig(textlogger.Verbosity(4), textlogger.Output(os.Stderr)))
 	}
-	return slog.New(slog.DiscardHandler)
+	return klog.Logger{}
 }
 
 type pki struct {
@@ -89,12 +94,12 @@ type serverOpts struct {
 func startServer(t testing.TB, p *pki, o serverOpts) *proxyServer {
 	t.Helper()
 	if o.mode == "" {
-		o.mode = server.ModeGRPC
+		o.mode = options.ModeGRPC
 	}
 	if o.agentAddr == "" {
 		o.agentAddr = "127.0.0.1:0"
 	}
-	o.cfg.Log = testLog(t).With("component", "server")
+	o.cfg.Log = testLog(t).WithValues("component", "server")
 	if o.cfg.ServerID == "" {
 		o.cfg.ServerID = fmt.Sprintf("server-%d", rand.Uint32())
 	}
@@ -131,7 +136,7 @@ func startServer(t testing.TB, p *pki, o serverOpts) *proxyServer {
 	ctx, cancel := context.WithCancel(context.Background())
 	ps := &proxyServer{srv: srv, frontAddr: frontLn.Addr().String(), udsPath: uds, agentAddr: agentLn.Addr().String(), cancel: cancel, done: make(chan error, 1)}
 	go func() {
-		ps.done <- srv.Serve(ctx, server.Listeners{Mode: o.mode, FrontendUDS: udsLn, FrontendTCP: frontLn, FrontendTLS: frontTLS,
+		ps.done <- app.Serve(klog.NewContext(ctx, o.cfg.Log), srv, app.Listeners{Mode: o.mode, FrontendUDS: udsLn, FrontendTCP: frontLn, FrontendTLS: frontTLS,
 			Agent: agentLn, AgentTLS: agentTLS, ShutdownGrace: time.Second})
 	}()
 	t.Cleanup(ps.stop)
@@ -171,7 +176,7 @@ func startAgent(t testing.TB, p *pki, serverAddr string, mod func(*agent.Config)
 		SyncInterval: 100 * time.Millisecond,
 		MaxBackoff:   time.Second,
 		DialTimeout:  5 * time.Second,
-		Log:          testLog(t).With("component", "agent"),
+		Log:          testLog(t).WithValues("component", "agent"),
 	}
 	if mod != nil {
 		mod(&cfg)

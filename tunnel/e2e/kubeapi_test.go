@@ -14,6 +14,7 @@ import (
 	"k8s.io/client-go/kubernetes"
 
 	"github.com/moat-net/moat/internal/kubetest"
+	"github.com/moat-net/moat/internal/testenv"
 	"github.com/moat-net/moat/tunnel/agent"
 	"github.com/moat-net/moat/tunnel/auth"
 	"github.com/moat-net/moat/tunnel/server"
@@ -26,7 +27,7 @@ import (
 // account or audience do not.
 func TestTokenReviewRealAPIServer(t *testing.T) {
 	if testing.Short() {
-		t.Skip("real kube-apiserver test skipped in -short mode")
+		testenv.Require(t, "a run without -short (this test starts a real kube-apiserver)")
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()

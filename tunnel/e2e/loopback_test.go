@@ -15,6 +15,7 @@ import (
 
 	"go.uber.org/goleak"
 
+	"github.com/moat-net/moat/cmd/moat-proxy-server/app/options"
 	"github.com/moat-net/moat/tunnel/agent"
 	"github.com/moat-net/moat/tunnel/server"
 )
@@ -77,7 +78,7 @@ func TestKonnectivityClient(t *testing.T) {
 // the error statuses.
 func TestHTTPConnect(t *testing.T) {
 	p := newPKI(t)
-	ps := startServer(t, p, serverOpts{mode: server.ModeHTTPConnect})
+	ps := startServer(t, p, serverOpts{mode: options.ModeHTTPConnect})
 	ctx := context.Background()
 
 	// No agent yet: 500.
@@ -122,7 +123,7 @@ func sizeFor(t *testing.T, full int64) int64 {
 // SHA-256 on the far side.
 func TestTransfer100MB(t *testing.T) {
 	p := newPKI(t)
-	for _, mode := range []string{server.ModeGRPC, server.ModeHTTPConnect} {
+	for _, mode := range []string{options.ModeGRPC, options.ModeHTTPConnect} {
 		t.Run(mode, func(t *testing.T) {
 			ps := startServer(t, p, serverOpts{mode: mode})
 			startAgent(t, p, ps.agentAddr, nil)
@@ -152,7 +153,7 @@ func TestTransfer100MB(t *testing.T) {
 }
 
 func dialer(t testing.TB, p *pki, mode string, ps *proxyServer) func(ctx context.Context, addr string) (net.Conn, error) {
-	if mode == server.ModeHTTPConnect {
+	if mode == options.ModeHTTPConnect {
 		return func(ctx context.Context, addr string) (net.Conn, error) {
 			c, _, err := connectDial(ctx, t, p, ps.frontAddr, addr)
 			return c, err
@@ -168,7 +169,7 @@ func dialer(t testing.TB, p *pki, mode string, ps *proxyServer) func(ctx context
 // the second transfer never finishes.
 func TestStalledReader(t *testing.T) {
 	p := newPKI(t)
-	for _, mode := range []string{server.ModeGRPC, server.ModeHTTPConnect} {
+	for _, mode := range []string{options.ModeGRPC, options.ModeHTTPConnect} {
 		t.Run(mode, func(t *testing.T) {
 			ps := startServer(t, p, serverOpts{mode: mode})
 			startAgent(t, p, ps.agentAddr, nil)
@@ -225,7 +226,7 @@ func TestStalledReader(t *testing.T) {
 // trigger that.
 func TestUpstreamProtocol(t *testing.T) {
 	p := newPKI(t)
-	ps := startServer(t, p, serverOpts{mode: server.ModeHTTPConnect, cfg: server.Config{MaxQueue: 512 << 20}})
+	ps := startServer(t, p, serverOpts{mode: options.ModeHTTPConnect, cfg: server.Config{MaxQueue: 512 << 20}})
 	startAgent(t, p, ps.agentAddr, func(c *agent.Config) { c.NoExtensions = true; c.MaxQueue = 512 << 20 })
 	eventually(t, "agent tunnel", ps.srv.Ready)
 	be := startBackend(t, "tcp", "127.0.0.1:0")

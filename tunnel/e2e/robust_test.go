@@ -27,6 +27,7 @@ import (
 	"k8s.io/client-go/rest"
 	"sigs.k8s.io/apiserver-network-proxy/konnectivity-client/proto/client"
 
+	"github.com/moat-net/moat/cmd/moat-proxy-server/app/options"
 	"github.com/moat-net/moat/tunnel/agent"
 	"github.com/moat-net/moat/tunnel/auth"
 	"github.com/moat-net/moat/tunnel/dest"
@@ -361,7 +362,7 @@ func TestAgentRejected(t *testing.T) {
 // server and new connections work.
 func TestServerRestart(t *testing.T) {
 	p := newPKI(t)
-	ps := startServer(t, p, serverOpts{mode: server.ModeHTTPConnect})
+	ps := startServer(t, p, serverOpts{mode: options.ModeHTTPConnect})
 	pa := startAgent(t, p, ps.agentAddr, nil)
 	eventually(t, "agent tunnel", ps.srv.Ready)
 	be := startBackend(t, "tcp", "127.0.0.1:0")
@@ -384,7 +385,7 @@ func TestServerRestart(t *testing.T) {
 		t.Fatal("connection hung after the server stopped")
 	}
 	eventually(t, "agent notices", func() bool { return !pa.a.Ready() })
-	ps2 := startServer(t, p, serverOpts{mode: server.ModeHTTPConnect, agentAddr: ps.agentAddr})
+	ps2 := startServer(t, p, serverOpts{mode: options.ModeHTTPConnect, agentAddr: ps.agentAddr})
 	eventually(t, "agent reconnects", ps2.srv.Ready)
 	c2, _, err := connectDial(ctx, t, p, ps2.frontAddr, be.Addr().String())
 	if err != nil {
@@ -401,7 +402,7 @@ func TestServerRestart(t *testing.T) {
 // checks each one's echo.
 func TestThousandConnections(t *testing.T) {
 	p := newPKI(t)
-	ps := startServer(t, p, serverOpts{mode: server.ModeHTTPConnect})
+	ps := startServer(t, p, serverOpts{mode: options.ModeHTTPConnect})
 	pa := startAgent(t, p, ps.agentAddr, nil)
 	eventually(t, "agent tunnel", ps.srv.Ready)
 	be := startBackend(t, "tcp", "127.0.0.1:0")
@@ -453,6 +454,11 @@ func udsConnect(uds, address string) (net.Conn, error) {
 	if err != nil {
 		return nil, err
 	}
+	return connectOn(nc, address)
+}
+
+// connectOn sends CONNECT address on nc and waits for the 200.
+func connectOn(nc net.Conn, address string) (net.Conn, error) {
 	fmt.Fprintf(nc, "CONNECT %s HTTP/1.1\r\nHost: %s\r\n\r\n", address, address)
 	br := newBufReader(nc)
 	resp, err := http.ReadResponse(br, &http.Request{Method: http.MethodConnect})

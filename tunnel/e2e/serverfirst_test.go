@@ -14,6 +14,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/moat-net/moat/cmd/moat-proxy-server/app/options"
 	"github.com/moat-net/moat/tunnel/agent"
 	"github.com/moat-net/moat/tunnel/dest"
 	"github.com/moat-net/moat/tunnel/server"
@@ -155,7 +156,7 @@ func TestServerFirst(t *testing.T) {
 
 	t.Run("http-connect-1MB", func(t *testing.T) {
 		srvReg, agReg := prometheus.NewRegistry(), prometheus.NewRegistry()
-		ps := startServer(t, p, serverOpts{mode: server.ModeHTTPConnect, cfg: server.Config{Registry: srvReg}})
+		ps := startServer(t, p, serverOpts{mode: options.ModeHTTPConnect, cfg: server.Config{Registry: srvReg}})
 		startAgent(t, p, ps.agentAddr, func(c *agent.Config) { c.Registry = agReg })
 		eventually(t, "agent tunnel", ps.srv.Ready)
 		want, _ := payload(nil, 77, 1<<20)

@@ -5,6 +5,8 @@ import (
 
 	"google.golang.org/grpc/mem"
 	"google.golang.org/protobuf/proto"
+
+	tproto "github.com/moat-net/moat/tunnel/proto"
 )
 
 // Codec is the "proto" codec with its buffers taken from a Pool: grpc-go's
@@ -16,8 +18,12 @@ type Codec struct{ Pool *Pool }
 // Name is the content subtype, the same as grpc-go's proto codec.
 func (Codec) Name() string { return "proto" }
 
-// Marshal encodes v into one pooled buffer.
+// Marshal encodes v into one pooled buffer; a *proto.OutData keeps its
+// payload buffers (no copy).
 func (c Codec) Marshal(v any) (mem.BufferSlice, error) {
+	if d, ok := v.(*tproto.OutData); ok {
+		return d.Marshal(), nil
+	}
 	m, ok := v.(proto.Message)
 	if !ok {
 		return nil, fmt.Errorf("grpcbuf: marshal %T: not a proto.Message", v)
@@ -34,8 +40,15 @@ func (c Codec) Marshal(v any) (mem.BufferSlice, error) {
 }
 
 // Unmarshal decodes data into v; proto.Unmarshal copies what it keeps, so
-// the buffers can be released afterwards.
+// the buffers can be released afterwards. A *proto.Frame keeps a large DATA
+// payload in the receive buffers, with references of its own.
 func (c Codec) Unmarshal(data mem.BufferSlice, v any) error {
+	if f, ok := v.(*tproto.Frame); ok {
+		if err := f.Unmarshal(data, c.Pool); err != nil {
+			return fmt.Errorf("grpcbuf: unmarshal: %w", err)
+		}
+		return nil
+	}
 	m, ok := v.(proto.Message)
 	if !ok {
 		return fmt.Errorf("grpcbuf: unmarshal %T: not a proto.Message", v)

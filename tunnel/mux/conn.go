@@ -9,6 +9,8 @@ import (
 	"sync/atomic"
 	"time"
 
+	"google.golang.org/grpc/mem"
+
 	"github.com/moat-net/moat/tunnel/proto"
 )
 
@@ -22,8 +24,11 @@ var ErrClosed = errors.New("connection closed")
 // reserved while it waits for the peer's CLOSE_RSP.
 const closeLinger = 30 * time.Second
 
-// Conn is one tunneled connection. Read/WriteTo deliver the peer's data in
-// order, Write/ReadFrom send data within the connection's credit.
+// Conn is one tunneled connection. Read/WriteTo/StartDrain deliver the
+// peer's data in order, Write/WriteBuffer/ReadFrom send data within the
+// connection's credit. The peer's data stays in the buffers it was received
+// into until it is written out, and data read from a socket goes to the
+// transport in the buffer it was read into: the mux copies no payload.
 type Conn struct {
 	s         *Session
 	key       key
@@ -31,7 +36,8 @@ type Conn struct {
 
 	mu       sync.Mutex
 	cond     sync.Cond
-	queue    [][]byte
+	queue    []mem.Buffer // owned; queue[0] has head bytes delivered already
+	head     int
 	queued   int
 	eof      bool  // peer closed: deliver the queue, then io.EOF
 	err      error // fatal: session gone or overflow
@@ -75,28 +81,76 @@ func (c *Conn) limit() int {
 	return c.s.cfg.MaxQueue
 }
 
-// push is called by the read loop; it never blocks.
-func (c *Conn) push(b []byte) {
+// push is called by the read loop with a payload it hands over; it never
+// blocks.
+func (c *Conn) push(bs mem.BufferSlice) {
 	c.mu.Lock()
 	if c.closed || c.err != nil || c.eof {
 		c.mu.Unlock()
+		bs.Free()
 		return
 	}
-	if c.queued+len(b) > c.limit() {
+	n := bs.Len()
+	if c.queued+n > c.limit() {
 		c.mu.Unlock()
+		bs.Free()
 		c.s.cfg.Metrics.badPacket("queue_overflow")
-		c.s.cfg.Log.Warn("closing connection: receive queue overflow", "origin", c.key.origin.String(), "connectID", c.key.id, "limit", c.limit())
+		c.s.cfg.Log.Info("Closing connection: receive queue overflow", "origin", c.key.origin.String(), "connectID", c.key.id, "limit", c.limit())
 		c.abort(ErrOverflow)
 		return
 	}
-	c.queue = append(c.queue, b)
-	c.queued += len(b)
+	c.queue = append(c.queue, bs...)
+	c.queued += n
 	start := c.kickLocked()
 	c.mu.Unlock()
 	c.cond.Broadcast()
 	if start {
 		go c.drainLoop()
 	}
+}
+
+// takeLocked removes and returns the whole queue.
+func (c *Conn) takeLocked() mem.BufferSlice {
+	q := mem.BufferSlice(c.queue)
+	if c.head > 0 {
+		rest := q[0].Slice(c.head, q[0].Len())
+		q[0].Free()
+		q[0] = rest
+	}
+	c.queue, c.head, c.queued = nil, 0, 0
+	return q
+}
+
+// freeQueueLocked drops everything queued.
+func (c *Conn) freeQueueLocked() {
+	mem.BufferSlice(c.queue).Free()
+	c.queue, c.head, c.queued = nil, 0, 0
+}
+
+// BuffersWriter is a destination that takes buffers over instead of
+// copying them (the gRPC frontend sends them on as they are).
+type BuffersWriter interface {
+	// WriteBuffers writes bs and frees it, whatever happens; it returns
+	// the bytes written.
+	WriteBuffers(bs mem.BufferSlice) (int, error)
+}
+
+// writeBuffers writes bs to w and frees it: handed over to a
+// BuffersWriter, otherwise gathered into one writev where w is a socket.
+func writeBuffers(w io.Writer, bs mem.BufferSlice) (int, error) {
+	if bw, ok := w.(BuffersWriter); ok {
+		return bw.WriteBuffers(bs)
+	}
+	defer bs.Free()
+	if len(bs) == 1 {
+		return w.Write(bs[0].ReadOnlyData())
+	}
+	nb := make(net.Buffers, len(bs))
+	for i, b := range bs {
+		nb[i] = b.ReadOnlyData()
+	}
+	n, err := nb.WriteTo(w)
+	return int(n), err
 }
 
 // kickLocked reports whether a drain goroutine must be started (and marks
@@ -149,22 +203,18 @@ func (c *Conn) drainLoop() {
 			done(err)
 			return
 		}
-		q := c.queue
-		c.queue, c.queued = nil, 0
+		q := c.takeLocked()
 		w := c.drainW
 		c.mu.Unlock()
-		for i, b := range q {
-			n, werr := w.Write(b)
-			q[i] = nil
-			c.consume(n)
-			if werr != nil {
-				c.mu.Lock()
-				c.running, c.drainEnd = false, true
-				done := c.drainDone
-				c.mu.Unlock()
-				done(werr)
-				return
-			}
+		n, werr := writeBuffers(w, q)
+		c.consume(n)
+		if werr != nil {
+			c.mu.Lock()
+			c.running, c.drainEnd = false, true
+			done := c.drainDone
+			c.mu.Unlock()
+			done(werr)
+			return
 		}
 	}
 }
@@ -200,7 +250,7 @@ func (c *Conn) fail(err error) {
 	}
 	was := c.closed
 	c.closed = true
-	c.queue, c.queued = nil, 0
+	c.freeQueueLocked()
 	start := c.kickLocked()
 	c.mu.Unlock()
 	c.cond.Broadcast()
@@ -228,7 +278,7 @@ func (c *Conn) released() {
 }
 
 // take waits for queued data; it returns the whole queue, or an error.
-func (c *Conn) take() ([][]byte, error) {
+func (c *Conn) take() (mem.BufferSlice, error) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	for len(c.queue) == 0 {
@@ -243,9 +293,7 @@ func (c *Conn) take() ([][]byte, error) {
 		}
 		c.cond.Wait()
 	}
-	q := c.queue
-	c.queue, c.queued = nil, 0
-	return q, nil
+	return c.takeLocked(), nil
 }
 
 // consume returns credit for n delivered bytes once enough has accumulated.
@@ -274,14 +322,11 @@ func (c *Conn) WriteTo(w io.Writer) (int64, error) {
 			}
 			return total, err
 		}
-		for i, b := range q {
-			n, werr := w.Write(b)
-			total += int64(n)
-			q[i] = nil
-			c.consume(n)
-			if werr != nil {
-				return total, werr
-			}
+		n, werr := writeBuffers(w, q)
+		total += int64(n)
+		c.consume(n)
+		if werr != nil {
+			return total, werr
 		}
 	}
 }
@@ -304,12 +349,18 @@ func (c *Conn) Read(p []byte) (int, error) {
 		}
 		c.cond.Wait()
 	}
-	n := copy(p, c.queue[0])
-	if n == len(c.queue[0]) {
+	n := 0
+	for n < len(p) && len(c.queue) > 0 {
+		d := c.queue[0].ReadOnlyData()[c.head:]
+		k := copy(p[n:], d)
+		n += k
+		if k < len(d) {
+			c.head += k
+			break
+		}
+		c.queue[0].Free()
 		c.queue[0] = nil
-		c.queue = c.queue[1:]
-	} else {
-		c.queue[0] = c.queue[0][n:]
+		c.queue, c.head = c.queue[1:], 0
 	}
 	c.queued -= n
 	c.mu.Unlock()
@@ -340,35 +391,69 @@ func (c *Conn) reserve(want int) (int, error) {
 	}
 }
 
-// Write sends p as DATA packets within the connection's credit. It blocks
-// while the window is spent, which stops the caller reading its socket: that
-// is the backpressure.
+// Write sends a copy of p as DATA packets within the connection's credit.
+// It blocks while the window is spent, which stops the caller reading its
+// socket: that is the backpressure.
 func (c *Conn) Write(p []byte) (int, error) {
 	sent := 0
 	for sent < len(p) {
-		want := len(p) - sent
-		if want > c.s.cfg.MaxChunk {
-			want = c.s.cfg.MaxChunk
-		}
-		n, err := c.reserve(want)
-		if err != nil {
+		n := min(len(p)-sent, c.s.cfg.MaxChunk)
+		if err := c.WriteBuffer(mem.Copy(p[sent:sent+n], c.s.cfg.Pool)); err != nil {
 			return sent, err
 		}
-		if err := c.s.sendData(c, proto.Data(c.key.origin, c.key.id, p[sent:sent+n])); err != nil {
-			return sent, err
-		}
-		c.s.cfg.Metrics.bytes(c.key.origin, "sent", n)
 		sent += n
 	}
 	return sent, nil
 }
 
+// WriteBuffer sends b as DATA packets within the connection's credit and
+// takes b over: it goes to the transport without a copy, which frees it
+// once written.
+func (c *Conn) WriteBuffer(b mem.Buffer) error {
+	for b.Len() > 0 {
+		n, err := c.reserve(min(b.Len(), c.s.cfg.MaxChunk))
+		if err != nil {
+			b.Free()
+			return err
+		}
+		part := b
+		if n < b.Len() {
+			part = b.Slice(0, n)
+			rest := b.Slice(n, b.Len())
+			b.Free()
+			b = rest
+		} else {
+			b = nil
+		}
+		if err := c.s.sendData(c, &proto.OutData{Origin: c.key.origin, ConnectID: c.key.id, Payload: mem.BufferSlice{part}}); err != nil {
+			if b != nil {
+				b.Free()
+			}
+			return err
+		}
+		c.s.cfg.Metrics.bytes(c.key.origin, "sent", n)
+		if b == nil {
+			return nil
+		}
+	}
+	b.Free()
+	return nil
+}
+
+// WriteBuffers is WriteBuffer for each of bs.
+func (c *Conn) WriteBuffers(bs mem.BufferSlice) error {
+	for i, b := range bs {
+		if err := c.WriteBuffer(b); err != nil {
+			mem.BufferSlice(bs[i+1:]).Free()
+			return err
+		}
+	}
+	return nil
+}
+
 // ReadFrom sends everything read from r until EOF or an error.
 func (c *Conn) ReadFrom(r io.Reader) (int64, error) {
-	return readChunks(r, c.s.cfg.MaxChunk, func(b []byte) error {
-		_, err := c.Write(b)
-		return err
-	})
+	return readChunks(r, c.s.cfg.MaxChunk, c.s.cfg.Pool, c.WriteBuffer)
 }
 
 // Close releases the connection and tells the peer: CLOSE_REQ if this side
@@ -381,7 +466,7 @@ func (c *Conn) Close() error {
 	}
 	c.closed = true
 	peerClosed := c.eof
-	c.queue, c.queued = nil, 0
+	c.freeQueueLocked()
 	start := c.kickLocked()
 	// The close is queued with c.mu held: a credit update (queued under
 	// c.mu too) cannot follow it, and sendData drops DATA after it.

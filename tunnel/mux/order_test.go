@@ -28,22 +28,28 @@ type sentPacket struct {
 	id  int64
 }
 
-func (r *recorder) Send(p *client.Packet) error {
-	var id int64
-	switch p.Type {
-	case client.PacketType_DIAL_RSP:
-		id = p.GetDialResponse().ConnectID
-	case client.PacketType_DATA:
-		id = p.GetData().ConnectID
-	case client.PacketType_CLOSE_RSP:
-		id = p.GetCloseResponse().ConnectID
-	case client.PacketType_CLOSE_REQ:
-		id = p.GetCloseRequest().ConnectID
+func (r *recorder) SendMsg(m any) error {
+	var sp sentPacket
+	switch p := m.(type) {
+	case *proto.OutData:
+		sp = sentPacket{client.PacketType_DATA, p.ConnectID}
+	case *client.Packet:
+		sp.typ = p.Type
+		switch p.Type {
+		case client.PacketType_DIAL_RSP:
+			sp.id = p.GetDialResponse().ConnectID
+		case client.PacketType_DATA:
+			sp.id = p.GetData().ConnectID
+		case client.PacketType_CLOSE_RSP:
+			sp.id = p.GetCloseResponse().ConnectID
+		case client.PacketType_CLOSE_REQ:
+			sp.id = p.GetCloseRequest().ConnectID
+		}
 	}
 	r.mu.Lock()
-	r.sent = append(r.sent, sentPacket{p.Type, id})
+	r.sent = append(r.sent, sp)
 	r.mu.Unlock()
-	return r.Stream.Send(p)
+	return r.Stream.SendMsg(m)
 }
 
 // run starts a session over st until the test ends.

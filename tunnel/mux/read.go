@@ -3,47 +3,38 @@ package mux
 import (
 	"errors"
 	"io"
-	"sync"
 	"syscall"
+
+	"google.golang.org/grpc/mem"
 )
-
-var chunkPools sync.Map // size -> *sync.Pool
-
-func pool(size int) *sync.Pool {
-	if p, ok := chunkPools.Load(size); ok {
-		return p.(*sync.Pool)
-	}
-	p, _ := chunkPools.LoadOrStore(size, &sync.Pool{New: func() any { b := make([]byte, size); return &b }})
-	return p.(*sync.Pool)
-}
 
 // smallRead bounds the buffer held by a reader that cannot wait for
 // readability without one (TLS, buffered readers): one TLS record.
 const smallRead = 16 << 10
 
-// readChunks reads r and hands each chunk to send; the buffer is reused after
-// send returns, which is safe because a gRPC Send marshals before returning.
+// readChunks reads r into buffers from pool and hands each one over to
+// send, which owns it from then on (the transport frees it once written).
 // For sockets it waits for readability without holding a buffer, so an idle
 // connection costs no buffer memory.
-func readChunks(r io.Reader, size int, send func([]byte) error) (int64, error) {
+func readChunks(r io.Reader, size int, pool mem.BufferPool, send func(mem.Buffer) error) (int64, error) {
 	if sc, ok := r.(syscall.Conn); ok {
 		if rc, err := sc.SyscallConn(); err == nil {
-			return readRaw(rc, size, send)
+			return readRaw(rc, size, pool, send)
 		}
 	}
 	size = min(size, smallRead)
-	p := pool(size)
-	bp := p.Get().(*[]byte)
-	defer p.Put(bp)
-	buf := *bp
 	var total int64
 	for {
-		n, err := r.Read(buf)
+		bp := pool.Get(size)
+		n, err := r.Read(*bp)
 		if n > 0 {
 			total += int64(n)
-			if serr := send(buf[:n]); serr != nil {
+			*bp = (*bp)[:n]
+			if serr := send(mem.NewBuffer(bp, pool)); serr != nil {
 				return total, serr
 			}
+		} else {
+			pool.Put(bp)
 		}
 		if err != nil {
 			if errors.Is(err, io.EOF) {
@@ -54,15 +45,14 @@ func readChunks(r io.Reader, size int, send func([]byte) error) (int64, error) {
 	}
 }
 
-func readRaw(rc syscall.RawConn, size int, send func([]byte) error) (int64, error) {
-	p := pool(size)
+func readRaw(rc syscall.RawConn, size int, pool mem.BufferPool, send func(mem.Buffer) error) (int64, error) {
 	var total int64
 	for {
 		var bp *[]byte
 		var n int
 		var rerr error
 		err := rc.Read(func(fd uintptr) bool {
-			b := p.Get().(*[]byte)
+			b := pool.Get(size)
 			for {
 				n, rerr = syscall.Read(int(fd), *b)
 				if rerr != syscall.EINTR {
@@ -70,7 +60,7 @@ func readRaw(rc syscall.RawConn, size int, send func([]byte) error) (int64, erro
 				}
 			}
 			if rerr == syscall.EAGAIN {
-				p.Put(b)
+				pool.Put(b)
 				return false // wait for readability, holding nothing
 			}
 			bp = b
@@ -78,22 +68,21 @@ func readRaw(rc syscall.RawConn, size int, send func([]byte) error) (int64, erro
 		})
 		if err != nil {
 			if bp != nil {
-				p.Put(bp)
+				pool.Put(bp)
 			}
 			return total, err
 		}
 		if rerr != nil {
-			p.Put(bp)
+			pool.Put(bp)
 			return total, rerr
 		}
 		if n <= 0 {
-			p.Put(bp)
+			pool.Put(bp)
 			return total, nil // EOF
 		}
 		total += int64(n)
-		serr := send((*bp)[:n])
-		p.Put(bp)
-		if serr != nil {
+		*bp = (*bp)[:n]
+		if serr := send(mem.NewBuffer(bp, pool)); serr != nil {
 			return total, serr
 		}
 	}

@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"log/slog"
 	"math"
 	"math/rand/v2"
 	"net"
@@ -13,15 +12,21 @@ import (
 	"sync/atomic"
 	"time"
 
+	"google.golang.org/grpc/mem"
+	"k8s.io/klog/v2"
 	"sigs.k8s.io/apiserver-network-proxy/konnectivity-client/proto/client"
 
+	"github.com/moat-net/moat/tunnel/grpcbuf"
 	"github.com/moat-net/moat/tunnel/proto"
 )
 
-// Stream is one bidirectional Packet stream (an AgentService/Connect call).
+// Stream is one bidirectional Packet stream (an AgentService/Connect call),
+// with a codec that understands proto.OutData and proto.Frame
+// (grpcbuf.Codec): SendMsg takes a *client.Packet or a *proto.OutData,
+// RecvMsg fills a *proto.Frame.
 type Stream interface {
-	Send(*client.Packet) error
-	Recv() (*client.Packet, error)
+	SendMsg(m any) error
+	RecvMsg(m any) error
 }
 
 // DialFunc makes the real TCP dial for a DIAL_REQ received from the peer.
@@ -50,10 +55,13 @@ type Config struct {
 	Dial DialFunc
 	// OnDrain is called when the peer sends DRAIN.
 	OnDrain func()
+	// Pool provides the buffers sockets are read into (default: a
+	// grpcbuf.Pool); it should be the stream's transport pool.
+	Pool mem.BufferPool
 	// Metrics may be nil.
 	Metrics *Metrics
 	// Log may be nil.
-	Log *slog.Logger
+	Log klog.Logger
 }
 
 func (c *Config) defaults() {
@@ -72,8 +80,8 @@ func (c *Config) defaults() {
 	if c.DialTimeout <= 0 {
 		c.DialTimeout = 10 * time.Second
 	}
-	if c.Log == nil {
-		c.Log = slog.New(slog.DiscardHandler)
+	if c.Pool == nil {
+		c.Pool = grpcbuf.New()
 	}
 }
 
@@ -205,26 +213,31 @@ func (s *Session) send(p *client.Packet) error {
 
 // sendData sends a DATA packet of c unless c's close has been queued
 // already: nothing of a connection may follow its CLOSE_REQ or CLOSE_RSP.
-func (s *Session) sendData(c *Conn, p *client.Packet) error {
+// The payload is handed over (freed here if it is not sent).
+func (s *Session) sendData(c *Conn, d *proto.OutData) error {
 	s.sendMu.Lock()
 	defer s.sendMu.Unlock()
-	if err := s.flushLocked(); err != nil {
-		return err
+	err := s.flushLocked()
+	if err == nil && c.closeQueued.Load() {
+		err = ErrClosed
 	}
-	if c.closeQueued.Load() {
-		return ErrClosed
+	if err == nil {
+		err = s.sendMsg(d, "DATA")
 	}
-	return s.sendLocked(p)
+	d.Payload.Free() // nil once the codec took it
+	return err
 }
 
-func (s *Session) sendLocked(p *client.Packet) error {
+func (s *Session) sendLocked(p *client.Packet) error { return s.sendMsg(p, p.Type.String()) }
+
+func (s *Session) sendMsg(m any, what string) error {
 	select {
 	case <-s.done:
 		return ErrSessionClosed
 	default:
 	}
-	if err := s.st.Send(p); err != nil {
-		return fmt.Errorf("send %s: %w", p.Type, err)
+	if err := s.st.SendMsg(m); err != nil {
+		return fmt.Errorf("send %s: %w", what, err)
 	}
 	return nil
 }
@@ -255,7 +268,7 @@ func (s *Session) queue(p *client.Packet) {
 	s.ctrlMu.Unlock()
 	if n > 1<<16 {
 		// A peer that provokes this many replies without reading is abusive.
-		s.cfg.Log.Warn("control queue overflow, closing tunnel", "queued", n)
+		s.cfg.Log.Info("Control queue overflow, closing tunnel", "queued", n)
 		go s.shutdown(errors.New("control queue overflow"))
 		return
 	}
@@ -285,17 +298,21 @@ func (s *Session) writeLoop() {
 
 func (s *Session) readLoop() error {
 	for {
-		p, err := s.st.Recv()
-		if err != nil {
+		var f proto.Frame
+		if err := s.st.RecvMsg(&f); err != nil {
 			return err
 		}
-		s.handle(p)
+		if f.Packet == nil { // a DATA packet that kept its buffers
+			s.handleData(f.ConnectID, f.Ext, f.Payload)
+			continue
+		}
+		s.handle(f.Packet)
 	}
 }
 
 func (s *Session) bad(reason string, p *client.Packet, err error) {
 	s.cfg.Metrics.badPacket(reason)
-	s.cfg.Log.Warn("dropped packet", "reason", reason, "type", p.GetType().String(), "err", err)
+	s.cfg.Log.Info("Dropped packet", "reason", reason, "type", p.GetType().String(), "err", err)
 }
 
 func (s *Session) handle(p *client.Packet) {
@@ -317,7 +334,11 @@ func (s *Session) handle(p *client.Packet) {
 	case client.PacketType_DIAL_CLS:
 		s.handleDialCls(p.GetCloseDial(), ext)
 	case client.PacketType_DATA:
-		s.handleData(p.GetData(), ext)
+		var payload mem.BufferSlice
+		if d := p.GetData().Data; len(d) > 0 {
+			payload = mem.BufferSlice{mem.SliceBuffer(d)} // decoded into its own slice
+		}
+		s.handleData(p.GetData().ConnectID, ext, payload)
 	case client.PacketType_CLOSE_REQ:
 		s.handleCloseReq(p.GetCloseRequest(), ext)
 	case client.PacketType_CLOSE_RSP:
@@ -335,12 +356,6 @@ func (s *Session) peerOrigin() proto.Origin {
 		return proto.OriginControlPlane
 	}
 	return proto.OriginNode
-}
-
-func (s *Session) lookup(k key) *Conn {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.conns[k]
 }
 
 // lookupOrClosed is lookup that also reports whether k is a connection
@@ -411,7 +426,7 @@ func (s *Session) dialFor(ctx context.Context, cancel context.CancelFunc, peer p
 	if err != nil {
 		s.mu.Unlock()
 		s.cfg.Metrics.dial(peer, "error", time.Since(start))
-		s.cfg.Log.Info("dial failed", "origin", peer.String(), "address", address, "err", err)
+		s.cfg.Log.V(2).Info("Dial failed", "origin", peer.String(), "address", address, "err", err)
 		if stillPending {
 			s.queue(proto.DialRsp(peer, random, 0, err.Error()))
 		}
@@ -422,7 +437,13 @@ func (s *Session) dialFor(ctx context.Context, cancel context.CancelFunc, peer p
 	s.conns[c.key] = c
 	s.mu.Unlock()
 	s.cfg.Metrics.dial(peer, "ok", time.Since(start))
-	s.queue(proto.DialRsp(peer, random, c.key.id, ""))
+	// Sent from here rather than queued for the writer: one goroutine
+	// handoff less on every new connection's critical path.
+	if err := s.send(proto.DialRsp(peer, random, c.key.id, "")); err != nil {
+		c.fail(err)
+		nc.Close()
+		return
+	}
 	go Pipe(nc, c)
 }
 
@@ -538,10 +559,12 @@ func (s *Session) handleDialCls(r *client.CloseDial, ext proto.Ext) {
 	}
 }
 
-func (s *Session) handleData(d *client.Data, ext proto.Ext) {
-	k := key{ext.Origin, d.ConnectID}
+// handleData delivers a DATA packet's payload, which it takes over.
+func (s *Session) handleData(id int64, ext proto.Ext, payload mem.BufferSlice) {
+	k := key{ext.Origin, id}
 	c, closed := s.lookupOrClosed(k)
 	if c == nil {
+		payload.Free()
 		if closed {
 			// In flight when this side closed it: the peer has our
 			// CLOSE_RSP on its way and releases its end on it.
@@ -554,14 +577,16 @@ func (s *Session) handleData(d *client.Data, ext proto.Ext) {
 		return
 	}
 	if ext.Credit != 0 {
+		payload.Free()
 		c.addCredit(ext.Credit)
 		return
 	}
-	if len(d.Data) == 0 {
+	n := payload.Len()
+	if n == 0 {
 		return
 	}
-	s.cfg.Metrics.bytes(ext.Origin, "received", len(d.Data))
-	c.push(d.Data)
+	s.cfg.Metrics.bytes(ext.Origin, "received", n)
+	c.push(payload)
 }
 
 // replyUnknown answers a packet for a connection this side does not know, so

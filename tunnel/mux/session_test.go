@@ -9,44 +9,76 @@ import (
 	"testing"
 	"time"
 
-	gproto "google.golang.org/protobuf/proto"
+	"google.golang.org/grpc/mem"
 	"sigs.k8s.io/apiserver-network-proxy/konnectivity-client/proto/client"
 
+	"github.com/moat-net/moat/tunnel/grpcbuf"
 	"github.com/moat-net/moat/tunnel/proto"
 )
 
-// chanStream is one end of an in-memory Packet stream pair.
+// chanStream is one end of an in-memory Packet stream pair. Messages go
+// through the tunnel's codec and arrive in fresh 16 KiB buffers, as HTTP/2
+// frames do: what a sender hands over is freed, never seen by the receiver.
 type chanStream struct {
-	in, out chan *client.Packet
+	in, out chan mem.BufferSlice
 	done    chan struct{}
 	once    *sync.Once
 }
 
+var testCodec = grpcbuf.Codec{Pool: grpcbuf.New()}
+
 func pair() (*chanStream, *chanStream) {
-	a2b, b2a := make(chan *client.Packet, 1024), make(chan *client.Packet, 1024)
+	a2b, b2a := make(chan mem.BufferSlice, 1024), make(chan mem.BufferSlice, 1024)
 	done, once := make(chan struct{}), &sync.Once{}
 	return &chanStream{in: b2a, out: a2b, done: done, once: once}, &chanStream{in: a2b, out: b2a, done: done, once: once}
 }
 
-func (c *chanStream) Send(p *client.Packet) error {
-	// Copy, as a real transport marshals before Send returns: senders reuse
-	// their buffers afterwards.
-	p = gproto.Clone(p).(*client.Packet)
+func (c *chanStream) SendMsg(m any) error {
+	bs, err := testCodec.Marshal(m)
+	if err != nil {
+		return err
+	}
+	wire := bs.Materialize()
+	bs.Free()
+	var frames mem.BufferSlice
+	for len(wire) > 0 {
+		n := min(len(wire), 16<<10)
+		frames = append(frames, mem.Copy(wire[:n], testCodec.Pool))
+		wire = wire[n:]
+	}
 	select {
-	case c.out <- p:
+	case c.out <- frames:
 		return nil
+	case <-c.done:
+		frames.Free()
+		return io.EOF
+	}
+}
+
+func (c *chanStream) RecvMsg(m any) error {
+	select {
+	case bs := <-c.in:
+		defer bs.Free()
+		return testCodec.Unmarshal(bs, m)
 	case <-c.done:
 		return io.EOF
 	}
 }
 
+// Send and Recv are the Packet view of the stream, for tests that play a peer.
+func (c *chanStream) Send(p *client.Packet) error { return c.SendMsg(p) }
+
 func (c *chanStream) Recv() (*client.Packet, error) {
-	select {
-	case p := <-c.in:
-		return p, nil
-	case <-c.done:
-		return nil, io.EOF
+	var f proto.Frame
+	if err := c.RecvMsg(&f); err != nil {
+		return nil, err
 	}
+	if f.Packet == nil {
+		p := proto.Data(f.Ext.Origin, f.ConnectID, f.Payload.Materialize())
+		f.Payload.Free()
+		return p, nil
+	}
+	return f.Packet, nil
 }
 
 func (c *chanStream) close() { c.once.Do(func() { close(c.done) }) }
@@ -173,7 +205,7 @@ func TestStockOverflowClosesOnlyThatConnection(t *testing.T) {
 	// stock peer would, far beyond MaxQueue, without anyone draining it.
 	dc := waitConn(t, dia, c.ID())
 	for range 64 {
-		dc.push(make([]byte, 64<<10))
+		dc.push(mem.BufferSlice{mem.SliceBuffer(make([]byte, 64<<10))})
 	}
 	if _, err := dc.take(); !errors.Is(err, ErrOverflow) && !errors.Is(err, ErrClosed) {
 		// take may see data queued before the overflow; drain until the error.

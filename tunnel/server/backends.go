@@ -14,6 +14,9 @@ import (
 	"github.com/moat-net/moat/tunnel/proto"
 )
 
+// errNoAgent's text is upstream's, which clients may match on.
+//
+//lint:ignore ST1005 upstream's exact text
 var errNoAgent = errors.New("No agent available")
 
 // Strategy picks candidate agents for a destination (upstream --proxy-strategies).

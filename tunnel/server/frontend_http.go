@@ -26,7 +26,7 @@ func (s *Server) serveConnect(w http.ResponseWriter, r *http.Request) {
 	}
 	conn, err := s.dial(r.Context(), r.Host)
 	if err != nil {
-		s.log.Info("CONNECT failed", "address", r.Host, "err", err)
+		s.log.V(2).Info("CONNECT failed", "address", r.Host, "err", err)
 		http.Error(w, err.Error(), connectStatus(err))
 		return
 	}

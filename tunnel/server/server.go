@@ -7,7 +7,6 @@ package server
 import (
 	"context"
 	"fmt"
-	"log/slog"
 	"net"
 	"strconv"
 	"strings"
@@ -18,9 +17,11 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
+	"k8s.io/klog/v2"
 	"sigs.k8s.io/apiserver-network-proxy/konnectivity-client/proto/client"
 
 	"github.com/moat-net/moat/tunnel/dest"
+	"github.com/moat-net/moat/tunnel/grpcbuf"
 	"github.com/moat-net/moat/tunnel/mux"
 	"github.com/moat-net/moat/tunnel/proto"
 )
@@ -46,8 +47,9 @@ type Config struct {
 	DialTimeout time.Duration
 	// Window and MaxQueue tune per-connection flow control (see mux.Config).
 	Window, MaxQueue int
-	Log              *slog.Logger
-	Registry         prometheus.Registerer
+	// Log receives the server's structured log (the zero Logger discards).
+	Log      klog.Logger
+	Registry prometheus.Registerer
 }
 
 // Server holds the connected agents.
@@ -56,7 +58,10 @@ type Server struct {
 	backends *backends
 	metrics  *mux.Metrics
 	refused  prometheus.Counter
-	log      *slog.Logger
+	log      klog.Logger
+	// pool backs every gRPC buffer of both hops, so that buffers move
+	// between the agent stream and the frontends without copies.
+	pool *grpcbuf.Pool
 }
 
 // New returns a server; cfg.Registry defaults to a private registry.
@@ -69,9 +74,6 @@ func New(cfg Config) *Server {
 	}
 	if len(cfg.Strategies) == 0 {
 		cfg.Strategies = []Strategy{StrategyDefault}
-	}
-	if cfg.Log == nil {
-		cfg.Log = slog.New(slog.DiscardHandler)
 	}
 	if cfg.Registry == nil {
 		cfg.Registry = prometheus.NewRegistry()
@@ -91,6 +93,7 @@ func New(cfg Config) *Server {
 		metrics:  mux.NewMetrics(cfg.Registry),
 		refused:  refused,
 		log:      cfg.Log,
+		pool:     grpcbuf.New(),
 	}
 }
 
@@ -129,7 +132,7 @@ func (s *Server) Connect(st proto.AgentService_ConnectServer) error {
 			err = s.cfg.Auth.Authenticate(ctx, tok)
 		}
 		if err != nil {
-			s.log.Warn("agent rejected", "agentID", agentID, "err", err)
+			s.log.Info("Agent rejected", "agentID", agentID, "err", err)
 			s.metrics.BadPacket("unauthenticated")
 			return status.Errorf(codes.Unauthenticated, "agent %s: %v", agentID, err)
 		}
@@ -150,15 +153,16 @@ func (s *Server) Connect(st proto.AgentService_ConnectServer) error {
 		MaxQueue:    s.cfg.MaxQueue,
 		DialTimeout: s.cfg.DialTimeout,
 		Dial:        s.dialNode,
-		OnDrain:     func() { s.log.Info("agent draining", "agentID", agentID) },
+		OnDrain:     func() { s.log.Info("Agent draining", "agentID", agentID) },
+		Pool:        s.pool,
 		Metrics:     s.metrics,
-		Log:         s.log.With("agentID", agentID),
+		Log:         s.log.WithValues("agentID", agentID),
 	})
 	s.backends.add(b)
 	defer s.backends.remove(b)
-	s.log.Info("agent connected", "agentID", agentID, "features", feat.String())
+	s.log.Info("Agent connected", "agentID", agentID, "features", feat.String())
 	err := b.sess.Run(ctx)
-	s.log.Info("agent disconnected", "agentID", agentID, "err", err)
+	s.log.Info("Agent disconnected", "agentID", agentID, "err", err)
 	return nil
 }
 
@@ -184,7 +188,7 @@ func (s *Server) dialNode(ctx context.Context, o proto.Origin, address string) (
 	if err != nil {
 		s.refused.Inc()
 		s.metrics.Refused(o)
-		s.log.Warn("node dial refused", "address", address, "err", err)
+		s.log.Info("Node dial refused", "address", address, "err", err)
 		return nil, fmt.Errorf("dial refused: %w", err)
 	}
 	var nd net.Dialer

@@ -1,6 +1,7 @@
-// Package testpki creates throwaway CAs and certificates for tunnel tests,
-// written to a directory so that binaries can read them through flags.
-package testpki
+// Package pki creates throwaway CAs and certificates for tests, written to
+// a directory so that binaries (and servers such as kube-apiserver) can
+// read them through flags. Every test that needs TLS builds its PKI here.
+package pki
 
 import (
 	"crypto/ecdsa"

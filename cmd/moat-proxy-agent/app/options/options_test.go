@@ -1,4 +1,4 @@
-package agent
+package options
 
 import (
 	"strings"
@@ -23,14 +23,18 @@ func TestOptionsValidate(t *testing.T) {
 		{[]string{"--ca-cert=ca", "--bind-address=10.0.0.1", "--target=6443:[2001:db8::1]:6443"}, ""},
 		{[]string{"--ca-cert=ca", "--agent-identifiers=colour=red"}, "--agent-identifiers"},
 		{[]string{"--ca-cert=ca", "--sync-interval=0s"}, "--sync-interval"},
+		{[]string{"--ca-cert=ca", "--logging-format=xml"}, "logging"},
+		{[]string{"--ca-cert=ca", "--logging-format=json", "-v=2", "--feature-gates=EnableClusterToMasterTraffic=true"}, ""},
 	}
 	for _, c := range cases {
-		o, err := NewOptions()
+		o, err := New()
 		if err != nil {
 			t.Fatal(err)
 		}
 		fs := pflag.NewFlagSet("x", pflag.ContinueOnError)
-		o.AddFlags(fs)
+		for _, f := range o.Flags().FlagSets {
+			fs.AddFlagSet(f)
+		}
 		if err := fs.Parse(c.args); err != nil {
 			t.Fatalf("%v: %v", c.args, err)
 		}

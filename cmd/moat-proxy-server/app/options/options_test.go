@@ -1,4 +1,4 @@
-package server
+package options
 
 import (
 	"strings"
@@ -6,6 +6,23 @@ import (
 
 	"github.com/spf13/pflag"
 )
+
+// parse applies args to fresh options as the command line would.
+func parse(t *testing.T, args []string) *Options {
+	t.Helper()
+	o, err := New()
+	if err != nil {
+		t.Fatal(err)
+	}
+	fs := pflag.NewFlagSet("x", pflag.ContinueOnError)
+	for _, f := range o.Flags().FlagSets {
+		fs.AddFlagSet(f)
+	}
+	if err := fs.Parse(args); err != nil {
+		t.Fatalf("%v: %v", args, err)
+	}
+	return o
+}
 
 func TestOptionsValidate(t *testing.T) {
 	base := []string{"--cluster-cert=c", "--cluster-key=k", "--cluster-ca-cert=ca", "--uds-name=/tmp/s", "--server-port=0"}
@@ -27,23 +44,30 @@ func TestOptionsValidate(t *testing.T) {
 		{[]string{"--cluster-ca-cert="}, "--cluster-ca-cert or --agent-service-account"},
 		{[]string{"--cluster-ca-cert=", "--agent-namespace=kube-system", "--agent-service-account=konnectivity-agent"}, ""},
 		{[]string{"--feature-gates=EnableClusterToMasterTraffic=true", "--allowed-destination=localhost:6443"}, ""},
+		{[]string{"--logging-format=xml"}, "logging"},
+		{[]string{"--logging-format=json", "-v=4"}, ""},
+		{[]string{"--enable-profiling", "--admin-port=0"}, "--enable-profiling"},
 	}
 	for _, c := range cases {
-		o, err := NewOptions()
-		if err != nil {
-			t.Fatal(err)
-		}
-		fs := pflag.NewFlagSet("x", pflag.ContinueOnError)
-		o.AddFlags(fs)
-		if err := fs.Parse(append(append([]string{}, base...), c.args...)); err != nil {
-			t.Fatalf("%v: %v", c.args, err)
-		}
-		err = o.Validate()
+		o := parse(t, append(append([]string{}, base...), c.args...))
+		err := o.Validate()
 		if c.wantErr == "" && err != nil {
 			t.Errorf("%v: %v", c.args, err)
 		}
 		if c.wantErr != "" && (err == nil || !strings.Contains(err.Error(), c.wantErr)) {
 			t.Errorf("%v: err %v, want mention of %q", c.args, err, c.wantErr)
 		}
+	}
+}
+
+// The gate and the allow list reach the server's configuration.
+func TestConfig(t *testing.T) {
+	o := parse(t, []string{"--feature-gates=EnableClusterToMasterTraffic=true", "--allowed-destination=localhost:6443", "--proxy-strategies=destHost,default"})
+	c := o.Config()
+	if !c.NodeToControlPlane || c.Allowed.Len() != 1 || len(c.Strategies) != 2 {
+		t.Fatalf("config %+v", c)
+	}
+	if parse(t, nil).Config().NodeToControlPlane {
+		t.Fatal("gate on by default")
 	}
 }

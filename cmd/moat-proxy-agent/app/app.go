@@ -1,0 +1,231 @@
+// Package app is moat-proxy-agent's run loop: it turns options into a
+// running agent (tunnels to every proxy server, and with KEP-2025 the bind
+// address and its listeners), serves the health and admin endpoints, and
+// drains on the first SIGTERM. cmd/moat-proxy-agent's main only executes
+// NewCommand.
+package app
+
+import (
+	"context"
+	"fmt"
+	"net"
+	"net/http"
+	"net/http/pprof"
+	"os"
+	"os/signal"
+	"strconv"
+	"syscall"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+	"github.com/spf13/cobra"
+	"golang.org/x/term"
+	"google.golang.org/grpc/credentials"
+	cliflag "k8s.io/component-base/cli/flag"
+	"k8s.io/component-base/logs"
+	logsapi "k8s.io/component-base/logs/api/v1"
+	"k8s.io/klog/v2"
+
+	"github.com/moat-net/moat/cmd/moat-proxy-agent/app/options"
+	"github.com/moat-net/moat/tunnel/agent"
+	"github.com/moat-net/moat/tunnel/bindaddr"
+	"github.com/moat-net/moat/tunnel/tlsconfig"
+)
+
+const long = `moat-proxy-agent is the node side of Moat's konnectivity-compatible tunnel: it
+keeps one tunnel to every proxy server behind --proxy-server-host and dials
+node-side destinations for the control plane. With the feature gate
+EnableClusterToMasterTraffic it also listens on --bind-address for each
+--target and carries node clients to the control plane (KEP-2025). The
+first SIGTERM drains (DRAIN to every server, open connections may finish
+within --drain-timeout); a second one exits at once. Flags are upstream
+proxy-agent's plus KEP-2025's. See docs/tunnel.md.`
+
+// NewCommand returns the moat-proxy-agent command.
+func NewCommand() (*cobra.Command, error) {
+	o, err := options.New()
+	if err != nil {
+		return nil, err
+	}
+	cmd := &cobra.Command{
+		Use:           "moat-proxy-agent",
+		Short:         "konnectivity-compatible proxy agent with node-to-control-plane traffic (KEP-2025)",
+		Long:          long,
+		Args:          cobra.NoArgs,
+		SilenceUsage:  true,
+		SilenceErrors: true,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			if err := o.Validate(); err != nil {
+				return err
+			}
+			if err := logsapi.ValidateAndApply(o.Logging, o.Features); err != nil {
+				return fmt.Errorf("logging flags: %w", err)
+			}
+			defer logs.FlushLogs()
+			sigs := make(chan os.Signal, 2)
+			signal.Notify(sigs, syscall.SIGTERM, syscall.SIGINT)
+			defer signal.Stop(sigs)
+			return Run(klog.NewContext(cmd.Context(), klog.Background()), o, sigs)
+		},
+	}
+	fss := o.Flags()
+	for _, fs := range fss.FlagSets {
+		cmd.Flags().AddFlagSet(fs)
+	}
+	cliflag.SetUsageAndHelpFunc(cmd, fss, terminalWidth())
+	return cmd, nil
+}
+
+// terminalWidth is the width --help wraps to: the terminal's, or no
+// wrapping when the output is not a terminal.
+func terminalWidth() int {
+	if w, _, err := term.GetSize(int(os.Stdout.Fd())); err == nil {
+		return w
+	}
+	return 0
+}
+
+// Run runs the agent for validated options until ctx ends. The first value
+// on signals starts draining (DRAIN to every server, then wait up to
+// --drain-timeout for open connections); a second one, or the timeout,
+// stops the agent.
+func Run(ctx context.Context, o *options.Options, signals <-chan os.Signal) error {
+	log := klog.FromContext(ctx)
+	tlsCfg, err := tlsconfig.Client(o.CACert, o.AgentCert, o.AgentKey, o.ProxyServerHost)
+	if err != nil {
+		return err
+	}
+	gate := o.NodeToControlPlane()
+	targets, _ := o.ParsedTargets()
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	cfg := agent.Config{
+		Server:             o.Server(),
+		Creds:              credentials.NewTLS(tlsCfg),
+		AgentID:            o.AgentID,
+		Identifiers:        o.AgentIdentifiers,
+		TokenPath:          o.ServiceAccountTokenPath,
+		SyncInterval:       o.SyncInterval,
+		MaxBackoff:         o.SyncIntervalCap,
+		DialTimeout:        o.DialTimeout,
+		NodeToControlPlane: gate,
+		Targets:            targets,
+		Log:                log,
+		Registry:           reg,
+	}
+	if gate && len(targets) > 0 {
+		ip := net.ParseIP(o.BindAddress)
+		lease, err := bindaddr.Ensure(ip, o.BindInterface)
+		if err != nil {
+			return err
+		}
+		log.Info("Bind address ready", "address", ip.String(), "interface", o.BindInterface, "owned", lease.Added, "adopted", lease.Adopted)
+		defer func() {
+			if err := lease.Release(); err != nil {
+				log.Error(err, "Release bind address")
+			}
+		}()
+		cfg.BindAddress = ip
+	}
+	a, err := agent.New(cfg)
+	if err != nil {
+		return err
+	}
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	stop, err := serveHTTP(o, a, reg)
+	if err != nil {
+		return err
+	}
+	defer stop()
+	go drainOnSignal(ctx, cancel, a, signals, o.DrainTimeout)
+	log.Info("Starting moat-proxy-agent", "agentID", o.AgentID, "server", cfg.Server, "nodeToControlPlane", gate, "targets", len(targets))
+	return a.Run(ctx)
+}
+
+// drainOnSignal waits for the first signal, drains, and cancels the agent
+// once its connections are gone, on a second signal or after timeout.
+func drainOnSignal(ctx context.Context, cancel context.CancelFunc, a *agent.Agent, signals <-chan os.Signal, timeout time.Duration) {
+	log := klog.FromContext(ctx)
+	select {
+	case <-ctx.Done():
+		return
+	case <-signals:
+	}
+	a.Drain()
+	deadline := time.After(timeout)
+	tick := time.NewTicker(100 * time.Millisecond)
+	defer tick.Stop()
+	for a.Active() > 0 {
+		select {
+		case <-signals:
+			log.Info("Second signal: stopping now")
+			cancel()
+			return
+		case <-deadline:
+			log.Info("Drain timeout: closing open connections", "open", a.Active())
+			cancel()
+			return
+		case <-ctx.Done():
+			return
+		case <-tick.C:
+		}
+	}
+	log.Info("Drained: stopping")
+	cancel()
+}
+
+// serveHTTP serves /healthz, /readyz and /metrics on the health port and
+// /metrics (and /debug/pprof/) on the admin port; stop closes both.
+func serveHTTP(o *options.Options, a *agent.Agent, reg prometheus.Gatherer) (stop func(), err error) {
+	var stops []func()
+	stop = func() {
+		for _, f := range stops {
+			f()
+		}
+	}
+	serve := func(flag, addr string, h http.Handler) error {
+		ln, err := net.Listen("tcp", addr)
+		if err != nil {
+			return fmt.Errorf("--%s: listen %s: %w", flag, addr, err)
+		}
+		hs := &http.Server{Handler: h, ReadHeaderTimeout: 10 * time.Second}
+		go hs.Serve(ln) //nolint:errcheck // ends with Close below
+		stops = append(stops, func() { hs.Close() })
+		return nil
+	}
+	metricsH := promhttp.HandlerFor(reg, promhttp.HandlerOpts{})
+	if o.HealthServerPort != 0 {
+		m := http.NewServeMux()
+		m.HandleFunc("/healthz", func(w http.ResponseWriter, _ *http.Request) { fmt.Fprintln(w, "ok") })
+		m.HandleFunc("/readyz", func(w http.ResponseWriter, _ *http.Request) {
+			if n := a.Tunnels(); n > 0 {
+				fmt.Fprintf(w, "ok: %d tunnels\n", n)
+				return
+			}
+			http.Error(w, "no tunnel to a proxy server", http.StatusServiceUnavailable)
+		})
+		m.Handle("/metrics", metricsH)
+		if err := serve("health-server-port", net.JoinHostPort(o.HealthServerHost, strconv.Itoa(o.HealthServerPort)), m); err != nil {
+			return nil, err
+		}
+	}
+	if o.AdminServerPort != 0 {
+		m := http.NewServeMux()
+		m.Handle("/metrics", metricsH)
+		if o.Profiling {
+			m.HandleFunc("/debug/pprof/", pprof.Index)
+			m.HandleFunc("/debug/pprof/cmdline", pprof.Cmdline)
+			m.HandleFunc("/debug/pprof/profile", pprof.Profile)
+			m.HandleFunc("/debug/pprof/symbol", pprof.Symbol)
+			m.HandleFunc("/debug/pprof/trace", pprof.Trace)
+		}
+		if err := serve("admin-server-port", net.JoinHostPort(o.AdminBindAddress, strconv.Itoa(o.AdminServerPort)), m); err != nil {
+			stop()
+			return nil, err
+		}
+	}
+	return stop, nil
+}

@@ -1,0 +1,188 @@
+// Package options is moat-proxy-agent's command line: every flag with its
+// default (Flags, named as upstream's proxy-agent plus KEP-2025's
+// --bind-address and --target), the checks that need neither files nor a
+// server (Validate), and what they configure. The run loop is in
+// cmd/moat-proxy-agent/app.
+package options
+
+import (
+	"errors"
+	"fmt"
+	"net"
+	"strconv"
+	"time"
+
+	"k8s.io/apimachinery/pkg/util/uuid"
+	cliflag "k8s.io/component-base/cli/flag"
+	"k8s.io/component-base/featuregate"
+	logsapi "k8s.io/component-base/logs/api/v1"
+	_ "k8s.io/component-base/logs/json/register" // --logging-format=json
+
+	"github.com/moat-net/moat/features"
+	"github.com/moat-net/moat/tunnel/dest"
+	"github.com/moat-net/moat/tunnel/proto"
+)
+
+// Options are moat-proxy-agent's flags.
+type Options struct {
+	ProxyServerHost         string
+	ProxyServerPort         int
+	CACert                  string
+	AgentCert               string
+	AgentKey                string
+	AgentID                 string
+	AgentIdentifiers        string
+	ServiceAccountTokenPath string
+	HealthServerHost        string
+	HealthServerPort        int
+	AdminBindAddress        string
+	AdminServerPort         int
+	SyncInterval            time.Duration
+	SyncIntervalCap         time.Duration
+	DialTimeout             time.Duration
+	DrainTimeout            time.Duration
+	BindAddress             string
+	BindInterface           string
+	Targets                 []string
+	// Profiling serves Go's profiles on /debug/pprof/ on the admin port.
+	Profiling bool
+
+	Features featuregate.MutableVersionedFeatureGate
+	Logging  *logsapi.LoggingConfiguration
+}
+
+// New returns the options at upstream's defaults.
+func New() (*Options, error) {
+	fg, err := features.New()
+	if err != nil {
+		return nil, err
+	}
+	return &Options{ProxyServerHost: "127.0.0.1", ProxyServerPort: 8091, AgentID: string(uuid.NewUUID()),
+		HealthServerPort: 8093, AdminBindAddress: "127.0.0.1", AdminServerPort: 8094,
+		SyncInterval: time.Second, SyncIntervalCap: 10 * time.Second, DialTimeout: 10 * time.Second,
+		DrainTimeout: 30 * time.Second, BindInterface: "lo", Features: fg, Logging: logsapi.NewLoggingConfiguration()}, nil
+}
+
+// Flags returns the flags, in sections for --help, bound to o.
+func (o *Options) Flags() cliflag.NamedFlagSets {
+	var fss cliflag.NamedFlagSets
+	fs := fss.FlagSet("proxy server")
+	fs.StringVar(&o.ProxyServerHost, "proxy-server-host", o.ProxyServerHost, "proxy server (or load balancer) host")
+	fs.IntVar(&o.ProxyServerPort, "proxy-server-port", o.ProxyServerPort, "proxy server agent port")
+	fs.StringVar(&o.CACert, "ca-cert", o.CACert, "CA that signs the proxy server's certificate")
+	fs.StringVar(&o.AgentCert, "agent-cert", o.AgentCert, "client certificate for mTLS")
+	fs.StringVar(&o.AgentKey, "agent-key", o.AgentKey, "client key for mTLS")
+	fs.StringVar(&o.AgentID, "agent-id", o.AgentID, "unique ID of this agent")
+	fs.StringVar(&o.AgentIdentifiers, "agent-identifiers", o.AgentIdentifiers, "URL-encoded identifiers for destHost/defaultRoute, e.g. ipv4=10.0.0.5&host=node1")
+	fs.StringVar(&o.ServiceAccountTokenPath, "service-account-token-path", o.ServiceAccountTokenPath, "file with a bearer token sent to the server")
+	fs.DurationVar(&o.SyncInterval, "sync-interval", o.SyncInterval, "how often missing tunnels are retried")
+	fs.DurationVar(&o.SyncIntervalCap, "sync-interval-cap", o.SyncIntervalCap, "cap of the retry backoff")
+	fs.DurationVar(&o.DialTimeout, "dial-timeout", o.DialTimeout, "bound on dials and on waiting for the server's DIAL_RSP")
+	fs.DurationVar(&o.DrainTimeout, "drain-timeout", o.DrainTimeout, "after the first SIGTERM, how long open connections may finish")
+
+	fs = fss.FlagSet("node to control plane (KEP-2025)")
+	fs.StringVar(&o.BindAddress, "bind-address", o.BindAddress, "IP node clients connect to; added host-scoped to --bind-interface unless already local")
+	fs.StringVar(&o.BindInterface, "bind-interface", o.BindInterface, "interface that receives --bind-address")
+	fs.StringArrayVar(&o.Targets, "target", nil, "local_port:dst_host:dst_port forwarded to the control plane (repeatable)")
+	o.Features.AddFlag(fs)
+
+	fs = fss.FlagSet("health and metrics")
+	fs.StringVar(&o.HealthServerHost, "health-server-host", o.HealthServerHost, "address of /healthz, /readyz and /metrics")
+	fs.IntVar(&o.HealthServerPort, "health-server-port", o.HealthServerPort, "port of /healthz, /readyz and /metrics (0: off)")
+	fs.StringVar(&o.AdminBindAddress, "admin-bind-address", o.AdminBindAddress, "address of /metrics")
+	fs.IntVar(&o.AdminServerPort, "admin-server-port", o.AdminServerPort, "port of /metrics (0: off)")
+	fs.BoolVar(&o.Profiling, "enable-profiling", o.Profiling, "serve Go's runtime profiles on /debug/pprof/ on the admin port")
+
+	logsapi.AddFlags(o.Logging, fss.FlagSet("logging"))
+	return fss
+}
+
+// Validate checks every flag without reading files or reaching a server;
+// it reports every problem at once, each naming its flag.
+func (o *Options) Validate() error {
+	var errs []error
+	if o.ProxyServerHost == "" {
+		errs = append(errs, errors.New("--proxy-server-host is empty"))
+	}
+	if o.ProxyServerPort < 1 || o.ProxyServerPort > 65535 {
+		errs = append(errs, fmt.Errorf("--proxy-server-port %d: must be 1-65535", o.ProxyServerPort))
+	}
+	for _, p := range []struct {
+		f string
+		v int
+	}{{"health-server-port", o.HealthServerPort}, {"admin-server-port", o.AdminServerPort}} {
+		if p.v < 0 || p.v > 65535 {
+			errs = append(errs, fmt.Errorf("--%s %d: must be 0-65535", p.f, p.v))
+		}
+	}
+	if o.CACert == "" {
+		errs = append(errs, errors.New("--ca-cert is required"))
+	}
+	if (o.AgentCert == "") != (o.AgentKey == "") {
+		errs = append(errs, errors.New("--agent-cert and --agent-key must be set together"))
+	}
+	if o.AgentID == "" {
+		errs = append(errs, errors.New("--agent-id is empty"))
+	}
+	if o.AgentIdentifiers != "" {
+		if _, err := proto.ParseIdentifiers(o.AgentIdentifiers); err != nil {
+			errs = append(errs, fmt.Errorf("--agent-identifiers: %w", err))
+		}
+	}
+	if o.SyncInterval <= 0 {
+		errs = append(errs, fmt.Errorf("--sync-interval %s: must be positive", o.SyncInterval))
+	}
+	if o.SyncIntervalCap < o.SyncInterval {
+		errs = append(errs, fmt.Errorf("--sync-interval-cap %s: must be at least --sync-interval", o.SyncIntervalCap))
+	}
+	if o.DialTimeout <= 0 {
+		errs = append(errs, fmt.Errorf("--dial-timeout %s: must be positive", o.DialTimeout))
+	}
+	if _, err := o.ParsedTargets(); err != nil {
+		errs = append(errs, err)
+	}
+	if o.BindAddress != "" && net.ParseIP(o.BindAddress) == nil {
+		errs = append(errs, fmt.Errorf("--bind-address %q: not an IP address", o.BindAddress))
+	}
+	if len(o.Targets) > 0 && o.BindAddress == "" {
+		errs = append(errs, errors.New("--target needs --bind-address"))
+	}
+	if o.BindAddress != "" && o.BindInterface == "" {
+		errs = append(errs, errors.New("--bind-interface is empty"))
+	}
+	if o.Profiling && o.AdminServerPort == 0 {
+		errs = append(errs, errors.New("--enable-profiling needs --admin-server-port"))
+	}
+	if fe := logsapi.Validate(o.Logging, o.Features, nil); len(fe) > 0 {
+		errs = append(errs, fmt.Errorf("logging flags: %w", fe.ToAggregate()))
+	}
+	return errors.Join(errs...)
+}
+
+// ParsedTargets are the --target values; local ports must be distinct.
+func (o *Options) ParsedTargets() ([]dest.Target, error) {
+	var out []dest.Target
+	seen := map[uint16]bool{}
+	for _, s := range o.Targets {
+		t, err := dest.ParseTarget(s)
+		if err != nil {
+			return nil, err
+		}
+		if seen[t.LocalPort] {
+			return nil, fmt.Errorf("--target %q: local port %d used twice", s, t.LocalPort)
+		}
+		seen[t.LocalPort] = true
+		out = append(out, t)
+	}
+	return out, nil
+}
+
+// NodeToControlPlane reports whether the EnableClusterToMasterTraffic gate is on.
+func (o *Options) NodeToControlPlane() bool {
+	return o.Features.Enabled(features.EnableClusterToMasterTraffic)
+}
+
+// Server is the proxy server's host:port.
+func (o *Options) Server() string {
+	return net.JoinHostPort(o.ProxyServerHost, strconv.Itoa(o.ProxyServerPort))
+}

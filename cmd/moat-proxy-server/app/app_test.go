@@ -1,0 +1,109 @@
+package app
+
+import (
+	"context"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/moat-net/moat/cmd/moat-proxy-server/app/options"
+	"github.com/moat-net/moat/internal/testenv/pki"
+)
+
+func freePort(t *testing.T) int {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	return ln.Addr().(*net.TCPAddr).Port
+}
+
+func get(url string) (int, string) {
+	resp, err := http.Get(url)
+	if err != nil {
+		return 0, err.Error()
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	return resp.StatusCode, string(b)
+}
+
+// testOptions are options for a server on loopback with its PKI in dir.
+func testOptions(t *testing.T, dir string) *options.Options {
+	ca, err := pki.NewCA(dir, "cluster")
+	if err != nil {
+		t.Fatal(err)
+	}
+	leaf, err := ca.Issue("proxy-server", "localhost", "127.0.0.1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	o, err := options.New()
+	if err != nil {
+		t.Fatal(err)
+	}
+	o.UDSName, o.ServerPort = filepath.Join(dir, "konnectivity.sock"), 0
+	o.AgentBindAddress, o.AgentPort = "127.0.0.1", freePort(t)
+	o.ClusterCert, o.ClusterKey, o.ClusterCACert = leaf.CertFile, leaf.KeyFile, ca.CertFile
+	o.HealthBindAddress, o.HealthPort = "127.0.0.1", freePort(t)
+	o.AdminPort, o.Profiling = freePort(t), true
+	if err := o.Validate(); err != nil {
+		t.Fatal(err)
+	}
+	return o
+}
+
+// Run opens every socket the options name, serves health, readiness,
+// metrics and profiles, refuses a port that is taken naming its flag, and
+// returns cleanly when its context ends.
+func TestRun(t *testing.T) {
+	o := testOptions(t, t.TempDir())
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- Run(ctx, o) }()
+	health := "http://127.0.0.1:" + strconv.Itoa(o.HealthPort)
+	for i := 0; ; i++ {
+		if code, _ := get(health + "/healthz"); code == 200 {
+			break
+		}
+		if i > 200 {
+			t.Fatal("/healthz never answered")
+		}
+		time.Sleep(25 * time.Millisecond)
+	}
+	if code, body := get(health + "/readyz"); code != http.StatusServiceUnavailable || !strings.Contains(body, "no agent") {
+		t.Errorf("/readyz without agents: %d %q", code, body)
+	}
+	admin := "http://127.0.0.1:" + strconv.Itoa(o.AdminPort)
+	if code, body := get(admin + "/metrics"); code != 200 || !strings.Contains(body, "moat_tunnel_backends 0") {
+		t.Errorf("admin /metrics: %d", code)
+	}
+	if code, _ := get(admin + "/debug/pprof/"); code != 200 {
+		t.Errorf("/debug/pprof/ with --enable-profiling: %d", code)
+	}
+	if fi, err := os.Stat(o.UDSName); err != nil || fi.Mode().Perm() != 0o600 {
+		t.Errorf("--uds-name: %v %v, want mode 0600", fi, err)
+	}
+	// A second server on the same agent port is refused with the flag's name.
+	o2 := testOptions(t, t.TempDir())
+	o2.AgentPort = o.AgentPort
+	if err := Run(context.Background(), o2); err == nil || !strings.Contains(err.Error(), "--agent-port") {
+		t.Errorf("second server on a taken port: %v", err)
+	}
+	cancel()
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Fatalf("Run after cancel: %v", err)
+		}
+	case <-time.After(30 * time.Second):
+		t.Fatal("Run did not return after its context ended")
+	}
+}

@@ -1,0 +1,259 @@
+package e2e
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"sync"
+	"testing"
+	"time"
+)
+
+// tunnelImpl is a pair of server and agent binaries that take upstream's
+// flags.
+type tunnelImpl struct {
+	name, server, agent string
+}
+
+// sameRunImpls is Moat's binaries and, when MOAT_TUNNEL_ANCHOR names a
+// directory holding an upstream apiserver-network-proxy build (binaries
+// proxy-server and proxy-agent), those too.
+func sameRunImpls(b *testing.B) []tunnelImpl {
+	dir := buildBinariesB(b)
+	out := []tunnelImpl{{"moat", filepath.Join(dir, "moat-proxy-server"), filepath.Join(dir, "moat-proxy-agent")}}
+	if a := os.Getenv("MOAT_TUNNEL_ANCHOR"); a != "" {
+		out = append(out, tunnelImpl{"upstream", filepath.Join(a, "proxy-server"), filepath.Join(a, "proxy-agent")})
+	}
+	return out
+}
+
+// startProcStack runs im's server (frontend mode on a Unix socket, mTLS on
+// the agent port) and agent as processes with the same certificates and
+// flags, and returns the socket once a tunneled connection to backend works.
+func startProcStack(b *testing.B, p *pki, im tunnelImpl, mode, backend string) string {
+	uds := filepath.Join(b.TempDir(), "s.sock")
+	agentPort := freePort(b)
+	start := func(bin string, args ...string) {
+		c := exec.Command(bin, args...)
+		if os.Getenv("MOAT_TUNNEL_TEST_LOG") != "" {
+			c.Stderr = os.Stderr
+		}
+		if err := c.Start(); err != nil {
+			b.Fatal(err)
+		}
+		b.Cleanup(func() { c.Process.Kill(); c.Wait() })
+	}
+	port := func() string { return strconv.Itoa(freePort(b)) }
+	start(im.server, "--mode="+mode, "--uds-name="+uds, "--delete-existing-uds-file", "--server-port=0",
+		"--agent-bind-address=127.0.0.1", "--agent-port="+strconv.Itoa(agentPort),
+		"--cluster-cert="+p.server.CertFile, "--cluster-key="+p.server.KeyFile, "--cluster-ca-cert="+p.ca.CertFile,
+		"--health-bind-address=127.0.0.1", "--health-port="+port(), "--admin-port="+port())
+	start(im.agent, "--proxy-server-host=127.0.0.1", "--proxy-server-port="+strconv.Itoa(agentPort),
+		"--ca-cert="+p.ca.CertFile, "--agent-cert="+p.agent.CertFile, "--agent-key="+p.agent.KeyFile,
+		"--health-server-host=127.0.0.1", "--health-server-port="+port(), "--admin-server-port="+port(), "--sync-interval=100ms")
+	eventually(b, im.name+" "+mode+" tunnel", func() bool {
+		c, err := dialUDS(b, p, mode, uds, backend)
+		if err == nil {
+			c.Close()
+		}
+		return err == nil
+	})
+	return uds
+}
+
+type dialFunc func() (net.Conn, error)
+
+// measureThroughput downloads total bytes over streams connections; MB/s.
+func measureThroughput(b *testing.B, dial dialFunc, streams int, total int64) float64 {
+	conns := make([]net.Conn, streams)
+	for i := range conns {
+		c, err := dial()
+		if err != nil {
+			b.Fatal(err)
+		}
+		defer c.Close()
+		conns[i] = c
+	}
+	per := total / int64(streams)
+	t0 := time.Now()
+	var wg sync.WaitGroup
+	for _, c := range conns {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			c.Write(header('Z', per, 0))
+			if _, err := io.CopyN(io.Discard, c, per); err != nil {
+				b.Error(err)
+			}
+		}()
+	}
+	wg.Wait()
+	return float64(total) / time.Since(t0).Seconds() / 1e6
+}
+
+// measureRTT is the p50 of n 64-byte echoes on one connection, in µs.
+func measureRTT(b *testing.B, dial dialFunc, n int) float64 {
+	c, err := dial()
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer c.Close()
+	c.Write(header('E', 0, 0))
+	msg, got := make([]byte, 64), make([]byte, 64)
+	lat := make([]time.Duration, n)
+	for i := range lat {
+		t0 := time.Now()
+		c.Write(msg)
+		if _, err := io.ReadFull(c, got); err != nil {
+			b.Fatal(err)
+		}
+		lat[i] = time.Since(t0)
+	}
+	return float64(percentile(lat, 50).Nanoseconds()) / 1e3
+}
+
+// measureConnRate opens n connections one after another, each with one
+// 1-byte echo, and returns connections per second.
+func measureConnRate(b *testing.B, dial dialFunc, n int) float64 {
+	one := make([]byte, 1)
+	t0 := time.Now()
+	for range n {
+		c, err := dial()
+		if err != nil {
+			b.Fatal(err)
+		}
+		c.Write(header('E', 0, 0))
+		c.Write(one)
+		if _, err := io.ReadFull(c, one); err != nil {
+			b.Fatal(err)
+		}
+		c.Close()
+	}
+	return float64(n) / time.Since(t0).Seconds()
+}
+
+// measureFresh makes n small HTTP requests, each directly and through a
+// fresh single-use tunnel, interleaved; it returns the tunnel's p50 and the
+// p50 overhead over direct, in µs.
+func measureFresh(b *testing.B, tunnel dialFunc, httpAddr string, n int) (p50, overhead float64) {
+	direct, tun := make([]time.Duration, n), make([]time.Duration, n)
+	for i := range n {
+		t0 := time.Now()
+		c, err := net.Dial("tcp", httpAddr)
+		if err != nil {
+			b.Fatal(err)
+		}
+		if err := smallGet(c); err != nil {
+			b.Fatal(err)
+		}
+		c.Close()
+		t1 := time.Now()
+		c, err = tunnel()
+		if err != nil {
+			b.Fatal(err)
+		}
+		if err := smallGet(c); err != nil {
+			b.Fatal(err)
+		}
+		c.Close()
+		direct[i], tun[i] = t1.Sub(t0), time.Since(t1)
+	}
+	t50 := percentile(tun, 50)
+	return float64(t50.Microseconds()), float64((t50 - percentile(direct, 50)).Microseconds())
+}
+
+func median(v []float64) float64 {
+	s := slices.Clone(v)
+	slices.Sort(s)
+	if len(s)%2 == 1 {
+		return s[len(s)/2]
+	}
+	return (s[len(s)/2-1] + s[len(s)/2]) / 2
+}
+
+// BenchmarkSameRun compares tunnel implementations as kube-apiserver uses
+// them, in one run and one harness: each implementation's server and agent
+// run as processes with the same certificates and flags (frontend on a Unix
+// socket, mTLS to the agent), the backend and the clients live in this
+// process. Rounds (MOAT_TUNNEL_ROUNDS, default 10) rotate which
+// implementation goes first. Per round and implementation:
+//
+//   - HTTP CONNECT frontend: single-stream and 8-stream throughput (256 MiB),
+//     64-byte round-trip p50 (1,000 echoes), connection rate (300 sequential
+//     connections, one 1-byte echo each);
+//   - gRPC frontend with konnectivity-client: a small HTTP request through a
+//     fresh single-use tunnel, interleaved with the same request made
+//     directly (200 each): the tunnel's p50 and its p50 overhead over direct;
+//     and the connection rate through fresh tunnels.
+//
+// It reports each figure's median over the rounds and, with an anchor, the
+// median of the per-round ratios Moat/anchor. Run with -benchtime 1x.
+//
+//	MOAT_TUNNEL_ANCHOR=/path/to/upstream/bin go test -run XXX -bench SameRun -benchtime 1x -timeout 60m ./tunnel/e2e
+func BenchmarkSameRun(b *testing.B) {
+	rounds := 10
+	if v := os.Getenv("MOAT_TUNNEL_ROUNDS"); v != "" {
+		rounds, _ = strconv.Atoi(v)
+	}
+	p := newPKI(b)
+	be := startBackend(b, "tcp", "127.0.0.1:0").Addr().String()
+	hs := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		fmt.Fprintf(w, "hello %s", r.URL.Path)
+	}))
+	b.Cleanup(hs.Close)
+	httpAddr := hs.Listener.Addr().String()
+	impls := sameRunImpls(b)
+	type stacks struct{ connect, grpc string }
+	st := map[string]stacks{}
+	for _, im := range impls {
+		st[im.name] = stacks{startProcStack(b, p, im, "http-connect", be), startProcStack(b, p, im, "grpc", be)}
+	}
+	figures := []string{"tput1-MB/s", "tput8-MB/s", "rtt64-p50-µs", "connect-conns/s", "fresh-p50-µs", "fresh-overhead-p50-µs", "grpc-conns/s"}
+	got := map[string]map[string][]float64{} // impl -> figure -> per round
+	for _, im := range impls {
+		got[im.name] = map[string][]float64{}
+	}
+	ctx := context.Background()
+	for r := range rounds {
+		for j := range impls {
+			im := impls[(r+j)%len(impls)]
+			s := st[im.name]
+			connect := func() (net.Conn, error) { return udsConnect(s.connect, be) }
+			grpcTo := func(addr string) dialFunc {
+				return func() (net.Conn, error) { return grpcDial(ctx, b, p, s.grpc, addr) }
+			}
+			g := got[im.name]
+			g["tput1-MB/s"] = append(g["tput1-MB/s"], measureThroughput(b, connect, 1, 256<<20))
+			g["tput8-MB/s"] = append(g["tput8-MB/s"], measureThroughput(b, connect, 8, 256<<20))
+			g["rtt64-p50-µs"] = append(g["rtt64-p50-µs"], measureRTT(b, connect, 1000))
+			g["connect-conns/s"] = append(g["connect-conns/s"], measureConnRate(b, connect, 300))
+			p50, over := measureFresh(b, grpcTo(httpAddr), httpAddr, 200)
+			g["fresh-p50-µs"] = append(g["fresh-p50-µs"], p50)
+			g["fresh-overhead-p50-µs"] = append(g["fresh-overhead-p50-µs"], over)
+			g["grpc-conns/s"] = append(g["grpc-conns/s"], measureConnRate(b, grpcTo(be), 300))
+		}
+	}
+	for _, im := range impls {
+		for _, f := range figures {
+			b.ReportMetric(median(got[im.name][f]), im.name+"-"+f)
+		}
+	}
+	if len(impls) < 2 {
+		return
+	}
+	for _, f := range figures {
+		ratios := make([]float64, rounds)
+		for r := range rounds {
+			ratios[r] = got["moat"][f][r] / got["upstream"][f][r]
+		}
+		b.ReportMetric(median(ratios), "moat/upstream-"+f)
+	}
+}

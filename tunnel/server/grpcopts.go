@@ -1,0 +1,48 @@
+package server
+
+import (
+	"time"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials"
+	"google.golang.org/grpc/experimental"
+	"google.golang.org/grpc/keepalive"
+
+	"github.com/moat-net/moat/tunnel/grpcbuf"
+)
+
+// WindowSize is the HTTP/2 stream and connection window on the agent hop:
+// one agent stream carries many connections, so it needs more than gRPC's
+// default to keep a fast link full.
+const WindowSize = 8 << 20
+
+// MaxFrame bounds one received gRPC message; larger frames end the stream
+// with ResourceExhausted.
+const MaxFrame = 4 << 20
+
+// AgentServerOptions are the gRPC server options for the agent port (creds
+// is its TLS): large windows, the tunnel's buffer pool and codec (payloads
+// move between this hop and the frontends without copies), keepalive.
+func (s *Server) AgentServerOptions(creds credentials.TransportCredentials) []grpc.ServerOption {
+	return []grpc.ServerOption{grpc.Creds(creds),
+		grpc.ConnectionTimeout(10 * time.Second), experimental.BufferPool(s.pool), grpc.ForceServerCodecV2(grpcbuf.Codec{Pool: s.pool}),
+		grpc.InitialWindowSize(WindowSize), grpc.InitialConnWindowSize(WindowSize),
+		grpc.ReadBufferSize(256 << 10), grpc.WriteBufferSize(256 << 10),
+		grpc.MaxRecvMsgSize(MaxFrame),
+		grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{MinTime: 5 * time.Second, PermitWithoutStream: true}),
+		grpc.KeepaliveParams(keepalive.ServerParameters{Time: 30 * time.Second, Timeout: 10 * time.Second})}
+}
+
+// FrontendServerOptions are the gRPC server options for kube-apiserver's
+// frontend (creds nil on the Unix socket). kube-apiserver opens one gRPC
+// connection per tunneled connection: idle ones are kept cheap (small read
+// buffers; grpc-go returns write buffers to a pool after each flush).
+func (s *Server) FrontendServerOptions(creds credentials.TransportCredentials) []grpc.ServerOption {
+	opts := []grpc.ServerOption{grpc.MaxRecvMsgSize(MaxFrame), grpc.ConnectionTimeout(10 * time.Second),
+		grpc.ReadBufferSize(16 << 10), experimental.BufferPool(s.pool), grpc.ForceServerCodecV2(grpcbuf.Codec{Pool: s.pool}),
+		grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{MinTime: 5 * time.Second, PermitWithoutStream: true})}
+	if creds != nil {
+		opts = append(opts, grpc.Creds(creds))
+	}
+	return opts
+}
