@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -24,6 +25,11 @@ type Dataplane interface {
 	// Invalidate makes the next Sync replace the whole table.
 	Invalidate()
 }
+
+// problemScanGap is the least time between two reads of the caches for
+// input problems: a read touches every object, and a burst of changes
+// needs only the last one.
+const problemScanGap = 2 * time.Second
 
 // syncKey is the workqueue's only key: every change means "the program
 // may differ", so events that arrive while one is queued or running fold
@@ -56,17 +62,18 @@ type Agent struct {
 	// syncs counts completed syncs that reached the dataplane.
 	syncs atomic.Int64
 
-	// reported: see reportProblems; used by the sync worker only.
-	reported map[string]string
-	// pending: changes since the last sync. compiler and snap are the
-	// worker's incremental state: the compiler of the last full snapshot
-	// and that snapshot.
-	pending  pending
-	compiler *policy.Compiler
-	snap     *snapshot
-	// cost is what compilations took lately, for choosing between
-	// incremental and full (sync worker only).
-	cost compileCost
+	// The sync worker's state. reported: see reportProblems. pending:
+	// the changes since the last sync. compiler: the incremental compiler
+	// of this node's program; compiled: the policy objects in it (see
+	// compile.go). problemsScanned: when the caches were last read for
+	// input problems; problemsDirty: something changed since.
+	reported        map[string]string
+	pending         pending
+	compiler        *policy.Compiler
+	compiled        compiled
+	problemsScanned time.Time
+	problemsDirty   bool
+	lastWarnings    []string
 	// selectorKeys are the label keys some policy's selector reads;
 	// keyMemo keeps them per decoded policy (see labelkeys.go).
 	selectorKeys atomic.Pointer[keySet]
@@ -196,45 +203,6 @@ func (a *Agent) Run(ctx context.Context) error {
 	return nil
 }
 
-// pending collects what changed since the last sync: pods whose labels
-// alone changed can be recompiled incrementally; anything else needs a
-// full compilation.
-type pending struct {
-	mu        sync.Mutex
-	full      bool
-	relabeled map[string]bool
-}
-
-// enqueue records a change and queues a sync. relabeled names a pod
-// ("namespace/name") whose labels alone changed; "" means any other change.
-func (a *Agent) enqueue(relabeled string) {
-	p := &a.pending
-	p.mu.Lock()
-	if relabeled == "" {
-		p.full = true
-	} else {
-		if p.relabeled == nil {
-			p.relabeled = map[string]bool{}
-		}
-		p.relabeled[relabeled] = true
-	}
-	p.mu.Unlock()
-	a.queue.Add(syncKey)
-}
-
-// takePending returns and clears the recorded changes.
-func (a *Agent) takePending() (full bool, relabeled []string) {
-	p := &a.pending
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	full = p.full
-	for k := range p.relabeled {
-		relabeled = append(relabeled, k)
-	}
-	p.full, p.relabeled = false, nil
-	return full, relabeled
-}
-
 func (a *Agent) processNext(ctx context.Context) bool {
 	key, quit := a.queue.Get()
 	if quit {
@@ -264,13 +232,12 @@ func (a *Agent) sync(ctx context.Context) error {
 	a.syncStarted.Store(start.UnixNano())
 	defer a.syncStarted.Store(0)
 
-	prog, snap, full := a.compile()
+	prog, full, changed := a.compile()
 	compiled := time.Now()
 	a.metrics.syncDuration.WithLabelValues("compile").Observe(compiled.Sub(start).Seconds())
-	a.status.publish(snap, prog)
-	if full {
+	a.status.publish(a.compiled, prog)
+	if changed {
 		a.countPolicies(prog)
-		a.metrics.outOfScope.Set(float64(snap.outOfScope))
 	}
 
 	if a.fullResync.Swap(false) {
@@ -287,8 +254,15 @@ func (a *Agent) sync(ctx context.Context) error {
 	if res.Full {
 		kind = "full"
 	}
-	if full {
-		a.reportProblems(snap, res.Warnings)
+	a.problemsDirty = a.problemsDirty || changed || !slices.Equal(res.Warnings, a.lastWarnings)
+	if a.problemsDirty {
+		// At most every problemScanGap; a later sync catches up.
+		if wait := problemScanGap - time.Since(a.problemsScanned); full || wait <= 0 {
+			a.reportProblems(a.scanProblems(), res.Warnings)
+			a.problemsScanned, a.problemsDirty = time.Now(), false
+		} else {
+			a.queue.AddAfter(syncKey, wait)
+		}
 	}
 	a.syncs.Add(1)
 	if !res.Applied {
@@ -326,68 +300,8 @@ func (a *Agent) sync(ctx context.Context) error {
 	}
 	a.metrics.ready.Set(1)
 	a.drops.poke()
-	a.log.V(4).Info("Synced", "kind", kind, "fullCompile", full, "operations", res.Operations, "compile", compiled.Sub(start), "program", done.Sub(compiled))
+	a.log.V(4).Info("Synced", "kind", kind, "fullCompile", full, "changed", changed, "operations", res.Operations, "compile", compiled.Sub(start), "program", done.Sub(compiled))
 	return nil
-}
-
-// compile brings the program up to date with the caches: incrementally
-// when only pod labels changed since the last sync, in full otherwise (and
-// on every full resync, which also guards against any drift of the
-// incremental path).
-func (a *Agent) compile() (*policy.Program, *snapshot, bool) {
-	full, relabeled := a.takePending()
-	if a.fullResync.Load() || a.compiler == nil {
-		full = true
-	}
-	// A burst of relabels (a rollout, a tool relabelling a namespace's
-	// pods) is cheaper to compile in full than one by one, each of which
-	// costs in proportion to the cluster: pick what the last ones cost.
-	if !full && a.cost.preferFull(len(relabeled)) {
-		full = true
-	}
-	if !full && len(relabeled) > 0 {
-		start := time.Now()
-		for _, key := range relabeled {
-			labels, ok := a.podLabels(key)
-			if !ok {
-				full = true
-				break
-			}
-			if _, ok := a.compiler.RelabelPod(key, labels); !ok {
-				full = true
-				break
-			}
-		}
-		if !full {
-			a.cost.relabel = ewma(a.cost.relabel, time.Since(start)/time.Duration(len(relabeled)))
-		}
-	}
-	if full {
-		start := time.Now()
-		// Before the caches are read: see labelkeys.go.
-		a.updateSelectorKeys()
-		a.snap = a.takeSnapshot()
-		a.compiler = policy.NewCompiler(&a.snap.cluster, a.policyOptions())
-		a.cost.full = ewma(a.cost.full, time.Since(start))
-		a.metrics.compiles.WithLabelValues("full").Inc()
-	} else if len(relabeled) > 0 {
-		a.metrics.compiles.WithLabelValues("relabel").Inc()
-	}
-	return a.compiler.Program(), a.snap, full
-}
-
-// podLabels reads a pod's current labels from the cache; false when the
-// pod is gone or finished (a full compilation then sorts it out).
-func (a *Agent) podLabels(key string) (map[string]string, bool) {
-	o, exists, err := a.inf.pods.GetStore().GetByKey(key)
-	if err != nil || !exists {
-		return nil, false
-	}
-	p, ok := o.(*cachedPod)
-	if !ok || p.finished {
-		return nil, false
-	}
-	return p.Labels, true
 }
 
 func (a *Agent) countPolicies(prog *policy.Program) {
@@ -406,23 +320,4 @@ func (a *Agent) countPolicies(prog *policy.Program) {
 	for k, n := range counts {
 		a.metrics.policies.WithLabelValues(k[0], k[1]).Set(float64(n))
 	}
-}
-
-// compileCost is what a full compilation and one incremental relabel
-// took lately.
-type compileCost struct{ full, relabel time.Duration }
-
-// preferFull reports whether n relabels would take longer than compiling
-// in full (false until both have been measured).
-func (c compileCost) preferFull(n int) bool {
-	return c.full > 0 && c.relabel > 0 && time.Duration(n)*c.relabel > c.full
-}
-
-// ewma folds a new measurement into a running estimate (weight 1/4; the
-// first measurement is taken as is).
-func ewma(old, cur time.Duration) time.Duration {
-	if old == 0 {
-		return cur
-	}
-	return old + (cur-old)/4
 }

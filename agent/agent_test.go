@@ -175,14 +175,14 @@ func TestAgentFollowsTheCluster(t *testing.T) {
 		t.Fatal(err)
 	}
 	expect("relabelled y is no longer allowed", "10.0.0.2", "10.0.0.1", 80, false)
-	if v := testutilValue(t, a, "moat_agent_compilations_total", `kind="relabel"`); v == "0" || v == "" {
+	if v := testutilValue(t, a, "moat_agent_compilations_total", `kind="incremental"`); v == "0" || v == "" {
 		t.Errorf("the relabel was not compiled incrementally: %q", v)
 	}
 	// The incremental result equals a full compilation of the same caches.
 	incremental := dp.fake.Dump()
 	syncs := a.syncs.Load()
 	a.fullResync.Store(true)
-	a.enqueue("")
+	a.queue.Add(syncKey)
 	fixture.Eventually(t, 10*time.Second, "full resync", func() (bool, string) { return a.syncs.Load() > syncs, "no sync" })
 	if full := dp.fake.Dump(); full != incremental {
 		t.Errorf("incremental and full compilation differ:\nincremental:\n%s\nfull:\n%s", incremental, full)

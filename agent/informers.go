@@ -94,32 +94,27 @@ func (a *Agent) newInformers() (*informers, error) {
 			return o, nil
 		},
 	}
-	changed := []func(old, cur any) bool{podChanged, namespaceChanged, nodeChanged, npChanged, cnpChanged}
+	differs := []func(old, cur any) bool{podChanged, namespaceChanged, nodeChanged, npChanged, cnpChanged}
 	for idx, in := range inf.all() {
 		if err := in.SetTransform(transforms[idx]); err != nil {
 			return nil, err
 		}
-		differs := changed[idx]
-		isPods := in == inf.pods
+		kind, differs := objKind(idx), differs[idx]
 		if _, err := in.AddEventHandler(cache.ResourceEventHandlerFuncs{
-			AddFunc: func(any) { a.enqueue("") },
+			AddFunc: func(o any) { a.changed(kind, o) },
 			UpdateFunc: func(old, cur any) {
 				if !differs(old, cur) {
 					return
 				}
-				if isPods {
-					if key, ok := relabelOnly(old, cur); ok {
-						if !a.selectorKeys.Load().mentions(old.(*cachedPod).Labels, cur.(*cachedPod).Labels) {
-							a.metrics.ignoredRelabels.Inc()
-							return
-						}
-						a.enqueue(key)
+				if kind == kindPod {
+					if _, ok := relabelOnly(old, cur); ok && !a.selectorKeys.Load().mentions(old.(*cachedPod).Labels, cur.(*cachedPod).Labels) {
+						a.metrics.ignoredRelabels.Inc()
 						return
 					}
 				}
-				a.enqueue("")
+				a.changed(kind, cur)
 			},
-			DeleteFunc: func(any) { a.enqueue("") },
+			DeleteFunc: func(o any) { a.changed(kind, o) },
 		}); err != nil {
 			return nil, err
 		}

@@ -15,13 +15,14 @@ import (
 // recompiling, which is what most label churn in a cluster costs it then:
 // the watch event alone.
 //
-// The keys are collected from every policy in the caches (not only the
-// node's scope: a superset is safe), by walking each decoded policy for
+// The keys are collected from every policy in the caches (a superset of
+// what this node compiles is safe), by walking each decoded policy for
 // every metav1.LabelSelector it holds, so that a selector in a field added
-// later is not missed. The set is recomputed before each full compilation
-// reads the caches: a policy that mentions a new key always causes one, and
+// later is not missed. The set is recomputed whenever policies change,
+// before pods are read from the caches: a policy that reads a new key
+// makes that sync a full compilation, and
 // any update dropped before the set knew the key is read from the pod
-// cache by that compilation.
+// cache by that compilation (compile.go).
 
 // keySet is a set of label keys; nil means "unknown yet: every key".
 type keySet map[string]struct{}
@@ -104,10 +105,12 @@ func selectorKeys(v any) []string {
 }
 
 // updateSelectorKeys recomputes the keys every cached policy's selectors
-// read; the sync worker calls it before a full compilation reads the
-// caches. Keys are kept per decoded object (a new version is a new
-// object).
-func (a *Agent) updateSelectorKeys() {
+// read; the sync worker calls it before it reads pods from the caches for
+// a compilation. It reports whether a key is read that was not before (or
+// none were known): label changes on it may have been dropped, so only a
+// compilation from the caches is sure to see them. Keys are kept per
+// decoded object (a new version is a new object).
+func (a *Agent) updateSelectorKeys() (grown bool) {
 	set := keySet{}
 	seen := make(map[any]bool, len(a.keyMemo))
 	for _, store := range []cache.Store{a.inf.nps.GetStore(), a.inf.cnps.GetStore()} {
@@ -128,5 +131,15 @@ func (a *Agent) updateSelectorKeys() {
 			delete(a.keyMemo, o)
 		}
 	}
+	prev := a.selectorKeys.Load()
+	grown = prev == nil
+	for k := range set {
+		if grown {
+			break
+		}
+		_, known := (*prev)[k]
+		grown = !known
+	}
 	a.selectorKeys.Store(&set)
+	return grown
 }

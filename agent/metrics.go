@@ -18,7 +18,7 @@ type metrics struct {
 	operations   prometheus.Histogram
 	programmed   *prometheus.GaugeVec
 	policies     *prometheus.GaugeVec
-	outOfScope   prometheus.Gauge
+	changes      prometheus.Counter
 	// ignoredRelabels counts pod label changes no selector reads.
 	ignoredRelabels prometheus.Counter
 	watchErrors     *prometheus.CounterVec
@@ -79,7 +79,7 @@ func newMetrics() *metrics {
 	}, []string{"kind", "result"})
 	m.compiles = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "moat_agent_compilations_total",
-		Help: "Compilations by kind: full (the whole snapshot) or relabel (only pod labels changed: applied incrementally).",
+		Help: "Compilations by kind: full (the whole snapshot: first sync, --resync, a policy that reads a new label key) or incremental (the changed objects only).",
 	}, []string{"kind"})
 	m.operations = prometheus.NewHistogram(prometheus.HistogramOpts{
 		Name:    "moat_agent_sync_operations",
@@ -92,11 +92,11 @@ func newMetrics() *metrics {
 	}, []string{"object"})
 	m.policies = prometheus.NewGaugeVec(prometheus.GaugeOpts{
 		Name: "moat_agent_policies",
-		Help: "Policies this node compiled (every ClusterNetworkPolicy, the NetworkPolicies of namespaces with a local pod) by kind and state (accepted; failed_closed: enforced fail-closed because of invalid or unknown fields).",
+		Help: "Policies in the last compiled program by kind (NetworkPolicy, ClusterNetworkPolicy) and state (accepted; failed_closed: enforced fail-closed because of invalid or unknown fields).",
 	}, []string{"kind", "state"})
-	m.outOfScope = prometheus.NewGauge(prometheus.GaugeOpts{
-		Name: "moat_agent_network_policies_out_of_scope",
-		Help: "NetworkPolicies this node does not compile: no pod of their namespace runs here, so they cannot select one.",
+	m.changes = prometheus.NewCounter(prometheus.CounterOpts{
+		Name: "moat_agent_changes_applied_total",
+		Help: "Changed objects (pods, namespaces, nodes, policies) applied to the program incrementally.",
 	})
 	m.ignoredRelabels = prometheus.NewCounter(prometheus.CounterOpts{
 		Name: "moat_agent_label_changes_ignored_total",
@@ -134,7 +134,7 @@ func newMetrics() *metrics {
 		Name: "moat_agent_leader",
 		Help: "1 while this agent holds the status-writer Lease.",
 	})
-	m.reg.MustRegister(m.syncDuration, m.syncs, m.compiles, m.operations, m.programmed, m.policies, m.outOfScope, m.ignoredRelabels, m.watchErrors, m.watchEvents,
+	m.reg.MustRegister(m.syncDuration, m.syncs, m.compiles, m.operations, m.programmed, m.policies, m.changes, m.ignoredRelabels, m.watchErrors, m.watchEvents,
 		m.problems, m.statusWrites, m.conntrack, m.lastSuccess, m.ready, m.leader)
 	for _, r := range []string{resultSuccess, resultError, resultConntrackError} {
 		for _, k := range []string{"full", "diff"} {

@@ -2,7 +2,7 @@ package agent
 
 import (
 	"net/netip"
-	"sort"
+	"slices"
 	"strings"
 
 	"github.com/moat-net/moat/policy"
@@ -21,21 +21,15 @@ const (
 
 var allProblems = []string{problemPodWithoutIP, problemDuplicatePodIP, problemInvalidPodField, problemNodeWithoutAddr, problemInvalidNodeAddr, problemUndecodablePolicy, problemDuplicateLocal}
 
-// snapshot is one consistent reading of the caches, reduced to the
-// compiler's input for this node (see scope.go).
+// snapshot is one consistent reading of the caches: the compiler's input
+// for a full compilation and the policy objects it compiles.
 type snapshot struct {
 	cluster policy.Cluster
-	// outOfScope counts the NetworkPolicies left out of cluster: they
-	// cannot select a pod of this node.
-	outOfScope int
 	// cnps are the decoded ClusterNetworkPolicies by name, as compiled:
 	// the status writer reports on exactly these generations.
 	cnps map[string]*decodedCNP
 	// nps are the decoded NetworkPolicies by namespace/name.
 	nps map[string]*decodedNP
-	// problems maps "Kind namespace/name" to what is wrong with it, for
-	// logs and the input-problem gauge.
-	problems map[string]problem
 }
 
 type problem struct {
@@ -46,7 +40,7 @@ type problem struct {
 // model's form, see cached.go). Pods that have finished are left out even
 // if the cache still holds them (their IPs may be reused).
 func (a *Agent) takeSnapshot() *snapshot {
-	s := &snapshot{cnps: map[string]*decodedCNP{}, nps: map[string]*decodedNP{}, problems: map[string]problem{}}
+	s := &snapshot{cnps: map[string]*decodedCNP{}, nps: map[string]*decodedNP{}}
 	c := &s.cluster
 	for _, o := range a.inf.namespaces.GetStore().List() {
 		if ns, ok := o.(*cachedNamespace); ok {
@@ -54,55 +48,18 @@ func (a *Agent) takeSnapshot() *snapshot {
 		}
 	}
 	for _, o := range a.inf.nodes.GetStore().List() {
-		n, ok := o.(*cachedNode)
-		if !ok {
-			continue
+		if n, ok := o.(*cachedNode); ok {
+			c.Nodes = append(c.Nodes, n.Node)
 		}
-		if len(n.diags) > 0 {
-			s.problems["Node "+n.Name] = problem{problemInvalidNodeAddr, diagMessages(n.diags)}
-		} else if len(n.Addrs) == 0 {
-			s.problems["Node "+n.Name] = problem{problemNodeWithoutAddr, "node has no IP address in status.addresses: `nodes` peers select nothing on it and node-local traffic from it is not recognised"}
-		}
-		c.Nodes = append(c.Nodes, n.Node)
 	}
-	owner := map[netip.Addr]string{}
 	for _, o := range a.inf.pods.GetStore().List() {
-		p, ok := o.(*cachedPod)
-		if !ok || p.finished {
-			continue
+		if p, ok := o.(*cachedPod); ok && !p.finished {
+			c.Pods = append(c.Pods, p.Pod)
 		}
-		pod := p.Pod
-		key := "Pod " + pod.Key()
-		switch {
-		case len(p.diags) > 0:
-			s.problems[key] = problem{problemInvalidPodField, diagMessages(p.diags)}
-		case len(pod.IPs) == 0 && !pod.HostNetwork && pod.NodeName != "":
-			// Unscheduled pods have no IP yet by design; a scheduled one
-			// without an IP is worth knowing about once it lasts.
-			s.problems[key] = problem{problemPodWithoutIP, "pod has no IP in status.podIPs: it is not policed and matches no peer until it has one"}
-		}
-		if !pod.HostNetwork {
-			for _, ip := range pod.IPs {
-				if other, dup := owner[ip]; dup {
-					s.problems[key] = problem{problemDuplicatePodIP, "address " + ip.String() + " also belongs to pod " + other + ": only one of them is policed (the first by namespace/name); the other's traffic is judged as that pod's"}
-					continue
-				}
-				owner[ip] = pod.Key()
-			}
-		}
-		c.Pods = append(c.Pods, pod)
 	}
-	local := localNamespaces(c.Pods, a.cfg.NodeName)
 	for _, o := range a.inf.nps.GetStore().List() {
 		if np, ok := o.(*decodedNP); ok {
 			s.nps[np.Namespace+"/"+np.Name] = np
-			if bad := undecodable(np.Invalid); len(bad) > 0 {
-				s.problems["NetworkPolicy "+np.Namespace+"/"+np.Name] = problem{problemUndecodablePolicy, "cannot decode " + strings.Join(bad, ", ") + ": enforced fail-closed"}
-			}
-			if !local[np.Namespace] {
-				s.outOfScope++
-				continue
-			}
 			c.NetworkPolicies = append(c.NetworkPolicies, np.NetworkPolicy)
 		}
 	}
@@ -110,15 +67,79 @@ func (a *Agent) takeSnapshot() *snapshot {
 		if cnp, ok := o.(*decodedCNP); ok {
 			s.cnps[cnp.Name] = cnp
 			c.ClusterNetworkPolicies = append(c.ClusterNetworkPolicies, cnp.ClusterNetworkPolicy)
-			if bad := undecodable(cnp.Invalid); len(bad) > 0 {
-				s.problems["ClusterNetworkPolicy "+cnp.Name] = problem{problemUndecodablePolicy, "cannot decode " + strings.Join(bad, ", ") + ": enforced fail-closed"}
+		}
+	}
+	return s
+}
+
+// scanProblems reads the caches for input problems, by "Kind
+// namespace/name". Of two pods with one address the first by
+// namespace/name is the owner (as in the compiler) and the other has the
+// problem.
+func (a *Agent) scanProblems() map[string]problem {
+	problems := map[string]problem{}
+	for _, o := range a.inf.nodes.GetStore().List() {
+		n, ok := o.(*cachedNode)
+		if !ok {
+			continue
+		}
+		if len(n.diags) > 0 {
+			problems["Node "+n.Name] = problem{problemInvalidNodeAddr, diagMessages(n.diags)}
+		} else if len(n.Addrs) == 0 {
+			problems["Node "+n.Name] = problem{problemNodeWithoutAddr, "node has no IP address in status.addresses: `nodes` peers select nothing on it and node-local traffic from it is not recognised"}
+		}
+	}
+	// first claimant of each address; the others of the (rare) shared
+	// ones.
+	owner := map[netip.Addr]string{}
+	shared := map[netip.Addr][]string{}
+	for _, o := range a.inf.pods.GetStore().List() {
+		p, ok := o.(*cachedPod)
+		if !ok || p.finished {
+			continue
+		}
+		key := p.Key()
+		switch {
+		case len(p.diags) > 0:
+			problems["Pod "+key] = problem{problemInvalidPodField, diagMessages(p.diags)}
+		case len(p.IPs) == 0 && !p.HostNetwork && p.NodeName != "":
+			// Unscheduled pods have no IP yet by design; a scheduled one
+			// without an IP is worth knowing about once it lasts.
+			problems["Pod "+key] = problem{problemPodWithoutIP, "pod has no IP in status.podIPs: it is not policed and matches no peer until it has one"}
+		}
+		if p.HostNetwork {
+			continue
+		}
+		for _, ip := range p.IPs {
+			if _, dup := owner[ip]; dup {
+				shared[ip] = append(shared[ip], key)
+				continue
+			}
+			owner[ip] = key
+		}
+	}
+	for ip, others := range shared {
+		claimants := append(others, owner[ip])
+		slices.Sort(claimants)
+		for _, key := range claimants[1:] {
+			problems["Pod "+key] = problem{problemDuplicatePodIP, "address " + ip.String() + " also belongs to pod " + claimants[0] + ": only one of them is policed (the first by namespace/name); the other's traffic is judged as that pod's"}
+		}
+	}
+	for _, o := range a.inf.nps.GetStore().List() {
+		if np, ok := o.(*decodedNP); ok {
+			if bad := undecodable(np.Invalid); len(bad) > 0 {
+				problems["NetworkPolicy "+np.Namespace+"/"+np.Name] = problem{problemUndecodablePolicy, "cannot decode " + strings.Join(bad, ", ") + ": enforced fail-closed"}
 			}
 		}
 	}
-	// The compiler sorts too, but a stable order here keeps duplicate
-	// resolution (first by key wins) independent of cache order.
-	sort.Slice(c.Pods, func(i, j int) bool { return c.Pods[i].Key() < c.Pods[j].Key() })
-	return s
+	for _, o := range a.inf.cnps.GetStore().List() {
+		if cnp, ok := o.(*decodedCNP); ok {
+			if bad := undecodable(cnp.Invalid); len(bad) > 0 {
+				problems["ClusterNetworkPolicy "+cnp.Name] = problem{problemUndecodablePolicy, "cannot decode " + strings.Join(bad, ", ") + ": enforced fail-closed"}
+			}
+		}
+	}
+	return problems
 }
 
 func diagMessages(ds []policy.Diagnostic) string {
@@ -131,13 +152,13 @@ func diagMessages(ds []policy.Diagnostic) string {
 
 // reportProblems logs each problem once, when it appears or changes, and
 // when it is gone, and sets the gauge.
-func (a *Agent) reportProblems(s *snapshot, rulesetWarnings []string) {
+func (a *Agent) reportProblems(problems map[string]problem, rulesetWarnings []string) {
 	counts := map[string]int{}
 	for _, p := range allProblems {
 		counts[p] = 0
 	}
 	seen := map[string]string{}
-	for obj, p := range s.problems {
+	for obj, p := range problems {
 		counts[p.kind]++
 		seen[obj] = p.msg
 		if a.reported[obj] != p.msg {
@@ -158,6 +179,7 @@ func (a *Agent) reportProblems(s *snapshot, rulesetWarnings []string) {
 		}
 	}
 	a.reported = seen
+	a.lastWarnings = rulesetWarnings
 	for k, n := range counts {
 		a.metrics.problems.WithLabelValues(k).Set(float64(n))
 	}

@@ -62,8 +62,9 @@ const maxMessage = 1024
 // costs nothing per sync: the writer (the leader only) indexes the
 // statuses when it writes.
 type published struct {
-	snap *snapshot
-	pods []policy.Pod
+	policies compiled
+	pods     []policy.Pod
+	diags    []policy.Diagnostic
 
 	status     []policy.PolicyStatus
 	statusOnce sync.Once
@@ -97,12 +98,10 @@ type statusWriter struct {
 	// object and generation, so each is reported once (leader only).
 	mu      sync.Mutex
 	emitted map[string]string
-	// npDiags: see npDiagnostics.
-	npDiags map[*decodedNP][]policy.Diagnostic
 }
 
 func newStatusWriter(a *Agent) *statusWriter {
-	return &statusWriter{a: a, notify: make(chan struct{}, 1), emitted: map[string]string{}, npDiags: map[*decodedNP][]policy.Diagnostic{}}
+	return &statusWriter{a: a, notify: make(chan struct{}, 1), emitted: map[string]string{}}
 }
 
 // startEvents starts the Event pipeline; stopEvents flushes and ends it.
@@ -119,8 +118,8 @@ func (w *statusWriter) stopEvents() {
 }
 
 // publish hands the result of a compilation to the writer.
-func (w *statusWriter) publish(s *snapshot, prog *policy.Program) {
-	p := &published{snap: s, pods: prog.Pods, status: prog.Status}
+func (w *statusWriter) publish(c compiled, prog *policy.Program) {
+	p := &published{policies: c, pods: prog.Pods, status: prog.Status, diags: prog.Diagnostics}
 	w.latest.Store(p)
 	w.nudge()
 }
@@ -204,8 +203,8 @@ func (w *statusWriter) write(ctx context.Context) (again bool) {
 	if p == nil {
 		return false
 	}
-	names := make([]string, 0, len(p.snap.cnps))
-	for n := range p.snap.cnps {
+	names := make([]string, 0, len(p.policies.cnps))
+	for n := range p.policies.cnps {
 		names = append(names, n)
 	}
 	sort.Strings(names)
@@ -213,7 +212,7 @@ func (w *statusWriter) write(ctx context.Context) (again bool) {
 		if ctx.Err() != nil {
 			return false
 		}
-		compiled := p.snap.cnps[name]
+		compiled := p.policies.cnps[name]
 		st, ok := p.statusOf(policy.PolicyRef{Kind: "ClusterNetworkPolicy", Name: name})
 		if !ok {
 			continue
@@ -326,35 +325,30 @@ func (w *statusWriter) event(ref *corev1.ObjectReference, typ, reason, msg strin
 }
 
 // reportNPs emits one Warning Event per new problem of a NetworkPolicy:
-// invalid or unknown fields (enforced fail-closed) and named ports that
-// resolve on no pod. It covers every NetworkPolicy of the cluster, not
-// only those of this node's scope.
+// the compiler's diagnostics about it (invalid or unknown fields, enforced
+// fail-closed; named ports that resolve on no pod), which cover every
+// NetworkPolicy of the cluster whatever the node's scope.
 func (w *statusWriter) reportNPs(p *published) {
+	byObject := map[string][]string{}
+	for _, d := range p.diags {
+		key, ok := strings.CutPrefix(d.Object, "NetworkPolicy ")
+		if !ok {
+			continue
+		}
+		msg := d.Message
+		if d.Field != "" {
+			msg = d.Field + ": " + msg
+		}
+		byObject[key] = append(byObject[key], msg)
+	}
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	opts := w.a.policyOptions()
-	byObject := map[string][]string{}
-	for key, np := range p.snap.nps {
-		for _, d := range w.npDiagnostics(np, opts) {
-			msg := d.Message
-			if d.Field != "" {
-				msg = d.Field + ": " + msg
-			}
-			byObject[key] = append(byObject[key], msg)
-		}
-	}
-	// Forget the diagnostics of versions no longer in the cache.
-	for np := range w.npDiags {
-		if p.snap.nps[np.Namespace+"/"+np.Name] != np {
-			delete(w.npDiags, np)
-		}
-	}
-	for key, msgs := range namedPortProblems(p.snap.nps, p.pods) {
-		byObject[key] = append(byObject[key], msgs...)
-	}
 	seen := map[string]string{}
 	for key, msgs := range byObject {
-		np := p.snap.nps[key]
+		np, ok := p.policies.nps[key]
+		if !ok {
+			continue
+		}
 		for _, m := range msgs {
 			id := fmt.Sprintf("%s@%d|%s", key, np.Generation, m)
 			seen[id] = ""
@@ -374,7 +368,7 @@ func (w *statusWriter) nodeFailed(err error) {
 	msg := fmt.Sprintf("node %s could not program its nftables rules; the previous rules stay in force: %v", w.a.cfg.NodeName, err)
 	w.event(&corev1.ObjectReference{Kind: "Node", APIVersion: "v1", Name: w.a.cfg.NodeName, UID: types.UID(w.a.cfg.NodeName)}, corev1.EventTypeWarning, EventNodeSyncFailed, msg)
 	if p := w.latest.Load(); p != nil {
-		for _, c := range p.snap.cnps {
+		for _, c := range p.policies.cnps {
 			w.event(cnpRef(c), corev1.EventTypeWarning, EventNodeSyncFailed, msg)
 		}
 	}

@@ -15,44 +15,6 @@ import (
 	"github.com/moat-net/moat/policy"
 )
 
-func TestNamedPortProblems(t *testing.T) {
-	pod := func(ns, name string, labels map[string]string, ports ...policy.ContainerPort) policy.Pod {
-		return policy.Pod{Namespace: ns, Name: name, Labels: labels, IPs: []netip.Addr{netip.MustParseAddr("10.0.0.1")}, Ports: ports}
-	}
-	pods := []policy.Pod{
-		pod("a", "web", map[string]string{"app": "web"}, policy.ContainerPort{Name: "http", Protocol: policy.ProtoTCP, Port: 80}),
-		pod("a", "dns", map[string]string{"app": "dns"}, policy.ContainerPort{Name: "dns", Protocol: policy.ProtoUDP, Port: 53}),
-		{Namespace: "a", Name: "noip", Labels: map[string]string{"app": "web"}, Ports: []policy.ContainerPort{{Name: "metrics", Protocol: policy.ProtoTCP, Port: 9090}}},
-	}
-	for _, tc := range []struct {
-		name, spec string
-		want       []string // substrings, one per expected message
-	}{
-		{"ingress port declared by the selected pod", `{podSelector: {matchLabels: {app: web}}, ingress: [{ports: [{port: http}]}]}`, nil},
-		{"ingress port declared by no selected pod", `{podSelector: {matchLabels: {app: web}}, ingress: [{ports: [{port: 80}, {port: metrics}]}]}`, []string{`spec.ingress[0].ports[1].port: named port "metrics" (TCP) is declared by none of the 1 pods`}},
-		{"protocol must match", `{podSelector: {matchLabels: {app: dns}}, ingress: [{ports: [{port: dns}]}]}`, []string{`named port "dns" (TCP)`}},
-		{"policy selecting no pod says nothing", `{podSelector: {matchLabels: {app: none}}, ingress: [{ports: [{port: nope}]}]}`, nil},
-		{"egress port declared somewhere", `{podSelector: {}, policyTypes: [Egress], egress: [{ports: [{port: dns, protocol: UDP}]}]}`, nil},
-		{"egress port declared nowhere", `{podSelector: {}, policyTypes: [Egress], egress: [{ports: [{port: metrics}]}]}`, []string{`spec.egress[0].ports[0].port: named port "metrics" (TCP) is declared by no pod in the cluster`}},
-	} {
-		t.Run(tc.name, func(t *testing.T) {
-			np := decodeNP(fixture.YAML(t, "{apiVersion: networking.k8s.io/v1, kind: NetworkPolicy, metadata: {name: p, namespace: a}, spec: "+tc.spec+"}"))
-			if len(np.UnknownFields) > 0 {
-				t.Fatalf("test policy does not decode: %v", np.UnknownFields)
-			}
-			got := namedPortProblems(map[string]*decodedNP{"a/p": np}, pods)["a/p"]
-			if len(got) != len(tc.want) {
-				t.Fatalf("problems = %q, want %d", got, len(tc.want))
-			}
-			for i, w := range tc.want {
-				if !strings.Contains(got[i], w) {
-					t.Errorf("problem %q lacks %q", got[i], w)
-				}
-			}
-		})
-	}
-}
-
 func TestHealthzDetectsAHungSync(t *testing.T) {
 	a := &Agent{}
 	now := time.Now()
@@ -187,27 +149,4 @@ func FuzzDecodeCNP(f *testing.F) {
 		}
 		_ = desiredCondition(d, prog.Status[0], opts)
 	})
-}
-
-func TestPreferFull(t *testing.T) {
-	for _, tc := range []struct {
-		cost compileCost
-		n    int
-		want bool
-	}{
-		{compileCost{}, 10000, false},
-		{compileCost{full: time.Second}, 10000, false},
-		{compileCost{full: time.Second, relabel: 5 * time.Millisecond}, 100, false},
-		{compileCost{full: time.Second, relabel: 5 * time.Millisecond}, 201, true},
-	} {
-		if got := tc.cost.preferFull(tc.n); got != tc.want {
-			t.Errorf("%+v.preferFull(%d) = %v, want %v", tc.cost, tc.n, got, tc.want)
-		}
-	}
-	if got := ewma(0, time.Second); got != time.Second {
-		t.Errorf("first measurement: %s", got)
-	}
-	if got := ewma(time.Second, 5*time.Second); got != 2*time.Second {
-		t.Errorf("ewma(1s, 5s) = %s, want 2s", got)
-	}
 }

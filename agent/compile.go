@@ -1,0 +1,123 @@
+package agent
+
+import (
+	"maps"
+	"time"
+
+	"k8s.io/client-go/tools/cache"
+
+	"github.com/moat-net/moat/policy"
+)
+
+// The program is kept up to date incrementally: each changed object is
+// read from its cache and staged in the policy compiler (Upsert, or
+// Delete when it is gone), and Program applies them together, in time
+// proportional to what they change. The compiler is scoped to this node
+// (policy.Options.Node): only this node's pods get a policy, only the
+// policies that select them are compiled, peers are resolved
+// cluster-wide. A full compilation from the caches happens only
+//
+//   - for the first sync, and on every --resync (which also guards
+//     against any drift of the incremental path);
+//   - when a policy change makes selectors read a label key none read
+//     before (see labelkeys.go: label changes on that key may have been
+//     dropped, so the compiler's labels could be stale).
+
+// compiled are the policy objects the current program was compiled from,
+// by key, as the status writer reports on them. Both maps are replaced,
+// never changed, so a published snapshot of them stays valid.
+type compiled struct {
+	nps  map[string]*decodedNP
+	cnps map[string]*decodedCNP
+}
+
+// compile brings the program up to date with the caches. full says the
+// program was compiled from scratch; changed that anything changed.
+func (a *Agent) compile() (prog *policy.Program, full, changed bool) {
+	changes := a.takeChanges()
+	full = a.fullResync.Load() || a.compiler == nil
+	if full || len(changes[kindNetworkPolicy]) > 0 || len(changes[kindClusterNetworkPolicy]) > 0 {
+		// Before any pod is read from the caches (labelkeys.go).
+		if a.updateSelectorKeys() {
+			full = true
+		}
+	}
+	if full {
+		start := time.Now()
+		s := a.takeSnapshot()
+		a.compiler = policy.NewCompiler(&s.cluster, a.compilerOptions())
+		a.compiled = compiled{nps: s.nps, cnps: s.cnps}
+		a.metrics.compiles.WithLabelValues("full").Inc()
+		a.log.V(2).Info("Compiled in full", "pods", len(s.cluster.Pods), "policies", len(s.nps)+len(s.cnps), "duration", time.Since(start))
+		return a.compiler.Program(), true, true
+	}
+	n := 0
+	for key := range changes[kindPod] {
+		o, exists, _ := a.inf.pods.GetStore().GetByKey(key)
+		if p, ok := o.(*cachedPod); exists && ok && !p.finished {
+			a.compiler.UpsertPod(p.Pod)
+		} else {
+			a.compiler.DeletePod(key)
+		}
+		n++
+	}
+	for key := range changes[kindNamespace] {
+		if o, exists, _ := a.inf.namespaces.GetStore().GetByKey(key); exists {
+			a.compiler.UpsertNamespace(o.(*cachedNamespace).Namespace)
+		} else {
+			a.compiler.DeleteNamespace(key)
+		}
+		n++
+	}
+	for key := range changes[kindNode] {
+		if o, exists, _ := a.inf.nodes.GetStore().GetByKey(key); exists {
+			a.compiler.UpsertNode(o.(*cachedNode).Node)
+		} else {
+			a.compiler.DeleteNode(key)
+		}
+		n++
+	}
+	if len(changes[kindNetworkPolicy]) > 0 {
+		nps := maps.Clone(a.compiled.nps)
+		for key := range changes[kindNetworkPolicy] {
+			if o, exists, _ := a.inf.nps.GetStore().GetByKey(key); exists {
+				np := o.(*decodedNP)
+				a.compiler.UpsertNetworkPolicy(np.NetworkPolicy)
+				nps[key] = np
+			} else {
+				ns, name, _ := cache.SplitMetaNamespaceKey(key)
+				a.compiler.DeleteNetworkPolicy(ns, name)
+				delete(nps, key)
+			}
+			n++
+		}
+		a.compiled.nps = nps
+	}
+	if len(changes[kindClusterNetworkPolicy]) > 0 {
+		cnps := maps.Clone(a.compiled.cnps)
+		for key := range changes[kindClusterNetworkPolicy] {
+			if o, exists, _ := a.inf.cnps.GetStore().GetByKey(key); exists {
+				cnp := o.(*decodedCNP)
+				a.compiler.UpsertClusterNetworkPolicy(cnp.ClusterNetworkPolicy)
+				cnps[key] = cnp
+			} else {
+				a.compiler.DeleteClusterNetworkPolicy(key)
+				delete(cnps, key)
+			}
+			n++
+		}
+		a.compiled.cnps = cnps
+	}
+	if n > 0 {
+		a.metrics.compiles.WithLabelValues("incremental").Inc()
+		a.metrics.changes.Add(float64(n))
+	}
+	return a.compiler.Program(), false, n > 0
+}
+
+// compilerOptions are the compiler's options for this node.
+func (a *Agent) compilerOptions() policy.Options {
+	o := a.policyOptions()
+	o.Node = a.cfg.NodeName
+	return o
+}
