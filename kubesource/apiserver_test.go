@@ -38,10 +38,7 @@ func TestAgainstAPIServer(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	live, err := snap.Decode()
-	if err != nil {
-		t.Fatal(err)
-	}
+	live := snap.Result
 	files, err := (&manifest.Loader{}).Load(dir)
 	if err != nil {
 		t.Fatal(err)
@@ -72,10 +69,7 @@ func TestAgainstAPIServer(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	live, err = snap.Decode()
-	if err != nil {
-		t.Fatal(err)
-	}
+	live = snap.Result
 	fromFile, err := (&manifest.Loader{}).Load(newer)
 	if err != nil {
 		t.Fatal(err)

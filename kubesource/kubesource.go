@@ -1,21 +1,22 @@
 // Package kubesource reads the snapshot Moat judges from a live cluster: it
 // lists Namespaces, Nodes, Pods, NetworkPolicies and ClusterNetworkPolicies
 // through the API server, page by page as kubectl does, and decodes every
-// listed object as raw JSON through the same strict decoder as manifest
-// files, so an object written for a newer API fails closed here exactly as
-// it does in a file. It is the live-cluster source of Moat's data flow
+// page as it streams in through the same strict decoder as manifest files
+// (package decode), so an object written for a newer API fails closed here
+// exactly as it does in a file. It is the live-cluster source of Moat's data flow
 // (manifest files are the other); nothing downstream reaches back into it.
 package kubesource
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 	"strconv"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
+
+	"github.com/moat-net/moat/decode"
 )
 
 // DefaultPageSize is how many objects one list request asks for, as
@@ -48,21 +49,15 @@ var Kinds = []Kind{
 	{Kind: "ClusterNetworkPolicy", APIVersion: "policy.networking.k8s.io/v1alpha2", Resource: "clusternetworkpolicies", Path: "/apis/policy.networking.k8s.io/v1alpha2/clusternetworkpolicies", Optional: true},
 }
 
-// Object is one listed object: its identity and its JSON exactly as the
-// server sent it, with apiVersion and kind filled in (list items lack
-// them).
-type Object struct {
-	Kind, Namespace, Name string
-	JSON                  json.RawMessage
-}
-
-// Snapshot is everything listed from one API server.
+// Snapshot is everything listed from one API server, decoded.
 type Snapshot struct {
 	// Host is the server's URL.
 	Host string
-	// Objects are grouped by kind in the order of Kinds.
-	Objects []Object
-	// Count is the number of objects per kind.
+	// Result holds the decoded cluster, its diagnostics and the objects
+	// that could not be decoded at all (commands refuse to judge traffic
+	// without them), exactly as the file loader reports them.
+	Result *decode.Result
+	// Count is the number of objects of each kind decoded into Result.
 	Count map[string]int
 	// NotServed names the optional kinds the server does not serve.
 	NotServed []string
@@ -75,56 +70,69 @@ type Options struct {
 	PageSize int64
 }
 
-// List reads every object of Kinds from the server cfg points at. Any
+// List reads every object of Kinds from the server cfg points at, decoding
+// each page as it streams in (nothing of a page is kept once decoded). Any
 // failure other than an optional kind not being served is an error: a
-// snapshot missing some policies could widen access.
+// snapshot missing some policies could widen access. When a continue token
+// expires between pages (410 Gone), List starts over with unpaginated
+// lists, as client-go's pager falls back to one full list, so the result
+// is still one consistent read of each kind.
 func List(ctx context.Context, cfg *rest.Config, opts Options) (*Snapshot, error) {
 	cs, err := kubernetes.NewForConfig(cfg)
 	if err != nil {
 		return nil, fmt.Errorf("client for %s: %w", cfg.Host, err)
 	}
-	rc := cs.CoreV1().RESTClient()
 	size := opts.PageSize
 	if size <= 0 {
 		size = DefaultPageSize
 	}
-	snap := &Snapshot{Host: cfg.Host, Count: map[string]int{}}
+	snap, err := list(ctx, cs.CoreV1().RESTClient(), cfg.Host, size)
+	if apierrors.IsResourceExpired(err) || apierrors.IsGone(err) {
+		snap, err = list(ctx, cs.CoreV1().RESTClient(), cfg.Host, 0)
+	}
+	return snap, err
+}
+
+// list reads every kind with pages of size objects (0: one request each).
+func list(ctx context.Context, rc rest.Interface, host string, size int64) (*Snapshot, error) {
+	snap := &Snapshot{Host: host, Result: &decode.Result{}, Count: map[string]int{}}
 	for _, k := range Kinds {
-		objs, err := listKind(ctx, rc, k, size)
+		before := kept(snap.Result, k.Kind)
+		err := listPages(ctx, rc, snap.Result, k, size)
 		if k.Optional && apierrors.IsNotFound(err) {
 			snap.NotServed = append(snap.NotServed, k.Kind)
 			continue
 		}
 		if err != nil {
-			return nil, fmt.Errorf("list %s from %s: %w", k.Kind, cfg.Host, err)
+			return nil, fmt.Errorf("list %s from %s: %w", k.Kind, host, err)
 		}
-		snap.Objects = append(snap.Objects, objs...)
-		snap.Count[k.Kind] = len(objs)
+		snap.Count[k.Kind] = kept(snap.Result, k.Kind) - before
 	}
 	return snap, nil
 }
 
-// listPage is the part of a list response List reads.
-type listPage struct {
-	Metadata struct {
-		Continue string `json:"continue"`
-	} `json:"metadata"`
-	Items []json.RawMessage `json:"items"`
-}
-
-// listKind reads one kind page by page. When the continue token expires
-// between pages (410 Gone), it starts over with one unpaginated list, as
-// client-go's pager does, so the result is one consistent snapshot.
-func listKind(ctx context.Context, rc rest.Interface, k Kind, size int64) ([]Object, error) {
-	objs, err := listPages(ctx, rc, k, size)
-	if apierrors.IsResourceExpired(err) || apierrors.IsGone(err) {
-		return listPages(ctx, rc, k, 0)
+// kept counts the decoded objects of one kind.
+func kept(r *decode.Result, kind string) int {
+	c := &r.Cluster
+	switch kind {
+	case "Namespace":
+		return len(c.Namespaces)
+	case "Node":
+		return len(c.Nodes)
+	case "Pod":
+		return len(c.Pods)
+	case "NetworkPolicy":
+		return len(c.NetworkPolicies)
+	case "ClusterNetworkPolicy":
+		return len(c.ClusterNetworkPolicies)
 	}
-	return objs, err
+	return 0
 }
 
-func listPages(ctx context.Context, rc rest.Interface, k Kind, size int64) ([]Object, error) {
-	var out []Object
+// listPages streams one kind page by page into r. Items of a typed list
+// (PodList, ...) carry no kind of their own; the decoder takes it from the
+// list. Diagnostics name the source "cluster/<resource>".
+func listPages(ctx context.Context, rc rest.Interface, r *decode.Result, k Kind, size int64) error {
 	token := ""
 	for {
 		req := rc.Get().AbsPath(k.Path).SetHeader("Accept", "application/json")
@@ -137,63 +145,19 @@ func listPages(ctx context.Context, rc rest.Interface, k Kind, size int64) ([]Ob
 		if k.FieldSelector != "" {
 			req = req.Param("fieldSelector", k.FieldSelector)
 		}
-		res := req.Do(ctx)
-		if err := res.Error(); err != nil {
-			// Error, unlike Raw, reads the server's Status (reason,
-			// message).
-			return nil, err
-		}
-		body, err := res.Raw()
+		// Stream, like Do, turns a non-2xx answer into the server's
+		// Status (reason, message), which IsNotFound and IsGone read.
+		body, err := req.Stream(ctx)
 		if err != nil {
-			return nil, err
+			return err
 		}
-		var page listPage
-		if err := json.Unmarshal(body, &page); err != nil {
-			return nil, fmt.Errorf("decode list response: %w", err)
+		token, err = r.DecodeListPage("cluster/"+k.Resource, body)
+		body.Close()
+		if err != nil {
+			return fmt.Errorf("decode list response: %w", err)
 		}
-		for i, item := range page.Items {
-			o, err := objectOf(k, item)
-			if err != nil {
-				return nil, fmt.Errorf("item %d: %w", len(out)+i, err)
-			}
-			out = append(out, o)
-		}
-		token = page.Metadata.Continue
 		if token == "" || size == 0 {
-			return out, nil
+			return nil
 		}
 	}
-}
-
-// objectOf names a list item and gives it the apiVersion and kind of its
-// list, which the server leaves out of items.
-func objectOf(k Kind, item json.RawMessage) (Object, error) {
-	var fields map[string]json.RawMessage
-	if err := json.Unmarshal(item, &fields); err != nil {
-		return Object{}, fmt.Errorf("not a JSON object: %w", err)
-	}
-	var meta struct {
-		Name      string `json:"name"`
-		Namespace string `json:"namespace"`
-	}
-	if m, ok := fields["metadata"]; ok {
-		// A metadata the server sent in another shape is the decoder's
-		// to report; the name is only for messages here.
-		_ = json.Unmarshal(m, &meta)
-	}
-	o := Object{Kind: k.Kind, Namespace: meta.Namespace, Name: meta.Name, JSON: item}
-	_, hasKind := fields["kind"]
-	_, hasVersion := fields["apiVersion"]
-	if hasKind && hasVersion {
-		return o, nil
-	}
-	kind, _ := json.Marshal(k.Kind)
-	version, _ := json.Marshal(k.APIVersion)
-	fields["kind"], fields["apiVersion"] = kind, version
-	js, err := json.Marshal(fields)
-	if err != nil {
-		return Object{}, err
-	}
-	o.JSON = js
-	return o, nil
 }

@@ -2,7 +2,6 @@ package kubesource
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 	"net/http"
 	"net/http/httptest"
@@ -77,8 +76,9 @@ func TestListPagesAndExpiry(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			if snap.Count["Pod"] != 7 || len(snap.Objects) != 7 {
-				t.Errorf("pods %d, objects %d", snap.Count["Pod"], len(snap.Objects))
+			res := snap.Result
+			if snap.Count["Pod"] != 7 || len(res.Cluster.Pods) != 7 || len(res.Dropped) != 0 {
+				t.Errorf("count %d, decoded %d pods, dropped %v", snap.Count["Pod"], len(res.Cluster.Pods), res.Dropped)
 			}
 			podReqs := 0
 			for _, r := range fake.requests {
@@ -93,22 +93,11 @@ func TestListPagesAndExpiry(t *testing.T) {
 				t.Errorf("not served: %v", snap.NotServed)
 			}
 			seen := map[string]bool{}
-			for _, o := range snap.Objects {
-				var head struct{ APIVersion, Kind string }
-				if err := json.Unmarshal(o.JSON, &head); err != nil || head.APIVersion != "v1" || head.Kind != "Pod" {
-					t.Errorf("%s: header %+v, %v", o.Name, head, err)
-				}
-				seen[o.Name] = true
+			for _, p := range res.Cluster.Pods {
+				seen[p.Name] = true
 			}
 			if len(seen) != 7 {
 				t.Errorf("distinct pods %d: a page was read twice or lost", len(seen))
-			}
-			res, err := snap.Decode()
-			if err != nil {
-				t.Fatal(err)
-			}
-			if len(res.Cluster.Pods) != 7 || len(res.Dropped) != 0 {
-				t.Errorf("decoded %d pods, dropped %v", len(res.Cluster.Pods), res.Dropped)
 			}
 		})
 	}
@@ -129,20 +118,5 @@ func TestListFailsClosed(t *testing.T) {
 	_, err := List(context.Background(), &rest.Config{Host: srv.URL}, Options{})
 	if err == nil || !strings.Contains(err.Error(), "list NetworkPolicy") || !strings.Contains(err.Error(), "forbidden") {
 		t.Errorf("err = %v", err)
-	}
-}
-
-func TestObjectOf(t *testing.T) {
-	k := Kind{Kind: "NetworkPolicy", APIVersion: "networking.k8s.io/v1"}
-	o, err := objectOf(k, json.RawMessage(`{"metadata":{"name":"a","namespace":"b"},"spec":{}}`))
-	if err != nil || o.Name != "a" || o.Namespace != "b" || !strings.Contains(string(o.JSON), `"kind":"NetworkPolicy"`) || !strings.Contains(string(o.JSON), `"apiVersion":"networking.k8s.io/v1"`) {
-		t.Errorf("%+v %s, %v", o, o.JSON, err)
-	}
-	raw := json.RawMessage(`{"apiVersion":"networking.k8s.io/v1","kind":"NetworkPolicy","metadata":{"name":"a"}}`)
-	if o, err := objectOf(k, raw); err != nil || string(o.JSON) != string(raw) {
-		t.Errorf("an item with its own kind was rewritten: %s, %v", o.JSON, err)
-	}
-	if _, err := objectOf(k, json.RawMessage(`[1]`)); err == nil {
-		t.Error("a non-object item was accepted")
 	}
 }

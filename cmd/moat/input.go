@@ -131,10 +131,7 @@ func (f *inputFlags) read(ctx context.Context, cmd *cobra.Command) (*loaded, err
 		if err != nil {
 			return nil, err
 		}
-		res, err := snap.Decode()
-		if err != nil {
-			return nil, fmt.Errorf("decode the objects of %s: %w", snap.Host, err)
-		}
+		res := snap.Result
 		desc := describeLive(f.context, snap)
 		if files != nil {
 			res = snapshot.Overlay(res, files)
