@@ -114,6 +114,7 @@ func (s *state) updatePod(ps *podState, old *Pod) {
 	}
 	if addrsChanged {
 		s.moveAddrs(ps, wasNet, oldIPs)
+		s.setSlotAddrs(ps)
 	}
 	if portsChanged {
 		if wasNet {
@@ -404,7 +405,7 @@ func (s *state) upsertNP(np *NetworkPolicy) {
 			s.removeNP(i)
 		}
 	}
-	st := s.addNP(np)
+	st := s.addNP(np, validateNP(np))
 	if pos >= 0 {
 		s.nps[pos], s.nps[len(s.nps)-1] = st, nil
 	}
@@ -440,7 +441,7 @@ func (s *state) upsertCNP(cnp *ClusterNetworkPolicy) {
 			s.removeCNP(i)
 		}
 	}
-	st := s.addCNP(cnp)
+	st := s.addCNP(cnp, validateCNP(cnp))
 	if pos >= 0 {
 		s.cnps[pos], s.cnps[len(s.cnps)-1] = st, nil
 	}

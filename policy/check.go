@@ -124,29 +124,41 @@ func statusReason(errs field.ErrorList, unknown []string) (reason, msg string) {
 	return "", ""
 }
 
-// selectorCache converts API label selectors once per distinct selector.
-type selectorCache map[string]labels.Selector
+// selectorCache converts API label selectors once per distinct selector,
+// keeping each one's canonical string (labels.Selector.String).
+type selectorCache map[string]*cachedSel
+
+type cachedSel struct {
+	sel labels.Selector // nil: invalid
+	str string
+}
 
 // get converts sel; ok is false when the selector is invalid, and callers
 // must then fail closed. A nil selector selects nothing.
 func (c selectorCache) get(sel *metav1.LabelSelector) (labels.Selector, bool) {
+	s, _, ok := c.getKeyed(sel)
+	return s, ok
+}
+
+// getKeyed is get with the selector's canonical string.
+func (c selectorCache) getKeyed(sel *metav1.LabelSelector) (labels.Selector, string, bool) {
 	if sel == nil {
-		return labels.Nothing(), true
+		return labels.Nothing(), "<nothing>", true
 	}
 	if len(sel.MatchLabels) == 0 && len(sel.MatchExpressions) == 0 {
-		return everything, true
+		return everything, "", true
 	}
 	key := selectorCacheKey(sel)
-	if s, hit := c[key]; hit {
-		return s, s != nil
+	if cs, hit := c[key]; hit {
+		return cs.sel, cs.str, cs.sel != nil
 	}
 	s, err := metav1.LabelSelectorAsSelector(sel)
 	if err != nil {
-		c[key] = nil
-		return nil, false
+		c[key] = &cachedSel{}
+		return nil, "", false
 	}
-	c[key] = s
-	return s, true
+	c[key] = &cachedSel{s, s.String()}
+	return s, c[key].str, true
 }
 
 // selectorCacheKey identifies an API selector by content, more cheaply

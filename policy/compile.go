@@ -3,9 +3,12 @@ package policy
 import (
 	"fmt"
 	"net/netip"
+	"runtime"
 	"slices"
-	"sort"
 	"strings"
+	"sync"
+
+	"k8s.io/apimachinery/pkg/util/validation/field"
 )
 
 // Compile turns a snapshot into a Program. It never fails: objects that do
@@ -25,14 +28,15 @@ func build(c *Cluster, opts Options) *state {
 	s := newState(opts)
 	s.loadNamespaces(c)
 	s.loadNodes(c.Nodes)
-	pods := s.uniquePods(c.Pods)
+	pods, keys := s.uniquePods(c.Pods)
+	npErrs, cnpErrs := validateAll(c)
 	for i := range c.NetworkPolicies {
-		s.addNP(&c.NetworkPolicies[i])
+		s.addNP(&c.NetworkPolicies[i], npErrs[i])
 	}
 	for i := range c.ClusterNetworkPolicies {
-		s.addCNP(&c.ClusterNetworkPolicies[i])
+		s.addCNP(&c.ClusterNetworkPolicies[i], cnpErrs[i])
 	}
-	s.loadPods(pods)
+	s.loadPods(pods, keys)
 	s.dirty.full = true
 	s.publish()
 	return s
@@ -62,26 +66,28 @@ func (s *state) loadNodes(nodes []Node) {
 	s.dirty.nodes = true
 }
 
-// uniquePods sorts pods by key and keeps the first of duplicates.
-func (s *state) uniquePods(in []Pod) []Pod {
+// uniquePods sorts pods by key and keeps the first of duplicates; keys
+// are theirs.
+func (s *state) uniquePods(in []Pod) (pods []Pod, keys []string) {
 	type keyed struct {
 		key string
 		i   int
 	}
-	keys := make([]keyed, len(in))
+	ks := make([]keyed, len(in))
 	for i := range in {
-		keys[i] = keyed{in[i].Key(), i}
+		ks[i] = keyed{in[i].Key(), i}
 	}
-	slices.SortStableFunc(keys, func(a, b keyed) int { return strings.Compare(a.key, b.key) })
-	out := make([]Pod, 0, len(in))
-	for j, k := range keys {
-		if j > 0 && keys[j-1].key == k.key {
+	slices.SortStableFunc(ks, func(a, b keyed) int { return strings.Compare(a.key, b.key) })
+	pods, keys = make([]Pod, 0, len(in)), make([]string, 0, len(in))
+	for j, k := range ks {
+		if j > 0 && ks[j-1].key == k.key {
 			s.diag(SeverityWarning, "Pod "+k.key, "", "", "duplicate object: the first one is used")
 			continue
 		}
-		out = append(out, in[k.i])
+		pods = append(pods, in[k.i])
+		keys = append(keys, k.key)
 	}
-	return out
+	return pods, keys
 }
 
 // loadPods adds the snapshot's pods, numbering them (slots) so that pods
@@ -89,7 +95,7 @@ func (s *state) uniquePods(in []Pod) []Pod {
 // as namespace selectors see them, their namespace, then their own labels
 // as pod selectors see them. A selector peer is then a few runs of slots
 // in the evaluator's index instead of thousands of scattered addresses.
-func (s *state) loadPods(pods []Pod) {
+func (s *state) loadPods(pods []Pod, keys []string) {
 	nsKeys, podKeys := map[string]int{}, map[string]int{}
 	for _, ns := range s.nsSels {
 		for _, k := range selectorKeys(ns.sel) {
@@ -105,60 +111,74 @@ func (s *state) loadPods(pods []Pod) {
 	}
 	nsKeyList, podKeyList := sortedKeys(nsKeys), sortedKeys(podKeys)
 
-	type entry struct {
-		pod   int
-		nsSig string
-		sig   string
+	// Pods come sorted by key, so each namespace's pods are adjacent:
+	// order the namespaces, then each namespace's pods.
+	type nsRun struct {
+		ns         *nsState
+		sig        string
+		start, end int
 	}
-	nsSigs := map[string]string{}
-	entries := make([]entry, len(pods))
-	for i := range pods {
-		p := &pods[i]
-		ns, ok := nsSigs[p.Namespace]
-		if !ok {
-			ns = projString(s.namespace(p.Namespace).labels, nsKeyList)
-			nsSigs[p.Namespace] = ns
+	var runs []nsRun
+	for i := 0; i < len(pods); {
+		j := i
+		for j < len(pods) && pods[j].Namespace == pods[i].Namespace {
+			j++
 		}
-		entries[i] = entry{i, ns, projString(p.Labels, podKeyList)}
+		ns := s.namespace(pods[i].Namespace)
+		runs = append(runs, nsRun{ns, projString(ns.labels, nsKeyList), i, j})
+		i = j
 	}
-	sort.Slice(entries, func(a, b int) bool {
-		x, y := &entries[a], &entries[b]
-		if x.nsSig != y.nsSig {
-			return x.nsSig < y.nsSig
+	slices.SortFunc(runs, func(a, b nsRun) int {
+		if c := strings.Compare(a.sig, b.sig); c != 0 {
+			return c
 		}
-		if px, py := pods[x.pod].Namespace, pods[y.pod].Namespace; px != py {
-			return px < py
-		}
-		if x.sig != y.sig {
-			return x.sig < y.sig
-		}
-		return x.pod < y.pod
+		return strings.Compare(a.ns.name, b.ns.name)
 	})
+	type entry struct {
+		pod int
+		sig string
+	}
 	s.order = make([]*podState, len(pods))
 	s.slots = make([]*podState, 0, len(pods))
-	for _, e := range entries {
-		p := pods[e.pod]
-		p.IPs = uniqueAddrs(p.IPs)
-		ns := s.namespace(p.Namespace)
-		ns.refs++
-		ps := &podState{pod: p, ns: ns, index: e.pod}
-		s.allocSlot(ps)
-		s.order[e.pod] = ps
-		s.pods[p.Key()] = ps
-		s.setPodFacts(ps)
-		if ps.podnet {
-			ns.pods.Add(ps.slot)
-			s.podIndex.add(ps.slot, p.Labels)
-			for _, a := range p.IPs {
-				s.ipOwners[a] = append(s.ipOwners[a], ps)
+	s.ipOwners = make(map[netip.Addr][]*podState, len(pods))
+	s.pods = make(map[string]*podState, len(pods))
+	var entries []entry
+	for _, run := range runs {
+		entries = entries[:0]
+		for i := run.start; i < run.end; i++ {
+			entries = append(entries, entry{i, projString(pods[i].Labels, podKeyList)})
+		}
+		slices.SortFunc(entries, func(a, b entry) int {
+			if c := strings.Compare(a.sig, b.sig); c != 0 {
+				return c
 			}
-			s.declare(ps.slot, ps.fullSig, true)
-		}
-		if !p.HostNetwork {
-			ns.nonHost++
-		}
-		if len(p.IPs) == 0 {
-			s.podsWithDiags[ps] = struct{}{}
+			return a.pod - b.pod
+		})
+		ns := run.ns
+		for _, e := range entries {
+			p := pods[e.pod]
+			p.IPs = uniqueAddrs(p.IPs)
+			ns.refs++
+			ps := &podState{pod: p, ns: ns, index: e.pod}
+			s.allocSlot(ps)
+			s.order[e.pod] = ps
+			s.pods[keys[e.pod]] = ps
+			s.setPodFacts(ps)
+			s.setSlotAddrs(ps)
+			if ps.podnet {
+				ns.pods.Add(ps.slot)
+				s.podIndex.add(ps.slot, p.Labels)
+				for _, a := range p.IPs {
+					s.ipOwners[a] = append(s.ipOwners[a], ps)
+				}
+				s.declare(ps.slot, ps.fullSig, true)
+			}
+			if !p.HostNetwork {
+				ns.nonHost++
+			}
+			if len(p.IPs) == 0 {
+				s.podsWithDiags[ps] = struct{}{}
+			}
 		}
 	}
 	for _, owners := range s.ipOwners {
@@ -193,9 +213,32 @@ func projString(l map[string]string, keys []string) string {
 	return b.String()
 }
 
+// validateAll validates every policy, on every core: validation is a pure
+// function of one object, and the most costly step of compiling one.
+func validateAll(c *Cluster) (nps, cnps []field.ErrorList) {
+	nps = make([]field.ErrorList, len(c.NetworkPolicies))
+	cnps = make([]field.ErrorList, len(c.ClusterNetworkPolicies))
+	n := len(nps) + len(cnps)
+	workers := min(runtime.GOMAXPROCS(0), n/256+1)
+	var wg sync.WaitGroup
+	for w := range workers {
+		wg.Go(func() {
+			for i := w; i < n; i += workers {
+				if i < len(nps) {
+					nps[i] = validateNP(&c.NetworkPolicies[i])
+				} else {
+					cnps[i-len(nps)] = validateCNP(&c.ClusterNetworkPolicies[i-len(nps)])
+				}
+			}
+		})
+	}
+	wg.Wait()
+	return nps, cnps
+}
+
 // addNP compiles a NetworkPolicy into its namespace's tier.
-func (s *state) addNP(np *NetworkPolicy) *npState {
-	st := s.compileNP(np)
+func (s *state) addNP(np *NetworkPolicy, errs field.ErrorList) *npState {
+	st := s.compileNP(np, errs)
 	s.npSeq++
 	st.seq = s.npSeq
 	s.nps = append(s.nps, st)
@@ -206,8 +249,8 @@ func (s *state) addNP(np *NetworkPolicy) *npState {
 }
 
 // addCNP compiles a ClusterNetworkPolicy into its tier.
-func (s *state) addCNP(cnp *ClusterNetworkPolicy) *cnpState {
-	st := s.compileCNP(cnp)
+func (s *state) addCNP(cnp *ClusterNetworkPolicy, errs field.ErrorList) *cnpState {
+	st := s.compileCNP(cnp, errs)
 	st.seq = int(st.id)
 	s.cnps = append(s.cnps, st)
 	s.cnpsByID[st.id] = st
@@ -218,8 +261,19 @@ func (s *state) addCNP(cnp *ClusterNetworkPolicy) *cnpState {
 	return st
 }
 
-// uniqueAddrs unmaps and de-duplicates a pod's addresses, keeping order.
+// uniqueAddrs unmaps and de-duplicates a pod's addresses, keeping order;
+// it returns in itself when there is nothing to change.
 func uniqueAddrs(in []netip.Addr) []netip.Addr {
+	clean := true
+	for i, a := range in {
+		if a.Is4In6() || slices.Contains(in[:i], a) {
+			clean = false
+			break
+		}
+	}
+	if clean {
+		return in
+	}
 	out := make([]netip.Addr, 0, len(in))
 	for _, a := range in {
 		a = a.Unmap()

@@ -9,6 +9,7 @@ import (
 	networkingv1 "k8s.io/api/networking/v1"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/util/intstr"
+	"k8s.io/apimachinery/pkg/util/validation/field"
 )
 
 // npState is a compiled NetworkPolicy: its subject selector, its policy
@@ -41,9 +42,10 @@ func (np *npState) dropTiers(s *state) {
 	}
 }
 
-func (s *state) compileNP(np *NetworkPolicy) *npState {
+// compileNP compiles a NetworkPolicy; errs are its validation errors.
+func (s *state) compileNP(np *NetworkPolicy, errs field.ErrorList) *npState {
 	ref := PolicyRef{Kind: "NetworkPolicy", Namespace: np.Namespace, Name: np.Name}
-	bad, status, diags := s.check(ref, np.Source, validateNP(np), np.UnknownFields)
+	bad, status, diags := s.check(ref, np.Source, errs, np.UnknownFields)
 	ns := s.namespace(np.Namespace)
 	ns.refs++
 	out := &npState{src: np, ref: ref, ns: ns, status: status, diags: diags}
@@ -52,12 +54,12 @@ func (s *state) compileNP(np *NetworkPolicy) *npState {
 	// Pod selection. An invalid selector isolates the whole namespace and
 	// none of the policy's rules allow anything: they were meant for pods
 	// we cannot tell, and opening others with them would widen access.
-	sel, ok := s.selCache.get(&spec.PodSelector)
+	sel, key, ok := s.selCache.getKeyed(&spec.PodSelector)
 	subjectBad := !ok || bad.under("spec.podSelector") != ""
 	if subjectBad {
-		sel = everything
+		sel, key = everything, ""
 	}
-	out.subject, out.subjKey, out.keys = sel, sel.String(), selectorKeys(sel)
+	out.subject, out.subjKey, out.keys = sel, key, selectorKeys(sel)
 
 	// Policy types, defaulted as the API server does. Invalid types isolate
 	// both directions, but rules count only in a direction validly listed.
@@ -198,28 +200,29 @@ func (s *state) npPeer(ns *nsState, p *networkingv1.NetworkPolicyPeer) *peer {
 	}
 	var podSel *podSel
 	if p.PodSelector != nil {
-		sel, ok := s.selCache.get(p.PodSelector)
+		sel, key, ok := s.selCache.getKeyed(p.PodSelector)
 		if !ok {
 			return s.addrPeer("none", noAddrs)
 		}
-		podSel = s.podSelOf(sel)
+		podSel = s.podSelOf(sel, key)
 	}
 	if p.NamespaceSelector == nil {
 		return s.selectorPeer(ns, nil, podSel)
 	}
-	sel, ok := s.selCache.get(p.NamespaceSelector)
+	sel, key, ok := s.selCache.getKeyed(p.NamespaceSelector)
 	if !ok {
 		return s.addrPeer("none", noAddrs)
 	}
-	return s.selectorPeer(nil, s.internNSSel(sel.String(), sel), podSel)
+	return s.selectorPeer(nil, s.internNSSel(key, sel), podSel)
 }
 
-// podSelOf interns a pod selector; nil stands for every pod.
-func (s *state) podSelOf(sel labels.Selector) *podSel {
+// podSelOf interns a pod selector with its canonical string; nil stands
+// for every pod.
+func (s *state) podSelOf(sel labels.Selector, key string) *podSel {
 	if isEverything(sel) {
 		return nil
 	}
-	return s.internPodSel(sel.String(), sel)
+	return s.internPodSel(key, sel)
 }
 
 // protocolOf maps a core protocol, defaulting to TCP.

@@ -2,6 +2,7 @@ package policy
 
 import (
 	"fmt"
+	"slices"
 
 	"github.com/RoaringBitmap/roaring/v2"
 	"k8s.io/apimachinery/pkg/labels"
@@ -102,9 +103,61 @@ func (s *state) refreshNamed() {
 	}
 }
 
+// subjectPods answers, for a policy's ingress named ports, how many pods it
+// selects and whether one of them declares a name.
+type subjectPods struct {
+	count    int
+	declares func(namedKey) bool
+}
+
+// fromClasses reads the subject pods off the classes of the lists holding a
+// policy: every pod-network pod is classified unless Options.Node is set,
+// and a class's signature resolves every name its tier's ingress rules use.
+func (s *state) fromClasses(classes func(yield func(members int, sig int32))) subjectPods {
+	var sel subjectPods
+	var sigs []int32
+	classes(func(members int, sig int32) {
+		sel.count += members
+		if !slices.Contains(sigs, sig) {
+			sigs = append(sigs, sig)
+		}
+	})
+	sel.declares = func(k namedKey) bool {
+		for _, sig := range sigs {
+			for _, p := range s.sigs[sig].ports {
+				if p.Name == k.name && (k.proto == 0 || k.proto == p.Protocol) {
+					return true
+				}
+			}
+		}
+		return false
+	}
+	return sel
+}
+
+// fromPods reads the subject pods from a bitmap of slots.
+func (s *state) fromPods(pods *roaring.Bitmap) subjectPods {
+	return subjectPods{count: int(pods.GetCardinality()), declares: func(k namedKey) bool {
+		return s.declared[k] != nil && pods.Intersects(s.declared[k])
+	}}
+}
+
+func (s *state) npSelection(np *npState) subjectPods {
+	if s.opts.Node != "" {
+		return s.fromPods(s.npSubjectPods(np))
+	}
+	return s.fromClasses(func(yield func(int, int32)) {
+		for l := range np.lists {
+			for c := range l.classes {
+				yield(c.members, c.key.sig)
+			}
+		}
+	})
+}
+
 func (s *state) npNamedDiags(np *npState) []Diagnostic {
 	var out []Diagnostic
-	var subject *roaring.Bitmap
+	var subject *subjectPods
 	for _, dir := range []Direction{Ingress, Egress} {
 		for _, r := range np.rules[dir] {
 			if r.set == nil {
@@ -115,12 +168,13 @@ func (s *state) npNamedDiags(np *npState) []Diagnostic {
 				var msg string
 				if dir == Ingress {
 					if subject == nil {
-						subject = s.npSubjectPods(np)
+						sel := s.npSelection(np)
+						subject = &sel
 					}
-					if subject.IsEmpty() || s.declared[k] != nil && subject.Intersects(s.declared[k]) {
+					if subject.count == 0 || subject.declares(k) {
 						continue
 					}
-					msg = fmt.Sprintf("named port %q (%s) is declared by none of the %d pods the policy selects: the rule allows no traffic on it", n.name, n.proto, subject.GetCardinality())
+					msg = fmt.Sprintf("named port %q (%s) is declared by none of the %d pods the policy selects: the rule allows no traffic on it", n.name, n.proto, subject.count)
 				} else {
 					if s.declared[k] != nil {
 						continue
@@ -134,9 +188,31 @@ func (s *state) npNamedDiags(np *npState) []Diagnostic {
 	return out
 }
 
+func (s *state) cnpSelection(c *cnpState, subjects map[[2]string]*roaring.Bitmap, nsPods map[string]*roaring.Bitmap) subjectPods {
+	if s.opts.Node == "" {
+		return s.fromClasses(func(yield func(int, int32)) {
+			for l := range c.lists {
+				for cl := range l.classes {
+					yield(cl.members, cl.key.sig)
+				}
+			}
+		})
+	}
+	k := [2]string{c.nsKey, c.podKey}
+	if c.subjNone {
+		k[0] = "\x00none"
+	}
+	pods := subjects[k]
+	if pods == nil {
+		pods = s.cnpSubjectPods(c, nsPods)
+		subjects[k] = pods
+	}
+	return s.fromPods(pods)
+}
+
 func (s *state) cnpNamedDiags(c *cnpState, subjects map[[2]string]*roaring.Bitmap, nsPods map[string]*roaring.Bitmap) []Diagnostic {
 	var out []Diagnostic
-	var subject *roaring.Bitmap
+	var subject *subjectPods
 	for _, dir := range []Direction{Ingress, Egress} {
 		for _, r := range c.rules[dir] {
 			if r.set == nil {
@@ -147,19 +223,13 @@ func (s *state) cnpNamedDiags(c *cnpState, subjects map[[2]string]*roaring.Bitma
 				var msg string
 				if dir == Ingress {
 					if subject == nil {
-						k := [2]string{c.nsKey, c.podKey}
-						if c.subjNone {
-							k[0] = "\x00none"
-						}
-						if subject = subjects[k]; subject == nil {
-							subject = s.cnpSubjectPods(c, nsPods)
-							subjects[k] = subject
-						}
+						sel := s.cnpSelection(c, subjects, nsPods)
+						subject = &sel
 					}
-					if subject.IsEmpty() || s.declared[k] != nil && subject.Intersects(s.declared[k]) {
+					if subject.count == 0 || subject.declares(k) {
 						continue
 					}
-					msg = fmt.Sprintf("named port %q is declared by none of the %d pods the policy selects: the rule allows no traffic on it", n.name, subject.GetCardinality())
+					msg = fmt.Sprintf("named port %q is declared by none of the %d pods the policy selects: the rule allows no traffic on it", n.name, subject.count)
 				} else {
 					if s.declared[k] != nil {
 						continue

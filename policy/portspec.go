@@ -1,9 +1,6 @@
 package policy
 
-import (
-	"fmt"
-	"strings"
-)
+import "strconv"
 
 // portSpec is a rule's ports before named ports are resolved: numeric
 // ranges apply everywhere, names resolve on the destination pod.
@@ -31,20 +28,28 @@ func (s *portSpec) hasNamed() bool { return len(s.named) > 0 }
 
 // key identifies what the spec matches, for sharing compiled matches.
 func (s *portSpec) key() string {
-	var b strings.Builder
+	var b []byte
 	if s.all {
-		b.WriteString("all;")
+		b = append(b, "all;"...)
 	}
 	for _, n := range s.numeric {
-		fmt.Fprintf(&b, "%d:%d-%d;", n.proto, n.r.From, n.r.To)
+		b = strconv.AppendUint(b, uint64(n.proto), 10)
+		b = append(b, ':')
+		b = strconv.AppendUint(b, uint64(n.r.From), 10)
+		b = append(b, '-')
+		b = strconv.AppendUint(b, uint64(n.r.To), 10)
+		b = append(b, ';')
 	}
 	for _, n := range s.named {
-		fmt.Fprintf(&b, "%d:%s;", n.proto, n.name)
+		b = strconv.AppendUint(b, uint64(n.proto), 10)
+		b = append(b, ':')
+		b = append(b, n.name...)
+		b = append(b, ';')
 	}
-	if b.Len() == 0 {
+	if len(b) == 0 {
 		return "none"
 	}
-	return b.String()
+	return string(b)
 }
 
 // numericSet is what the spec matches without named ports.

@@ -254,19 +254,28 @@ func (s *state) program() *Program {
 func (s *state) statuses() []PolicyStatus {
 	type keyed struct {
 		key string
-		st  PolicyStatus
+		i   int
 	}
-	all := make([]keyed, 0, len(s.nps)+len(s.cnps))
-	for _, np := range s.nps {
-		all = append(all, keyed{np.ref.String(), np.status})
+	keys := make([]keyed, 0, len(s.nps)+len(s.cnps))
+	for i, np := range s.nps {
+		keys = append(keys, keyed{np.ref.String(), i})
 	}
-	for _, c := range s.cnps {
-		all = append(all, keyed{c.ref.String(), c.status})
+	for i, c := range s.cnps {
+		keys = append(keys, keyed{c.ref.String(), len(s.nps) + i})
 	}
-	slices.SortStableFunc(all, func(a, b keyed) int { return strings.Compare(a.key, b.key) })
-	out := make([]PolicyStatus, len(all))
-	for i := range all {
-		out[i] = all[i].st
+	slices.SortFunc(keys, func(a, b keyed) int {
+		if c := strings.Compare(a.key, b.key); c != 0 {
+			return c
+		}
+		return a.i - b.i
+	})
+	out := make([]PolicyStatus, len(keys))
+	for j, k := range keys {
+		if k.i < len(s.nps) {
+			out[j] = s.nps[k.i].status
+		} else {
+			out[j] = s.cnps[k.i-len(s.nps)].status
+		}
 	}
 	return out
 }

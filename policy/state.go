@@ -34,6 +34,11 @@ type state struct {
 	podIndex  *labelIndex // pod-network pods by slot
 	ipOwners  map[netip.Addr][]*podState
 	addrIndex []slotAddr // pod-network addresses sorted, built on demand
+	// addrs4 and addrs6 are each pod-network pod's address by slot;
+	// addrsOdd the pods with several of a family (see setSlotAddrs).
+	addrs4   []uint32
+	addrs6   []u128
+	addrsOdd *roaring.Bitmap
 
 	nodes map[string]*Node
 
@@ -56,6 +61,7 @@ type state struct {
 	projIDs  map[string]int32
 	projs    []map[string]string
 	projBuf  []byte
+	sigBuf   []ContainerPort
 	sigIDs   map[string]int32
 	sigs     []*namedSig
 	namesIDs map[string]int32
@@ -182,6 +188,7 @@ func newState(opts Options) *state {
 		selCache:      selectorCache{},
 		podsWithDiags: map[*podState]struct{}{},
 		declared:      map[namedKey]*roaring.Bitmap{},
+		addrsOdd:      roaring.New(),
 	}
 	s.nsIndex = newLabelIndex(func(id uint32) map[string]string { return s.nsByID[id].labels })
 	s.podIndex = newLabelIndex(func(slot uint32) map[string]string { return s.slots[slot].pod.Labels })
@@ -295,33 +302,30 @@ func (s *state) internSig(ports []ContainerPort) int32 {
 	if len(ports) == 0 {
 		return 0
 	}
-	var b strings.Builder
+	buf := s.projBuf[:0]
 	for _, p := range ports {
-		b.WriteString(p.Name)
-		b.WriteByte(0)
-		b.WriteString(p.Protocol.String())
-		b.WriteByte(0)
-		b.WriteString(PortRange{p.Port, p.Port}.String())
-		b.WriteByte(1)
+		buf = append(buf, p.Name...)
+		buf = append(buf, 0, byte(p.Protocol), byte(p.Port>>8), byte(p.Port), 1)
 	}
-	if id, ok := s.sigIDs[b.String()]; ok {
+	s.projBuf = buf
+	if id, ok := s.sigIDs[string(buf)]; ok {
 		return id
 	}
 	id := int32(len(s.sigs))
-	s.sigIDs[b.String()] = id
-	s.sigs = append(s.sigs, &namedSig{id: id, ports: ports})
+	s.sigIDs[string(buf)] = id
+	s.sigs = append(s.sigs, &namedSig{id: id, ports: slices.Clone(ports)})
 	return id
 }
 
-// podSig interns all named ports of a pod.
+// podSig interns all named ports of a pod, sorted.
 func (s *state) podSig(p *Pod) int32 {
-	var ports []ContainerPort
+	ports := s.sigBuf[:0]
 	for _, cp := range p.Ports {
 		if cp.Name != "" {
 			ports = append(ports, cp)
 		}
 	}
-	slices.SortFunc(ports, func(a, b ContainerPort) int {
+	cmpPort := func(a, b ContainerPort) int {
 		if c := strings.Compare(a.Name, b.Name); c != 0 {
 			return c
 		}
@@ -329,8 +333,12 @@ func (s *state) podSig(p *Pod) int32 {
 			return int(a.Protocol) - int(b.Protocol)
 		}
 		return int(a.Port) - int(b.Port)
-	})
+	}
+	if !slices.IsSortedFunc(ports, cmpPort) {
+		slices.SortFunc(ports, cmpPort)
+	}
 	ports = slices.Compact(ports)
+	s.sigBuf = ports
 	return s.internSig(ports)
 }
 
