@@ -70,6 +70,7 @@ func (s *state) updatePod(ps *podState, old *Pod) {
 		oldLabels, oldIPs = old.Labels, old.IPs
 	}
 	s.setPodFacts(ps)
+	ps.projs = [2]podProj{}
 	p := &ps.pod
 	nowNet := ps.podnet
 	labelsChanged := old == nil || !maps.Equal(oldLabels, p.Labels)

@@ -134,53 +134,40 @@ func (s *state) loadPods(pods []Pod, keys []string) {
 		}
 		return strings.Compare(a.ns.name, b.ns.name)
 	})
-	type entry struct {
-		pod int
-		sig string
-	}
+	// Within a namespace, pods with the same projection are adjacent; the
+	// interned projection's number orders them alike in every namespace.
 	s.order = make([]*podState, len(pods))
 	s.slots = make([]*podState, 0, len(pods))
 	s.ipOwners = make(map[netip.Addr][]*podState, len(pods))
 	s.pods = make(map[string]*podState, len(pods))
-	var entries []entry
-	for _, run := range runs {
-		entries = entries[:0]
-		for i := run.start; i < run.end; i++ {
-			entries = append(entries, entry{i, projString(pods[i].Labels, podKeyList)})
+	keysID := s.internKeys(podKeyList)
+	states := make([]podState, len(pods))
+	byProj := map[int32][]uint32{}
+	var run []*podState
+	for _, r := range runs {
+		run = run[:0]
+		for i := r.start; i < r.end; i++ {
+			ps := &states[i]
+			ps.pod, ps.ns, ps.index = pods[i], r.ns, i
+			s.projOf(ps, keysID)
+			run = append(run, ps)
 		}
-		slices.SortFunc(entries, func(a, b entry) int {
-			if c := strings.Compare(a.sig, b.sig); c != 0 {
-				return c
+		slices.SortFunc(run, func(a, b *podState) int {
+			if a.projs[0].proj != b.projs[0].proj {
+				return int(a.projs[0].proj - b.projs[0].proj)
 			}
-			return a.pod - b.pod
+			return a.index - b.index
 		})
-		ns := run.ns
-		for _, e := range entries {
-			p := pods[e.pod]
-			p.IPs = uniqueAddrs(p.IPs)
-			ns.refs++
-			ps := &podState{pod: p, ns: ns, index: e.pod}
-			s.allocSlot(ps)
-			s.order[e.pod] = ps
-			s.pods[keys[e.pod]] = ps
-			s.setPodFacts(ps)
-			s.setSlotAddrs(ps)
+		for _, ps := range run {
+			s.addLoaded(ps, keys[ps.index])
 			if ps.podnet {
-				ns.pods.Add(ps.slot)
-				s.podIndex.add(ps.slot, p.Labels)
-				for _, a := range p.IPs {
-					s.ipOwners[a] = append(s.ipOwners[a], ps)
-				}
-				s.declare(ps.slot, ps.fullSig, true)
-			}
-			if !p.HostNetwork {
-				ns.nonHost++
-			}
-			if len(p.IPs) == 0 {
-				s.podsWithDiags[ps] = struct{}{}
+				byProj[ps.projs[0].proj] = append(byProj[ps.projs[0].proj], ps.slot)
 			}
 		}
 	}
+	// Index the keys pod selectors read from the projections just made,
+	// rather than reading every pod's labels again.
+	s.podIndex.indexFrom(podKeyList, byProj, s.projs)
 	for _, owners := range s.ipOwners {
 		if len(owners) > 1 {
 			for _, o := range owners {
@@ -189,6 +176,33 @@ func (s *state) loadPods(pods []Pod, keys []string) {
 		}
 	}
 	s.dirty.podSet, s.dirty.diags = true, true
+}
+
+// addLoaded adds one pod of a full compile.
+func (s *state) addLoaded(ps *podState, key string) {
+	p := &ps.pod
+	p.IPs = uniqueAddrs(p.IPs)
+	ns := ps.ns
+	ns.refs++
+	s.allocSlot(ps)
+	s.order[ps.index] = ps
+	s.pods[key] = ps
+	s.setPodFacts(ps)
+	s.setSlotAddrs(ps)
+	if ps.podnet {
+		ns.pods.Add(ps.slot)
+		s.podIndex.add(ps.slot, p.Labels)
+		for _, a := range p.IPs {
+			s.ipOwners[a] = append(s.ipOwners[a], ps)
+		}
+		s.declare(ps.slot, ps.fullSig, true)
+	}
+	if !p.HostNetwork {
+		ns.nonHost++
+	}
+	if len(p.IPs) == 0 {
+		s.podsWithDiags[ps] = struct{}{}
+	}
 }
 
 // setPodFacts derives what policy needs to know about a pod's fields.

@@ -65,6 +65,31 @@ func (ki *keyIndex) put(id uint32, v string) {
 	bm.Add(id)
 }
 
+// indexFrom indexes keys from members grouped by the projection of their
+// labels onto (at least) those keys; members are sorted in each group.
+func (x *labelIndex) indexFrom(keys []string, groups map[int32][]uint32, projs []map[string]string) {
+	for _, k := range keys {
+		if _, done := x.keys[k]; done {
+			continue
+		}
+		ki := &keyIndex{has: roaring.New(), values: map[string]*roaring.Bitmap{}}
+		for proj, members := range groups {
+			v, ok := projs[proj][k]
+			if !ok {
+				continue
+			}
+			bm := ki.values[v]
+			if bm == nil {
+				bm = roaring.New()
+				ki.values[v] = bm
+			}
+			bm.AddMany(members)
+			ki.has.AddMany(members)
+		}
+		x.keys[k] = ki
+	}
+}
+
 // key returns the index of one label key, building it on first use.
 func (x *labelIndex) key(k string) *keyIndex {
 	if ki, ok := x.keys[k]; ok {

@@ -61,6 +61,8 @@ type state struct {
 	projIDs  map[string]int32
 	projs    []map[string]string
 	projBuf  []byte
+	keyIDs   map[string]int32
+	keyLists [][]string
 	sigBuf   []ContainerPort
 	sigIDs   map[string]int32
 	sigs     []*namedSig
@@ -148,7 +150,9 @@ type podState struct {
 	// subject: it gets a PodPolicy (podnet, and on Options.Node if set).
 	subject bool
 	// index is the pod's position in the Program's Pods.
-	index    int
+	index int
+	// projs caches the pod's label projections by key list (see projOf).
+	projs    [2]podProj
 	gone     bool // deleted
 	fullSig  int32
 	admin    *cnpClass
@@ -156,6 +160,9 @@ type podState struct {
 	np       *npClass
 	combo    *combo
 }
+
+// podProj is a pod's projection onto one interned key list.
+type podProj struct{ keys, proj int32 }
 
 type slotAddr struct {
 	a    netip.Addr
@@ -189,6 +196,8 @@ func newState(opts Options) *state {
 		podsWithDiags: map[*podState]struct{}{},
 		declared:      map[namedKey]*roaring.Bitmap{},
 		addrsOdd:      roaring.New(),
+		keyIDs:        map[string]int32{"": 0},
+		keyLists:      [][]string{nil},
 	}
 	s.nsIndex = newLabelIndex(func(id uint32) map[string]string { return s.nsByID[id].labels })
 	s.podIndex = newLabelIndex(func(slot uint32) map[string]string { return s.slots[slot].pod.Labels })
@@ -288,6 +297,34 @@ func (s *state) proj(l map[string]string, keys []string) int32 {
 	id := int32(len(s.projs))
 	s.projIDs[string(buf)] = id
 	s.projs = append(s.projs, m)
+	return id
+}
+
+// projOf is a pod's projection onto an interned key list, cached on the
+// pod: the Admin and Baseline tiers (and NetworkPolicy tiers) often read
+// the same keys. keys is the list's id from internKeys; a pod's labels
+// changing resets the cache (updatePod).
+func (s *state) projOf(ps *podState, keys int32) int32 {
+	for i := range ps.projs {
+		if ps.projs[i].keys == keys+1 {
+			return ps.projs[i].proj
+		}
+	}
+	p := s.proj(ps.pod.Labels, s.keyLists[keys])
+	ps.projs[1] = ps.projs[0]
+	ps.projs[0] = podProj{keys + 1, p}
+	return p
+}
+
+// internKeys interns a sorted key list.
+func (s *state) internKeys(keys []string) int32 {
+	k := strings.Join(keys, "\x00")
+	if id, ok := s.keyIDs[k]; ok {
+		return id
+	}
+	id := int32(len(s.keyLists))
+	s.keyIDs[k] = id
+	s.keyLists = append(s.keyLists, keys)
 	return id
 }
 

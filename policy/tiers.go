@@ -30,6 +30,7 @@ type cnpTier struct {
 	// counted per policy.
 	nsKeys, podKeys, names map[string]int
 	nsKeyList, podKeyList  []string
+	podKeysID              int32
 	namesID                int32
 	keysVer                int
 	// Subjects grouped by selector, for matching many at once: the
@@ -172,6 +173,7 @@ func ungroup(m map[string]*subjGroup, key string, id uint32) {
 // refresh recomputes the derived key lists after keys changed.
 func (t *cnpTier) refresh(s *state) {
 	t.nsKeyList, t.podKeyList = sortedKeys(t.nsKeys), sortedKeys(t.podKeys)
+	t.podKeysID = s.internKeys(t.podKeyList)
 	t.namesID = s.internNames(t.names)
 	t.keysVer++
 }
@@ -205,7 +207,7 @@ func (s *state) nsProj(t *cnpTier, ns *nsState) int32 {
 
 // classOf finds (or makes) a pod's class in the tier.
 func (s *state) cnpClassOf(t *cnpTier, ps *podState) *cnpClass {
-	k := cnpClassKey{s.nsProj(t, ps.ns), s.proj(ps.pod.Labels, t.podKeyList), s.sigFor(ps.fullSig, t.namesID)}
+	k := cnpClassKey{s.nsProj(t, ps.ns), s.projOf(ps, t.podKeysID), s.sigFor(ps.fullSig, t.namesID)}
 	if c := t.classes[k]; c != nil {
 		return c
 	}
@@ -327,6 +329,7 @@ type npTier struct {
 	keys    map[string]int
 	names   map[string]int
 	keyList []string
+	keysID  int32
 	namesID int32
 	classes map[npClassKey]*npClass
 	lists   map[string]*npList
@@ -404,7 +407,7 @@ func (t *npTier) count(np *npState, d int) {
 }
 
 func (s *state) npClassOf(t *npTier, ps *podState) *npClass {
-	k := npClassKey{s.proj(ps.pod.Labels, t.keyList), s.sigFor(ps.fullSig, t.namesID)}
+	k := npClassKey{s.projOf(ps, t.keysID), s.sigFor(ps.fullSig, t.namesID)}
 	if c := t.classes[k]; c != nil {
 		return c
 	}
