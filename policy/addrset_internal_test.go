@@ -4,6 +4,7 @@ import (
 	"math/rand/v2"
 	"net/netip"
 	"slices"
+	"strings"
 	"testing"
 )
 
@@ -40,5 +41,27 @@ func TestAddrSetSingleAddressUpdates(t *testing.T) {
 	}
 	if s := AllAddrs().withoutAddr(netip.MustParseAddr("0.0.0.0")).withAddr(netip.MustParseAddr("0.0.0.0")); !slices.Equal(s.Ranges(), AllAddrs().Ranges()) {
 		t.Errorf("edges: %s", s)
+	}
+}
+
+func TestCmpKey(t *testing.T) {
+	names := []string{"", "a", "a-b", "a.b", "ab", "a/b", "b", "z"}
+	for _, ns := range names {
+		for _, name := range names {
+			p := Pod{Namespace: ns, Name: name}
+			for _, kns := range names {
+				for _, kn := range names {
+					key := kns + "/" + kn
+					if got, want := cmpKey(&p, key), strings.Compare(p.Key(), key); got != want {
+						t.Fatalf("cmpKey(%q, %q) = %d, want %d", p.Key(), key, got, want)
+					}
+				}
+			}
+			for _, key := range names {
+				if got, want := cmpKey(&p, key), strings.Compare(p.Key(), key); got != want {
+					t.Fatalf("cmpKey(%q, %q) = %d, want %d", p.Key(), key, got, want)
+				}
+			}
+		}
 	}
 }

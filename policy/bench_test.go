@@ -2,7 +2,10 @@ package policy_test
 
 import (
 	"fmt"
+	"maps"
+	"net/netip"
 	"runtime"
+	"slices"
 	"syscall"
 	"testing"
 	"time"
@@ -127,4 +130,87 @@ func sampleFlows(prog *policy.Program, n int) []policy.Flow {
 		})
 	}
 	return flows
+}
+
+// scale30k is the agent's goal size: 30,000 pods of issue 8's workload
+// shape.
+var scale30k = clustergen.Config{Nodes: 300, Namespaces: 3000, Pods: 30000, NetworkPolicies: 21000, ClusterPolicies: 1500, Seed: 1, Workloads: true}
+
+// BenchmarkIncremental measures one change applied by a Compiler and the
+// new Program published, at 30,000 pods (issue 8's workload shape): a pod
+// relabelled (its app changes, so it leaves and joins selector peers and
+// classes), a pod added then deleted, a NetworkPolicy added then deleted,
+// a ClusterNetworkPolicy added then deleted, a namespace relabelled. It
+// reports the median and the 99th percentile of one change.
+func BenchmarkIncremental(b *testing.B) {
+	gen := clustergen.Generate(scale30k)
+	cluster := gen.ToCluster()
+	spare := clustergen.Generate(clustergen.Config{Nodes: 10, Namespaces: 300, Pods: 10, NetworkPolicies: 2100, ClusterPolicies: 150, Seed: 2, Workloads: true}).ToCluster()
+	opts := policy.Options{IngressNetworksAndNodes: true}
+	comp := policy.NewCompiler(cluster, opts)
+	apps := []string{"app-00", "app-03", "app-07", "app-11"}
+	changes := []struct {
+		name string
+		do   func(i int)
+	}{
+		{"relabel", func(i int) {
+			p := cluster.Pods[(i*7919)%len(cluster.Pods)]
+			p.Labels = maps.Clone(p.Labels)
+			p.Labels["app"] = apps[i%len(apps)]
+			comp.UpsertPod(p)
+		}},
+		{"pod-add-delete", func(i int) {
+			p := cluster.Pods[(i*7919)%len(cluster.Pods)]
+			if i%2 == 0 {
+				p.Name += "-new"
+				p.IPs = []netip.Addr{netip.AddrFrom4([4]byte{10, 250, byte(i >> 8), byte(i)})}
+				comp.UpsertPod(p)
+			} else {
+				comp.DeletePod(p.Namespace + "/" + p.Name + "-new")
+			}
+		}},
+		{"networkpolicy-add-delete", func(i int) {
+			np := spare.NetworkPolicies[(i/2)%len(spare.NetworkPolicies)]
+			np.NetworkPolicy = np.NetworkPolicy.DeepCopy()
+			np.Namespace = cluster.Namespaces[(i*31)%len(cluster.Namespaces)].Name
+			np.Name = fmt.Sprintf("bench-%d", i/2)
+			if i%2 == 0 {
+				comp.UpsertNetworkPolicy(np)
+			} else {
+				comp.DeleteNetworkPolicy(cluster.Namespaces[((i-1)*31)%len(cluster.Namespaces)].Name, np.Name)
+			}
+		}},
+		{"clusternetworkpolicy-add-delete", func(i int) {
+			cnp := spare.ClusterNetworkPolicies[(i/2)%len(spare.ClusterNetworkPolicies)]
+			cnp.ClusterNetworkPolicy = cnp.ClusterNetworkPolicy.DeepCopy()
+			cnp.Name = fmt.Sprintf("bench-%d", i/2)
+			if i%2 == 0 {
+				comp.UpsertClusterNetworkPolicy(cnp)
+			} else {
+				comp.DeleteClusterNetworkPolicy(cnp.Name)
+			}
+		}},
+		{"namespace-relabel", func(i int) {
+			ns := cluster.Namespaces[(i*31)%len(cluster.Namespaces)]
+			ns.Labels = maps.Clone(ns.Labels)
+			ns.Labels["team"] = fmt.Sprintf("team-%02d", i%40)
+			comp.UpsertNamespace(ns)
+		}},
+	}
+	for _, ch := range changes {
+		b.Run(ch.name, func(b *testing.B) {
+			var times []time.Duration
+			i := 0
+			for b.Loop() {
+				start := time.Now()
+				ch.do(i)
+				comp.Program()
+				times = append(times, time.Since(start))
+				i++
+			}
+			slices.Sort(times)
+			b.ReportMetric(float64(times[len(times)/2].Microseconds())/1000, "p50-ms")
+			b.ReportMetric(float64(times[len(times)*99/100].Microseconds())/1000, "p99-ms")
+		})
+	}
 }

@@ -27,6 +27,7 @@ func (s *state) upsertPod(p Pod) {
 		i := sort.Search(len(s.order), func(i int) bool { return s.order[i].pod.Key() >= p.Key() })
 		s.order = slices.Insert(s.order, i, ps)
 		s.dirty.podSet = true
+		s.dirty.added = append(s.dirty.added, ps)
 		s.updatePod(ps, nil)
 		return
 	}
@@ -49,12 +50,16 @@ func (s *state) deletePod(key string) bool {
 	i := sort.Search(len(s.order), func(i int) bool { return s.order[i].pod.Key() >= key })
 	s.order = slices.Delete(s.order, i, i+1)
 	delete(s.dirty.podData, ps)
-	delete(s.podsWithDiags, ps)
+	if _, had := s.podsWithDiags[ps]; had {
+		delete(s.podsWithDiags, ps)
+		s.dirty.diags = true
+	}
 	s.pendingFree = append(s.pendingFree, ps.slot)
 	s.slots[ps.slot] = nil
 	ps.ns.refs--
 	s.dropNamespace(ps.ns)
 	s.dirty.podSet = true
+	s.dirty.removed = append(s.dirty.removed, ps)
 	return true
 }
 
@@ -427,7 +432,7 @@ func (s *state) removeNP(i int) {
 	s.nps[i] = nil
 	np.ns.tier.remove(np)
 	s.dirty.relistNS[np.ns.tier] = struct{}{}
-	np.dropTiers(s)
+	np.dropTiers(s, bothDirections)
 	s.dropNP(np)
 	s.dirty.status, s.dirty.diags = true, true
 }
@@ -465,7 +470,7 @@ func (s *state) removeCNP(i int) {
 	t := s.tierOf(c)
 	t.remove(c)
 	s.dirty.relistCNP[t.idx] = true
-	c.dropTiers(s)
+	c.dropTiers(s, bothDirections)
 	s.dropCNP(c)
 	s.dirty.status, s.dirty.diags = true, true
 }

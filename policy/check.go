@@ -133,14 +133,9 @@ type cachedSel struct {
 	str string
 }
 
-// get converts sel; ok is false when the selector is invalid, and callers
-// must then fail closed. A nil selector selects nothing.
-func (c selectorCache) get(sel *metav1.LabelSelector) (labels.Selector, bool) {
-	s, _, ok := c.getKeyed(sel)
-	return s, ok
-}
-
-// getKeyed is get with the selector's canonical string.
+// getKeyed converts sel and returns its canonical string; ok is false
+// when the selector is invalid, and callers must then fail closed. A nil
+// selector selects nothing.
 func (c selectorCache) getKeyed(sel *metav1.LabelSelector) (labels.Selector, string, bool) {
 	if sel == nil {
 		return labels.Nothing(), "<nothing>", true

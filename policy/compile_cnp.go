@@ -36,9 +36,9 @@ type cnpState struct {
 	lists         map[*cnpList]struct{}
 }
 
-func (c *cnpState) dropTiers(s *state) {
+func (c *cnpState) dropTiers(s *state, dir Direction) {
 	for l := range c.lists {
-		l.drop(s)
+		l.drop(s, dir)
 	}
 }
 

@@ -36,9 +36,9 @@ type npState struct {
 	lists map[*npList]struct{}
 }
 
-func (np *npState) dropTiers(s *state) {
+func (np *npState) dropTiers(s *state, dir Direction) {
 	for l := range np.lists {
-		l.drop(s)
+		l.drop(s, dir)
 	}
 }
 

@@ -49,6 +49,9 @@ var mutators = []mutator{
 	},
 	// Delete a pod.
 	func(r *rand.Rand, c *policy.Cluster, comp *policy.Compiler, _ *policy.Cluster) string {
+		if len(c.Pods) < 20 {
+			return "nothing"
+		}
 		i := r.IntN(len(c.Pods))
 		key := c.Pods[i].Key()
 		c.Pods = slices.Delete(c.Pods, i, i+1)
@@ -73,6 +76,9 @@ var mutators = []mutator{
 	},
 	// Relabel, add or delete a namespace.
 	func(r *rand.Rand, c *policy.Cluster, comp *policy.Compiler, _ *policy.Cluster) string {
+		if len(c.Namespaces) == 0 {
+			return "nothing"
+		}
 		i := r.IntN(len(c.Namespaces))
 		ns := &c.Namespaces[i]
 		switch r.IntN(4) {
@@ -112,11 +118,15 @@ var mutators = []mutator{
 	// Add, replace or delete a NetworkPolicy.
 	func(r *rand.Rand, c *policy.Cluster, comp *policy.Compiler, spare *policy.Cluster) string {
 		src := spare.NetworkPolicies[r.IntN(len(spare.NetworkPolicies))]
-		switch r.IntN(3) {
+		op := r.IntN(3)
+		if len(c.NetworkPolicies) == 0 {
+			op = 0
+		}
+		switch op {
 		case 0:
 			np := policy.NetworkPolicy{NetworkPolicy: src.NetworkPolicy.DeepCopy()}
 			np.Name = fmt.Sprintf("new-%d", r.Uint32())
-			np.Namespace = c.Namespaces[r.IntN(len(c.Namespaces))].Name
+			np.Namespace = c.Pods[r.IntN(len(c.Pods))].Namespace
 			c.NetworkPolicies = append(c.NetworkPolicies, np)
 			comp.UpsertNetworkPolicy(np)
 			return "add NetworkPolicy " + np.Namespace + "/" + np.Name
@@ -137,7 +147,11 @@ var mutators = []mutator{
 	// Add, replace or delete a ClusterNetworkPolicy.
 	func(r *rand.Rand, c *policy.Cluster, comp *policy.Compiler, spare *policy.Cluster) string {
 		src := spare.ClusterNetworkPolicies[r.IntN(len(spare.ClusterNetworkPolicies))]
-		switch r.IntN(3) {
+		op := r.IntN(3)
+		if len(c.ClusterNetworkPolicies) == 0 {
+			op = 0
+		}
+		switch op {
 		case 0:
 			cnp := policy.ClusterNetworkPolicy{ClusterNetworkPolicy: src.ClusterNetworkPolicy.DeepCopy()}
 			cnp.Name = fmt.Sprintf("new-%d", r.Uint32())

@@ -32,7 +32,9 @@ type rule struct {
 
 // policyOwner is a compiled policy, as its rules see it.
 type policyOwner interface {
-	dropTiers(s *state)
+	// dropTiers forgets the compiled tiers holding the policy, in one
+	// direction or both (bothDirections).
+	dropTiers(s *state, dir Direction)
 }
 
 // newRule registers a rule with its peer set.

@@ -93,13 +93,15 @@ func (s *state) refreshNamed() {
 	subjects := map[[2]string]*roaring.Bitmap{}
 	nsPods := map[string]*roaring.Bitmap{}
 	for p := range d.namedPolicies {
+		var before []Diagnostic
 		switch p := p.(type) {
 		case *npState:
-			p.named = s.npNamedDiags(p)
+			before, p.named = p.named, s.npNamedDiags(p)
+			d.diags = d.diags || !slices.Equal(before, p.named)
 		case *cnpState:
-			p.named = s.cnpNamedDiags(p, subjects, nsPods)
+			before, p.named = p.named, s.cnpNamedDiags(p, subjects, nsPods)
+			d.diags = d.diags || !slices.Equal(before, p.named)
 		}
-		d.diags = true
 	}
 }
 

@@ -16,6 +16,9 @@ const (
 	Egress
 )
 
+// bothDirections stands for ingress and egress where a direction is asked.
+const bothDirections Direction = -1
+
 // String is "ingress" or "egress".
 func (d Direction) String() string {
 	if d == Egress {
@@ -259,6 +262,7 @@ type Program struct {
 	podByKey  *cowMap[string, uint32]
 	podByIP   *cowMap[netip.Addr, uint32]
 	slotIndex []int32
+	podSlot   []uint32 // index in Pods -> slot
 	// dupAddrs are addresses more than one pod claims; traffic on them is
 	// denied.
 	dupAddrs  map[netip.Addr]bool

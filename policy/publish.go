@@ -20,7 +20,7 @@ func (s *state) publish() *Program {
 	s.refreshPeers()
 	for r := range d.rules {
 		r.forget()
-		r.owner.dropTiers(s)
+		r.owner.dropTiers(s, r.dir)
 	}
 	if d.full {
 		for _, ps := range s.order {
@@ -46,11 +46,10 @@ func (s *state) publish() *Program {
 		}
 		it := c.members.Iterator()
 		for it.HasNext() {
-			d.pods[s.slots[it.Next()]] = struct{}{}
+			d.pods = append(d.pods, s.slots[it.Next()])
 		}
 	}
 	s.prog = s.program()
-	s.sweepMemos()
 	s.slotFree = append(s.slotFree, s.pendingFree...)
 	s.pendingFree = s.pendingFree[:0]
 	d.reset()
@@ -147,7 +146,7 @@ func (s *state) classify(ps *podState) {
 	}
 	ps.admin, ps.baseline, ps.np, ps.combo = a, b, n, c
 	if !s.dirty.full {
-		s.dirty.pods[ps] = struct{}{}
+		s.dirty.pods = append(s.dirty.pods, ps)
 	}
 }
 
@@ -197,45 +196,158 @@ func (s *state) program() *Program {
 	d := &s.dirty
 	old := s.prog
 	p := &Program{Options: s.opts}
-	if old == nil || d.podSet {
+	switch {
+	case old == nil:
 		p.Pods = make([]Pod, len(s.order))
 		p.Policies = make([]*PodPolicy, len(s.order))
-		p.slotIndex = make([]int32, len(s.slots))
-		for i := range p.slotIndex {
-			p.slotIndex[i] = -1
-		}
+		p.podSlot = make([]uint32, len(s.order))
 		byKey := make(map[string]uint32, len(s.order))
 		for i, ps := range s.order {
-			ps.index = i
 			p.Pods[i] = ps.pod
-			p.slotIndex[ps.slot] = int32(i)
+			p.podSlot[i] = ps.slot
 			byKey[ps.pod.Key()] = ps.slot
 			if ps.combo != nil {
 				p.Policies[i] = ps.combo.pp
 			}
 		}
 		p.podByKey = newCOWMap(byKey)
-	} else {
-		p.Pods, p.Policies, p.slotIndex, p.podByKey = old.Pods, old.Policies, old.slotIndex, old.podByKey
+		p.slotIndex = slotIndex(p.podSlot, len(s.slots))
+		return s.finishProgram(p, old)
+	case d.podSet:
+		s.reorder(p, old)
+	default:
+		p.Pods, p.Policies, p.podSlot, p.slotIndex, p.podByKey = old.Pods, old.Policies, old.podSlot, old.slotIndex, old.podByKey
 		if len(d.podData) > 0 {
 			p.Pods = slices.Clone(old.Pods)
-			for ps := range d.podData {
-				p.Pods[ps.index] = ps.pod
-			}
 		}
 		if len(d.pods) > 0 {
 			p.Policies = slices.Clone(old.Policies)
-			for ps := range d.pods {
-				if ps.gone {
-					continue
-				}
-				p.Policies[ps.index] = nil
-				if ps.combo != nil {
-					p.Policies[ps.index] = ps.combo.pp
-				}
-			}
 		}
 	}
+	for ps := range d.podData {
+		if !ps.gone {
+			p.Pods[p.slotIndex[ps.slot]] = ps.pod
+		}
+	}
+	for _, ps := range d.pods {
+		if ps.gone {
+			continue
+		}
+		i := p.slotIndex[ps.slot]
+		p.Policies[i] = nil
+		if ps.combo != nil {
+			p.Policies[i] = ps.combo.pp
+		}
+	}
+	return s.finishProgram(p, old)
+}
+
+// slotIndex inverts podSlot.
+func slotIndex(podSlot []uint32, slots int) []int32 {
+	out := make([]int32, slots)
+	for i := range out {
+		out[i] = -1
+	}
+	for i, sl := range podSlot {
+		out[sl] = int32(i)
+	}
+	return out
+}
+
+// reorder makes the per-pod slices after pods were added or removed, by
+// copying the unchanged runs of the last Program's: the cost is a copy of
+// the slices, not a walk over the pods.
+func (s *state) reorder(p, old *Program) {
+	d := &s.dirty
+	var removed []int
+	changes := map[string]*uint32{}
+	for _, ps := range d.removed {
+		if int(ps.slot) < len(old.slotIndex) && old.slotIndex[ps.slot] >= 0 && old.podSlot[old.slotIndex[ps.slot]] == ps.slot {
+			removed = append(removed, int(old.slotIndex[ps.slot]))
+			changes[ps.pod.Key()] = nil
+		}
+	}
+	slices.Sort(removed)
+	type insert struct {
+		at int // position in the old slice
+		ps *podState
+	}
+	var added []insert
+	for _, ps := range d.added {
+		if ps.gone {
+			continue
+		}
+		key := ps.pod.Key()
+		at, _ := slices.BinarySearchFunc(old.Pods, key, func(o Pod, k string) int { return cmpKey(&o, k) })
+		added = append(added, insert{at, ps})
+		slot := ps.slot
+		changes[key] = &slot
+	}
+	slices.SortFunc(added, func(a, b insert) int {
+		if a.at != b.at {
+			return a.at - b.at
+		}
+		return strings.Compare(a.ps.pod.Key(), b.ps.pod.Key())
+	})
+	n := len(old.Pods) - len(removed) + len(added)
+	p.Pods = make([]Pod, 0, n)
+	p.Policies = make([]*PodPolicy, 0, n)
+	p.podSlot = make([]uint32, 0, n)
+	next := 0 // next old index to copy
+	copyTo := func(end int) {
+		for len(removed) > 0 && removed[0] < end {
+			r := removed[0]
+			removed = removed[1:]
+			p.Pods = append(p.Pods, old.Pods[next:r]...)
+			p.Policies = append(p.Policies, old.Policies[next:r]...)
+			p.podSlot = append(p.podSlot, old.podSlot[next:r]...)
+			next = r + 1
+		}
+		if end > next {
+			p.Pods = append(p.Pods, old.Pods[next:end]...)
+			p.Policies = append(p.Policies, old.Policies[next:end]...)
+			p.podSlot = append(p.podSlot, old.podSlot[next:end]...)
+			next = end
+		}
+	}
+	for _, a := range added {
+		copyTo(a.at)
+		p.Pods = append(p.Pods, a.ps.pod)
+		var pp *PodPolicy
+		if a.ps.combo != nil {
+			pp = a.ps.combo.pp
+		}
+		p.Policies = append(p.Policies, pp)
+		p.podSlot = append(p.podSlot, a.ps.slot)
+	}
+	copyTo(len(old.Pods))
+	p.slotIndex = slotIndex(p.podSlot, len(s.slots))
+	p.podByKey = old.podByKey.with(changes)
+}
+
+// cmpKey compares a pod's "namespace/name" with key, without making the
+// pod's key.
+func cmpKey(p *Pod, key string) int {
+	ns, name := p.Namespace, p.Name
+	n := min(len(ns), len(key))
+	if c := strings.Compare(ns, key[:n]); c != 0 || len(key) == n {
+		if c != 0 {
+			return c
+		}
+		return 1 // key is a prefix of the namespace
+	}
+	if len(ns) < len(key) {
+		if c := strings.Compare("/", key[n:n+1]); c != 0 {
+			return c
+		}
+		return strings.Compare(name, key[n+1:])
+	}
+	return 0
+}
+
+// finishProgram fills what does not depend on the pod order.
+func (s *state) finishProgram(p, old *Program) *Program {
+	d := &s.dirty
 	s.addressTables(p, old)
 	s.nodeTables(p, old)
 	if old == nil || d.status {
@@ -413,24 +525,4 @@ func (s *state) nodeDiags() []Diagnostic {
 		}
 	}
 	return out
-}
-
-// sweepMemos forgets DirPolicies and PodPolicies no combo uses any more,
-// once they outnumber the live ones.
-func (s *state) sweepMemos() {
-	if len(s.ppMemo) <= 2*len(s.combos)+1024 && len(s.dirMemo) <= 4*len(s.combos)+1024 {
-		return
-	}
-	pp := make(map[[2]*DirPolicy]*PodPolicy, len(s.combos))
-	dirs := make(map[dirKey]*DirPolicy, 2*len(s.combos))
-	for _, c := range s.combos {
-		if c.pp == nil {
-			continue
-		}
-		pp[[2]*DirPolicy{c.pp.Ingress, c.pp.Egress}] = c.pp
-		for _, dp := range []*DirPolicy{c.pp.Ingress, c.pp.Egress} {
-			dirs[dirKey{dp.admin, dp.baseline, dp.np}] = dp
-		}
-	}
-	s.ppMemo, s.dirMemo = pp, dirs
 }

@@ -70,9 +70,7 @@ type state struct {
 	names    [][]string
 	sigMemo  map[[2]int32]int32
 
-	combos  map[comboKey]*combo
-	dirMemo map[dirKey]*DirPolicy
-	ppMemo  map[[2]*DirPolicy]*PodPolicy
+	combos map[comboKey]*combo
 
 	selCache selectorCache
 	npSeq    int
@@ -99,9 +97,11 @@ type dirtySet struct {
 	relistCNP [2]bool // admin, baseline
 	addrs     map[netip.Addr]struct{}
 	// podSet: pods were added or removed, so the Program's order changes.
-	podSet bool
+	podSet  bool
+	added   []*podState
+	removed []*podState
 	// pods need their Program entry updated; podData their Pod.
-	pods    map[*podState]struct{}
+	pods    []*podState
 	podData map[*podState]struct{}
 	nodes   bool
 	status  bool
@@ -118,7 +118,7 @@ func (d *dirtySet) reset() {
 	*d = dirtySet{
 		reclass: map[*podState]struct{}{}, peers: map[*peer]struct{}{}, rules: map[*rule]struct{}{},
 		combos: map[*combo]struct{}{}, relistNS: map[*npTier]struct{}{},
-		addrs: map[netip.Addr]struct{}{}, pods: map[*podState]struct{}{}, podData: map[*podState]struct{}{},
+		addrs: map[netip.Addr]struct{}{}, podData: map[*podState]struct{}{},
 		namedPolicies: map[any]struct{}{},
 	}
 }
@@ -149,7 +149,8 @@ type podState struct {
 	podnet bool
 	// subject: it gets a PodPolicy (podnet, and on Options.Node if set).
 	subject bool
-	// index is the pod's position in the Program's Pods.
+	// index is the pod's position among the snapshot's pods, at a full
+	// compile (the Program finds pods by slot: Program.slotIndex).
 	index int
 	// projs caches the pod's label projections by key list (see projOf).
 	projs    [2]podProj
@@ -190,8 +191,6 @@ func newState(opts Options) *state {
 		names:         [][]string{nil},
 		sigMemo:       map[[2]int32]int32{},
 		combos:        map[comboKey]*combo{},
-		dirMemo:       map[dirKey]*DirPolicy{},
-		ppMemo:        map[[2]*DirPolicy]*PodPolicy{},
 		selCache:      selectorCache{},
 		podsWithDiags: map[*podState]struct{}{},
 		declared:      map[namedKey]*roaring.Bitmap{},

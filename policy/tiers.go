@@ -253,8 +253,13 @@ func (s *state) cnpListFor(t *cnpTier, k cnpClassKey) *cnpList {
 
 // drop forgets a list's compiled rules after one of its policies changed;
 // the pods of its classes get new DirPolicies.
-func (l *cnpList) drop(s *state) {
-	l.egress, l.ingress = nil, nil
+func (l *cnpList) drop(s *state, dir Direction) {
+	if dir != Ingress {
+		l.egress = nil
+	}
+	if dir != Egress {
+		l.ingress = nil
+	}
 	for c := range l.classes {
 		s.combosDirty(c.combos)
 	}
@@ -454,8 +459,13 @@ func (s *state) npListFor(t *npTier, proj int32) *npList {
 	return list
 }
 
-func (l *npList) drop(s *state) {
-	l.egress, l.ingress = nil, nil
+func (l *npList) drop(s *state, dir Direction) {
+	if dir != Ingress {
+		l.egress = nil
+	}
+	if dir != Egress {
+		l.ingress = nil
+	}
 	for c := range l.classes {
 		s.combosDirty(c.combos)
 	}
@@ -535,38 +545,34 @@ type comboKey struct {
 	n    *npClass
 }
 
-type dirKey struct {
-	a, b *cnpDir
-	n    *npDir
-}
-
 func (s *state) combosDirty(cs map[*combo]struct{}) {
 	for c := range cs {
 		s.dirty.combos[c] = struct{}{}
 	}
 }
 
-// podPolicy compiles a combo's PodPolicy from its classes' lists, sharing
-// DirPolicies between combos whose tiers compile alike.
+// podPolicy compiles a combo's PodPolicy from its classes' lists. A
+// direction whose compiled tiers did not change keeps its DirPolicy (and
+// the evaluator's index with it); a PodPolicy with both unchanged is kept.
 func (s *state) podPolicy(c *combo) *PodPolicy {
 	a, n, b := c.key.a, c.key.n, c.key.b
-	ing := s.dirPolicy(s.cnpDirOf(a.list, Ingress, a.key.sig), s.npDirOf(n.list, Ingress, n.key.sig), s.cnpDirOf(b.list, Ingress, b.key.sig))
-	eg := s.dirPolicy(s.cnpDirOf(a.list, Egress, 0), s.npDirOf(n.list, Egress, 0), s.cnpDirOf(b.list, Egress, 0))
-	k := [2]*DirPolicy{ing, eg}
-	if pp := s.ppMemo[k]; pp != nil {
-		return pp
+	var old [2]*DirPolicy
+	if c.pp != nil {
+		old = [2]*DirPolicy{c.pp.Ingress, c.pp.Egress}
 	}
-	pp := &PodPolicy{Ingress: ing, Egress: eg}
-	s.ppMemo[k] = pp
-	return pp
+	ing := dirPolicy(old[Ingress], s.cnpDirOf(a.list, Ingress, a.key.sig), s.npDirOf(n.list, Ingress, n.key.sig), s.cnpDirOf(b.list, Ingress, b.key.sig))
+	eg := dirPolicy(old[Egress], s.cnpDirOf(a.list, Egress, 0), s.npDirOf(n.list, Egress, 0), s.cnpDirOf(b.list, Egress, 0))
+	if c.pp != nil && ing == old[Ingress] && eg == old[Egress] {
+		return c.pp
+	}
+	return &PodPolicy{Ingress: ing, Egress: eg}
 }
 
-func (s *state) dirPolicy(a *cnpDir, n *npDir, b *cnpDir) *DirPolicy {
-	k := dirKey{a, b, n}
-	if dp := s.dirMemo[k]; dp != nil {
-		return dp
+// dirPolicy is old if it was made of the same compiled tiers, else a new
+// DirPolicy of them.
+func dirPolicy(old *DirPolicy, a *cnpDir, n *npDir, b *cnpDir) *DirPolicy {
+	if old != nil && old.admin == a && old.np == n && old.baseline == b {
+		return old
 	}
-	dp := &DirPolicy{Admin: k.a.rules, NP: k.n.tier, Baseline: k.b.rules, admin: k.a, np: k.n, baseline: k.b}
-	s.dirMemo[k] = dp
-	return dp
+	return &DirPolicy{Admin: a.rules, NP: n.tier, Baseline: b.rules, admin: a, np: n, baseline: b}
 }
