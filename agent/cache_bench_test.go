@@ -31,9 +31,9 @@ func realisticPod(p corev1.Pod, i int) *corev1.Pod {
 	p.Labels["pod-template-hash"] = "7d9f8c6b5"
 	p.Annotations = map[string]string{"kubectl.kubernetes.io/restartedAt": now.String(), "prometheus.io/scrape": "true"}
 	p.OwnerReferences = []metav1.OwnerReference{{APIVersion: "apps/v1", Kind: "ReplicaSet", Name: p.GenerateName, UID: "5a1c0e77-1d9b-4a39-8e44-2f0b6a3c9d10"}}
-	fields := metav1.FieldsV1{Raw: []byte(`{"f:metadata":{"f:generateName":{},"f:labels":{".":{},"f:app":{},"f:tier":{},"f:version":{}},"f:ownerReferences":{}},"f:spec":{"f:containers":{"k:{\"name\":\"main\"}":{".":{},"f:image":{},"f:name":{},"f:ports":{},"f:resources":{}}}}}`)}
+	fields := metav1.NewFieldsV1(`{"f:metadata":{"f:generateName":{},"f:labels":{".":{},"f:app":{},"f:tier":{},"f:version":{}},"f:ownerReferences":{}},"f:spec":{"f:containers":{"k:{\"name\":\"main\"}":{".":{},"f:image":{},"f:name":{},"f:ports":{},"f:resources":{}}}}}`)
 	for _, m := range []string{"kube-controller-manager", "kubelet", "kube-scheduler"} {
-		p.ManagedFields = append(p.ManagedFields, metav1.ManagedFieldsEntry{Manager: m, Operation: metav1.ManagedFieldsOperationUpdate, APIVersion: "v1", Time: &now, FieldsType: "FieldsV1", FieldsV1: &fields})
+		p.ManagedFields = append(p.ManagedFields, metav1.ManagedFieldsEntry{Manager: m, Operation: metav1.ManagedFieldsOperationUpdate, APIVersion: "v1", Time: &now, FieldsType: "FieldsV1", FieldsV1: fields})
 	}
 	c := &p.Spec.Containers[0]
 	c.Image = "registry.example.com/team/app:v1.2.3"

@@ -160,16 +160,6 @@ func (a *Agent) dynamicInformer(gvr schema.GroupVersionResource) cache.SharedInd
 	return cache.NewSharedIndexInformerWithOptions(cache.ToListWatcherWithWatchListSemantics(lw, a.clients.Dynamic), &unstructured.Unstructured{}, cache.SharedIndexInformerOptions{})
 }
 
-// slimMeta keeps the metadata the agent reads of a policy: identity,
-// resourceVersion and generation (for status) and labels; no
-// managedFields, annotations or owner references.
-func slimMeta(m *metav1.ObjectMeta) metav1.ObjectMeta {
-	return metav1.ObjectMeta{
-		Name: m.Name, Namespace: m.Namespace, UID: m.UID,
-		ResourceVersion: m.ResourceVersion, Generation: m.Generation, Labels: m.Labels,
-	}
-}
-
 // npChanged and cnpChanged ignore status-only updates (the status
 // subresource keeps metadata.generation, and the agent writes CNP status
 // itself) but compare the decoded spec, not only the generation: after a

@@ -24,7 +24,7 @@ type apiServer struct {
 
 // apiServerArgs are the flags for a test server. Every choice is explained
 // because each works around the absence of a real control plane.
-func apiServerArgs(addr netip.AddrPort, etcdURL, dir string, p *pki, tokenFile string, o *options) []string {
+func apiServerArgs(addr netip.AddrPort, etcdURL, dir string, p *apiServerPKI, tokenFile string, o *options) []string {
 	args := []string{
 		"--etcd-servers=" + etcdURL,
 		"--bind-address=" + addr.Addr().String(),
