@@ -1,6 +1,8 @@
 package agent
 
 import (
+	"bytes"
+	"encoding/json"
 	"fmt"
 	goruntime "runtime"
 	"testing"
@@ -152,4 +154,67 @@ func BenchmarkPolicyCacheMemory(b *testing.B) {
 			b.ReportMetric(per, "bytes/object")
 		})
 	}
+}
+
+// BenchmarkWireBytes reports what one object of the generated workload
+// shape costs on the wire to an agent, as the API server sends it
+// (clustergen.WriteJSON's APIServer style: realistic noise, managedFields):
+// protobuf bytes per pod and per node (the agent's pods, nodes and
+// namespaces watches use protobuf) and JSON bytes per NetworkPolicy (the
+// policy watches use JSON). A watch event is the object plus a few bytes
+// of framing.
+//
+//	go test -run '^$' -bench BenchmarkWireBytes -benchtime 1x ./agent/
+func BenchmarkWireBytes(b *testing.B) {
+	gen := clustergen.Generate(clustergen.Config{Nodes: 20, Namespaces: 100, Pods: 1000, NetworkPolicies: 700, ClusterPolicies: 50, Seed: 1, Workloads: true})
+	var buf bytes.Buffer
+	if err := gen.WriteJSON(&buf, clustergen.APIServer); err != nil {
+		b.Fatal(err)
+	}
+	var list struct{ Items []json.RawMessage }
+	if err := json.Unmarshal(buf.Bytes(), &list); err != nil {
+		b.Fatal(err)
+	}
+	sizes := map[string][]int{}
+	for b.Loop() {
+		clear(sizes)
+		for _, raw := range list.Items {
+			var head struct{ Kind string }
+			if err := json.Unmarshal(raw, &head); err != nil {
+				b.Fatal(err)
+			}
+			var obj interface{ Marshal() ([]byte, error) }
+			switch head.Kind {
+			case "Pod":
+				obj = &corev1.Pod{}
+			case "Node":
+				obj = &corev1.Node{}
+			case "Namespace":
+				obj = &corev1.Namespace{}
+			default:
+				sizes[head.Kind] = append(sizes[head.Kind], len(raw))
+				continue
+			}
+			if err := json.Unmarshal(raw, obj); err != nil {
+				b.Fatal(err)
+			}
+			pb, err := obj.Marshal()
+			if err != nil {
+				b.Fatal(err)
+			}
+			sizes[head.Kind] = append(sizes[head.Kind], len(pb))
+		}
+	}
+	mean := func(kind string) float64 {
+		n := 0
+		for _, s := range sizes[kind] {
+			n += s
+		}
+		return float64(n) / float64(max(len(sizes[kind]), 1))
+	}
+	b.ReportMetric(mean("Pod"), "pod-protobuf-bytes")
+	b.ReportMetric(mean("Node"), "node-protobuf-bytes")
+	b.ReportMetric(mean("Namespace"), "namespace-protobuf-bytes")
+	b.ReportMetric(mean("NetworkPolicy"), "networkpolicy-json-bytes")
+	b.ReportMetric(mean("ClusterNetworkPolicy"), "clusternetworkpolicy-json-bytes")
 }

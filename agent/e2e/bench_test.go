@@ -29,19 +29,22 @@ import (
 	"github.com/moat-net/moat/internal/testenv"
 )
 
-// scaleCases are the clusters BenchmarkAgentScale loads. Each has about
-// 100 pods per node, as real nodes do.
+// scaleCases are the clusters BenchmarkAgentScale loads, in issue 8's
+// workload shape (clustergen.Config.Workloads: teams' namespaces running
+// Deployments and StatefulSets, NetworkPolicies per app, ClusterNetwork-
+// Policies by team and app). Each has about 100 pods per node, as real
+// nodes do.
 var scaleCases = []struct {
 	name string
 	cfg  clustergen.Config
 }{
-	// The issue's first-sync goal: a node with 100 local pods in a
-	// 10,000-pod cluster (2,000 NetworkPolicies, 200 ClusterNetworkPolicies).
-	{"pods=10000", clustergen.Scale},
+	// The first-sync goal: a node with 100 local pods in a 10,000-pod
+	// cluster (7,000 NetworkPolicies, 500 ClusterNetworkPolicies).
+	{"pods=10000", clustergen.Scale10k},
 	// The memory and latency goals: 30,000 pods on 300 nodes in 3,000
 	// namespaces, 20,000 policies (19,000 NetworkPolicies, 1,000
 	// ClusterNetworkPolicies).
-	{"pods=30000", clustergen.Config{Nodes: 300, Namespaces: 3000, Pods: 30000, NetworkPolicies: 19000, ClusterPolicies: 1000, Seed: 1}},
+	{"pods=30000", clustergen.Config{Nodes: 300, Namespaces: 3000, Pods: 30000, NetworkPolicies: 19000, ClusterPolicies: 1000, Seed: 1, Workloads: true}},
 }
 
 // BenchmarkAgentScale loads a real kube-apiserver (internal/kubetest) with
@@ -71,7 +74,7 @@ var scaleCases = []struct {
 //     label no selector reads: watch events the agent received per second
 //     until it had them all and was idle again, its CPU time per event (the
 //     nft processes it ran included), and API server bytes per event;
-//     read-events/s, read-cpu-us/event: the same with changes of the tier
+//     read-events/s, read-cpu-us/event: the same with changes of the app
 //     label, which the generated policies select on, so each may move the
 //     pod in or out of selections and is compiled;
 //
@@ -169,10 +172,10 @@ func benchScale(b *testing.B, cfg clustergen.Config) {
 		b.Fatal(err)
 	}
 	bin := agentBinary(b)
-	others := make([]string, 0, len(gen.Pods))
-	for _, p := range gen.Pods {
-		if p.Spec.NodeName != node {
-			others = append(others, p.Namespace+"/"+p.Name)
+	var others []*corev1.Pod
+	for i := range gen.Pods {
+		if gen.Pods[i].Spec.NodeName != node {
+			others = append(others, &gen.Pods[i])
 		}
 	}
 
@@ -246,7 +249,7 @@ func (s *scaleResult) add(r scaleResult) {
 	s.heap += r.heap
 }
 
-func runScaleIteration(ctx context.Context, b *testing.B, env *kubetest.Env, proxy *countingProxy, bin, kubeconfig, netns, node string, target *corev1.Pod, others []string) scaleResult {
+func runScaleIteration(ctx context.Context, b *testing.B, env *kubetest.Env, proxy *countingProxy, bin, kubeconfig, netns, node string, target *corev1.Pod, others []*corev1.Pod) scaleResult {
 	health := fmt.Sprintf("127.0.0.1:%d", freePort(b))
 	metricsURL := fmt.Sprintf("http://127.0.0.1:%d/metrics", freePort(b))
 	logPath := filepath.Join(b.TempDir(), "agent.log")
@@ -344,11 +347,24 @@ func runScaleIteration(ctx context.Context, b *testing.B, env *kubetest.Env, pro
 			cpuProfile <- fetch(strings.TrimSuffix(metricsURL, "/metrics")+"/debug/pprof/profile?seconds=20", filepath.Join(profiles, "churn.cpu.pprof"))
 		}()
 	}
-	res.eventsPerSec, res.cpuPerEvent, res.bytesPerEvent = churn(ctx, b, env, proxy, cmd.Process.Pid, metricsURL, others, fail,
-		func(i int) string { return fmt.Sprintf(`{"metadata":{"labels":{"churn":"c%d"}}}`, i) })
-	res.readEventsPerSec, res.readCPUPerEvent, _ = churn(ctx, b, env, proxy, cmd.Process.Pid, metricsURL, others, fail,
-		func(i int) string {
-			return fmt.Sprintf(`{"metadata":{"labels":{"tier":%q}}}`, []string{"web", "api", "db", "cache", "worker"}[i%5])
+	// Each burst patches churnUpdates distinct remote pods, so that every
+	// patch changes a pod and is one watch event.
+	r := rand.New(rand.NewPCG(2, 3))
+	picks := r.Perm(len(others))[:min(churnUpdates, len(others))]
+	res.eventsPerSec, res.cpuPerEvent, res.bytesPerEvent = churn(ctx, b, env, proxy, cmd.Process.Pid, metricsURL, fail, len(picks),
+		func(i int) (*corev1.Pod, string) {
+			return others[picks[i]], fmt.Sprintf(`{"metadata":{"labels":{"churn":"c%d"}}}`, i)
+		})
+	res.readEventsPerSec, res.readCPUPerEvent, _ = churn(ctx, b, env, proxy, cmd.Process.Pid, metricsURL, fail, len(picks),
+		func(i int) (*corev1.Pod, string) {
+			// An app of the generated set (app-00 .. app-19) other than
+			// the pod's own.
+			p := others[picks[i]]
+			app := fmt.Sprintf("app-%02d", i%20)
+			if app == p.Labels["app"] {
+				app = fmt.Sprintf("app-%02d", (i+1)%20)
+			}
+			return p, fmt.Sprintf(`{"metadata":{"labels":{"app":%q}}}`, app)
 		})
 	if cpuProfile != nil {
 		if err := <-cpuProfile; err != nil {
@@ -364,26 +380,21 @@ func runScaleIteration(ctx context.Context, b *testing.B, env *kubetest.Env, pro
 	return res
 }
 
-// churn sends churnUpdates label updates of random remote pods at the
-// loader's concurrency and measures how fast the agent takes the events
-// in: events per second from the first update until it has received them
-// all and gone idle, its CPU time per event and the API server's bytes per
-// event.
-func churn(ctx context.Context, b *testing.B, env *kubetest.Env, proxy *countingProxy, pid int, metricsURL string, others []string, fail func(string, ...any), patch func(i int) string) (perSec, cpuUS, bytes float64) {
-	r := rand.New(rand.NewPCG(2, 3))
-	picks := make([]string, churnUpdates)
-	for i := range picks {
-		picks[i] = others[r.IntN(len(others))]
-	}
+// churn sends n pod patches (patch(i) names the pod and the merge patch)
+// at the loader's concurrency and measures how fast the agent takes the
+// events in: events per second from the first patch until it has received
+// them all and gone idle, its CPU time per event and the API server's
+// bytes per event.
+func churn(ctx context.Context, b *testing.B, env *kubetest.Env, proxy *countingProxy, pid int, metricsURL string, fail func(string, ...any), n int, patch func(i int) (*corev1.Pod, string)) (perSec, cpuUS, bytes float64) {
 	eventsBefore := scrape(b, metricsURL).get(`moat_agent_watch_events_total{resource="pods"}`)
 	cpuBefore := procCPU(b, pid)
 	bytesBefore := proxy.received()
 	start := time.Now()
 	errc := make(chan error, 1)
 	go func() {
-		errc <- kubetest.Parallel(ctx, loadConcurrency, len(picks), func(i int) error {
-			ns, name, _ := strings.Cut(picks[i], "/")
-			_, err := env.Client.CoreV1().Pods(ns).Patch(ctx, name, "application/merge-patch+json", []byte(patch(i)), metav1.PatchOptions{})
+		errc <- kubetest.Parallel(ctx, loadConcurrency, n, func(i int) error {
+			p, body := patch(i)
+			_, err := env.Client.CoreV1().Pods(p.Namespace).Patch(ctx, p.Name, "application/merge-patch+json", []byte(body), metav1.PatchOptions{})
 			return err
 		})
 	}()
@@ -394,12 +405,12 @@ func churn(ctx context.Context, b *testing.B, env *kubetest.Env, proxy *counting
 	stillSince := time.Time{}
 	for {
 		if time.Since(start) > 10*time.Minute {
-			fail("churn: %v of %d events after 10 minutes", received, churnUpdates)
+			fail("churn: %v of %d events after 10 minutes", received, n)
 		}
 		time.Sleep(50 * time.Millisecond)
 		m := scrape(b, metricsURL)
 		received = m.get(`moat_agent_watch_events_total{resource="pods"}`) - eventsBefore
-		if received < churnUpdates {
+		if received < float64(n) {
 			continue
 		}
 		if done.IsZero() {
@@ -420,7 +431,8 @@ func churn(ctx context.Context, b *testing.B, env *kubetest.Env, proxy *counting
 	// CPU until idle, minus the idle second (and the scrapes, which are
 	// cheap), per event.
 	cpu := procCPU(b, pid) - cpuBefore
-	b.Logf("churn %s: %v events in %s (%s until idle), agent CPU %s", patch(0), received, done.Sub(start).Round(time.Millisecond), time.Since(start).Round(time.Millisecond), cpu)
+	_, first := patch(0)
+	b.Logf("churn %s: %v events in %s (%s until idle), agent CPU %s", first, received, done.Sub(start).Round(time.Millisecond), time.Since(start).Round(time.Millisecond), cpu)
 	return received / done.Sub(start).Seconds(), float64(cpu.Microseconds()) / received, float64(proxy.received()-bytesBefore) / received
 }
 
