@@ -104,7 +104,7 @@ func BenchmarkPodCacheMemory(b *testing.B) {
 //
 //	go test -run '^$' -bench BenchmarkPolicyCacheMemory -benchtime 1x ./agent/
 func BenchmarkPolicyCacheMemory(b *testing.B) {
-	gen := clustergen.Generate(clustergen.Config{Nodes: 100, Namespaces: 1000, Pods: 1000, NetworkPolicies: 5000, ClusterPolicies: 1000, Seed: 1})
+	gen := clustergen.Generate(clustergen.Config{Nodes: 100, Namespaces: 1000, Pods: 1000, NetworkPolicies: 5000, ClusterPolicies: 1000, Seed: 1, Workloads: true})
 	var nps, cnps []*unstructured.Unstructured
 	for i := range gen.NetworkPolicies {
 		o, err := runtime.DefaultUnstructuredConverter.ToUnstructured(&gen.NetworkPolicies[i])
