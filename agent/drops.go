@@ -71,32 +71,39 @@ func newDrops(dp Dataplane, reg prometheus.Registerer, log klog.Logger) *drops {
 	return d
 }
 
-// dropMinGap is the least time between two readings: each runs nft and
-// parses every counter of the table, so a burst of syncs must not cause a
-// burst of readings competing with the syncs for the CPU.
-const dropMinGap = 2 * time.Second
+// dropSettle is how long the ruleset must stay unchanged before a
+// reading follows a sync: each reading runs nft and parses every counter
+// of the table, and during a burst of syncs it would compete with them
+// for the CPU and for the kernel's nftables lock. dropMinGap is the least
+// time between two readings.
+const (
+	dropSettle = time.Second
+	dropMinGap = 2 * time.Second
+)
 
-// run reads the counters every dropPeriod and after syncs (at most one
-// reading per dropMinGap) until ctx ends.
+// run reads the counters every dropPeriod, and dropSettle after the last
+// of a run of syncs, at most once per dropMinGap, until ctx ends.
 func (d *drops) run(ctx context.Context) {
 	if d.reader == nil {
 		return
 	}
 	t := time.NewTicker(dropPeriod)
 	defer t.Stop()
+	settle := time.NewTimer(time.Hour)
+	settle.Stop()
+	var last time.Time
 	for {
 		select {
 		case <-ctx.Done():
 			return
-		case <-t.C:
 		case <-d.poked:
+			settle.Reset(max(dropSettle, dropMinGap-time.Since(last)))
+			continue
+		case <-settle.C:
+		case <-t.C:
 		}
 		d.read(ctx)
-		select {
-		case <-ctx.Done():
-			return
-		case <-time.After(dropMinGap):
-		}
+		last = time.Now()
 	}
 }
 

@@ -35,11 +35,20 @@ func requireHost(t *testing.T) {
 	testenv.RequirePrivileged(t)
 }
 
-// buildAgent compiles cmd/moat-agent once per test binary.
+// buildAgent compiles cmd/moat-agent once per test binary; TestMain
+// removes it.
 var buildOnce struct {
 	sync.Once
-	path string
-	err  error
+	dir, path string
+	err       error
+}
+
+func TestMain(m *testing.M) {
+	code := m.Run()
+	if buildOnce.dir != "" {
+		os.RemoveAll(buildOnce.dir)
+	}
+	os.Exit(code)
 }
 
 func agentBinary(t testing.TB) string {
@@ -55,7 +64,7 @@ func agentBinary(t testing.TB) string {
 			buildOnce.err = err
 			return
 		}
-		buildOnce.path = filepath.Join(dir, "moat-agent")
+		buildOnce.dir, buildOnce.path = dir, filepath.Join(dir, "moat-agent")
 		cmd := exec.Command("go", "build", "-o", buildOnce.path, "./cmd/moat-agent")
 		cmd.Dir = root
 		if out, err := cmd.CombinedOutput(); err != nil {
