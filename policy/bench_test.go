@@ -110,6 +110,34 @@ func BenchmarkEvaluate(b *testing.B) {
 	}
 }
 
+// BenchmarkEvaluateWorkloads measures one flow's verdict in issue 8's
+// workload clusters at 10,000 and 100,000 pods (policies grow with pods).
+func BenchmarkEvaluateWorkloads(b *testing.B) {
+	for _, cfg := range []clustergen.Config{clustergen.Scale10k, clustergen.Scale100k} {
+		b.Run(fmt.Sprintf("pods=%d", cfg.Pods), func(b *testing.B) {
+			prog := policy.Compile(clustergen.Generate(cfg).ToCluster(), policy.Options{IngressNetworksAndNodes: true})
+			flows := sampleFlows(prog, 1024)
+			for _, f := range flows {
+				prog.Evaluate(f) // build the lazy indexes first
+			}
+			b.Run("verdict", func(b *testing.B) {
+				i := 0
+				for b.Loop() {
+					prog.Allowed(flows[i%len(flows)])
+					i++
+				}
+			})
+			b.Run("explained", func(b *testing.B) {
+				i := 0
+				for b.Loop() {
+					prog.Evaluate(flows[i%len(flows)])
+					i++
+				}
+			})
+		})
+	}
+}
+
 // sampleFlows picks pod-to-pod flows deterministically.
 func sampleFlows(prog *policy.Program, n int) []policy.Flow {
 	var flows []policy.Flow

@@ -3,6 +3,7 @@ package policy
 import (
 	"fmt"
 	"net/netip"
+	"slices"
 	"strings"
 )
 
@@ -92,27 +93,52 @@ func (p *Program) judgeBoth(f Flow) (outcome, outcome) {
 		o := outcome{allowed: true, tier: TierNotPoliced, self: true}
 		return o, o
 	}
-	return p.judge(f.Src, f.Dst.Addr, f, Egress), p.judge(f.Dst, f.Src.Addr, f, Ingress)
+	return p.judge(f.Src, f.Dst, f, Egress), p.judge(f.Dst, f.Src, f, Ingress)
 }
 
-func (p *Program) judge(local Endpoint, remote netip.Addr, f Flow, dir Direction) outcome {
+// slotOf is the slot of the pod-network pod that owns the endpoint's
+// address, or -1. An endpoint naming its pod is read off the pod, without
+// the address map.
+func (p *Program) slotOf(e Endpoint) int32 {
+	a := e.Addr.Unmap()
+	if e.Pod >= 0 {
+		pod := &p.Pods[e.Pod]
+		if !pod.HostNetwork && slices.Contains(pod.IPs, a) {
+			return int32(p.podSlot[e.Pod])
+		}
+	}
+	if s, ok := p.podByIP.get(a); ok {
+		return int32(s)
+	}
+	return -1
+}
+
+// nodeLocal reports whether remote is an address of the node the pod runs
+// on.
+func (p *Program) nodeLocal(pod *Pod, remote netip.Addr) bool {
+	n, ok := p.nodeByIP[remote]
+	if !ok {
+		return false
+	}
+	if p.Nodes[n].Name == pod.NodeName {
+		return true
+	}
+	// Another node claims the address first; the pod's node may too.
+	return slices.Contains(p.NodeAddrs(pod.NodeName), remote)
+}
+
+func (p *Program) judge(local, remoteEnd Endpoint, f Flow, dir Direction) outcome {
 	if local.Pod < 0 || p.Policies[local.Pod] == nil {
 		return outcome{allowed: true, tier: TierNotPoliced}
 	}
 	pod := &p.Pods[local.Pod]
-	if dir == Ingress && !p.Options.DenyNodeLocal {
-		for _, a := range p.NodeAddrs(pod.NodeName) {
-			if a == remote.Unmap() {
-				return outcome{allowed: true, tier: TierNodeLocal, node: pod.NodeName}
-			}
-		}
+	remote := remoteEnd.Addr.Unmap()
+	if dir == Ingress && !p.Options.DenyNodeLocal && p.nodeLocal(pod, remote) {
+		return outcome{allowed: true, tier: TierNodeLocal, node: pod.NodeName}
 	}
 	dp := p.Policies[local.Pod].Dir(dir)
 	ix := dp.indexes()
-	ord := int32(-1)
-	if s, ok := p.podByIP.get(remote.Unmap()); ok {
-		ord = int32(s)
-	}
+	ord := p.slotOf(remoteEnd)
 	var o outcome
 	if judgeTier(&o, dp.Admin, ix.admin, remote, ord, f) {
 		return o
