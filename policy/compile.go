@@ -210,6 +210,9 @@ func (s *state) setPodFacts(ps *podState) {
 	p := &ps.pod
 	ps.podnet = !p.HostNetwork && len(p.IPs) > 0
 	ps.subject = ps.podnet && (s.opts.Node == "" || p.NodeName == s.opts.Node)
+	if ps.subject && s.onlyPods != nil {
+		_, ps.subject = s.onlyPods[p.Key()]
+	}
 	ps.fullSig = s.podSig(p)
 }
 

@@ -112,8 +112,12 @@ type subjectPods struct {
 	declares func(namedKey) bool
 }
 
+// scoped reports whether only some pods are classified (Options.Node,
+// Options.Pods).
+func (s *state) scoped() bool { return s.opts.Node != "" || len(s.opts.Pods) > 0 }
+
 // fromClasses reads the subject pods off the classes of the lists holding a
-// policy: every pod-network pod is classified unless Options.Node is set,
+// policy: every pod-network pod is classified unless the Program is scoped,
 // and a class's signature resolves every name its tier's ingress rules use.
 func (s *state) fromClasses(classes func(yield func(members int, sig int32))) subjectPods {
 	var sel subjectPods
@@ -145,7 +149,7 @@ func (s *state) fromPods(pods *roaring.Bitmap) subjectPods {
 }
 
 func (s *state) npSelection(np *npState) subjectPods {
-	if s.opts.Node != "" {
+	if s.scoped() {
 		return s.fromPods(s.npSubjectPods(np))
 	}
 	return s.fromClasses(func(yield func(int, int32)) {
@@ -191,7 +195,7 @@ func (s *state) npNamedDiags(np *npState) []Diagnostic {
 }
 
 func (s *state) cnpSelection(c *cnpState, subjects map[[2]string]*roaring.Bitmap, nsPods map[string]*roaring.Bitmap) subjectPods {
-	if s.opts.Node == "" {
+	if !s.scoped() {
 		return s.fromClasses(func(yield func(int, int32)) {
 			for l := range c.lists {
 				for cl := range l.classes {

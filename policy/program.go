@@ -239,6 +239,11 @@ type Options struct {
 	// Program judges that node's pods exactly as a full Program does, and
 	// only them: the evaluator answers "not policed" for the other pods.
 	Node string
+	// Pods, when set, scopes the Program to these pods ("namespace/name"),
+	// as `moat explain` needs it for the two ends of one flow: only they
+	// (and, with Node, only those on the node) get a PodPolicy, exactly the
+	// one a full Program gives them. Nothing is compiled for other pods.
+	Pods []string
 }
 
 // Program is the single compiled form of all policies of a snapshot. The

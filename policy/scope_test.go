@@ -172,3 +172,46 @@ func TestNodeScopedCompilesLocalPodsOnly(t *testing.T) {
 		t.Errorf("node-scoped compile resolved %d peers, the full one %d", peers, fullPeers)
 	}
 }
+
+// A Program scoped to some pods (Options.Pods, as moat explain uses it)
+// judges them exactly as the whole cluster's Program does, and only them.
+func TestPodScopedProgram(t *testing.T) {
+	cluster := clustergen.Generate(clustergen.Config{Nodes: 5, Namespaces: 10, Pods: 150, NetworkPolicies: 70, ClusterPolicies: 10, Seed: 6, Workloads: true}).ToCluster()
+	opts := policy.Options{IngressNetworksAndNodes: true}
+	full := policy.Compile(cluster, opts)
+	flows := append(sampleFlows(full, 2000), outsideFlows(full)...)
+	for i := 0; i < 20; i++ {
+		a, b := full.Pods[(i*37)%len(full.Pods)], full.Pods[(i*53+11)%len(full.Pods)]
+		opts.Pods = []string{a.Key(), b.Key()}
+		scoped := policy.Compile(cluster, opts)
+		for j, p := range scoped.Pods {
+			want := full.Policies[j] != nil && (p.Key() == a.Key() || p.Key() == b.Key())
+			if (scoped.Policies[j] != nil) != want {
+				t.Fatalf("pods %v: %s policed %v", opts.Pods, p.Key(), scoped.Policies[j] != nil)
+			}
+		}
+		if fmt.Sprint(scoped.Diagnostics) != fmt.Sprint(full.Diagnostics) || fmt.Sprint(scoped.Status) != fmt.Sprint(full.Status) {
+			t.Fatalf("pods %v: diagnostics or statuses differ from the full Program's", opts.Pods)
+		}
+		for _, f := range flows {
+			if f.Src.Pod < 0 || f.Dst.Pod < 0 || scoped.Policies[f.Src.Pod] == nil || scoped.Policies[f.Dst.Pod] == nil {
+				continue
+			}
+			if x, y := scoped.Evaluate(f), full.Evaluate(f); !sameVerdict(x, y) {
+				t.Fatalf("pods %v: %+v: scoped %+v, full %+v", opts.Pods, f, x, y)
+			}
+		}
+		src, dst := policy.Endpoint{Pod: indexOf(full, a.Key()), Addr: a.IPs[0]}, policy.Endpoint{Pod: indexOf(full, b.Key()), Addr: b.IPs[0]}
+		for _, port := range []uint16{53, 80, 8080, 9090, 9100, 5432, 8443} {
+			f := policy.Flow{Src: src, Dst: dst, Proto: policy.ProtoTCP, Port: port}
+			if x, y := scoped.Evaluate(f), full.Evaluate(f); !sameVerdict(x, y) {
+				t.Fatalf("pods %v: %+v: scoped %+v, full %+v", opts.Pods, f, x, y)
+			}
+		}
+	}
+}
+
+func indexOf(p *policy.Program, key string) int {
+	i, _ := p.PodByKey(key)
+	return i
+}

@@ -73,6 +73,8 @@ type state struct {
 	combos map[comboKey]*combo
 
 	selCache selectorCache
+	// onlyPods are Options.Pods as a set; nil when not set.
+	onlyPods map[string]struct{}
 	npSeq    int
 	// pendingFree are slots of pods deleted since the last publication.
 	pendingFree []uint32
@@ -197,6 +199,12 @@ func newState(opts Options) *state {
 		addrsOdd:      roaring.New(),
 		keyIDs:        map[string]int32{"": 0},
 		keyLists:      [][]string{nil},
+	}
+	if len(opts.Pods) > 0 {
+		s.onlyPods = map[string]struct{}{}
+		for _, k := range opts.Pods {
+			s.onlyPods[k] = struct{}{}
+		}
 	}
 	s.nsIndex = newLabelIndex(func(id uint32) map[string]string { return s.nsByID[id].labels })
 	s.podIndex = newLabelIndex(func(slot uint32) map[string]string { return s.slots[slot].pod.Labels })

@@ -4,6 +4,8 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"net/netip"
+	"slices"
 
 	"github.com/spf13/cobra"
 
@@ -38,7 +40,13 @@ that decided. Exit status: 0 when a verdict was computed (allowed or not),
 			if port < 1 || port > 65535 {
 				return fmt.Errorf("--port: must be between 1 and 65535, got %d", port)
 			}
-			prog, err := in.compile(cmd)
+			l, err := in.load(cmd)
+			if err != nil {
+				return err
+			}
+			// Only the flow's two pods are judged: compile for them alone.
+			in.pods = endpointPods(&l.Cluster, from, to)
+			prog, err := in.compileLoaded(cmd, l.Result)
 			if err != nil {
 				return err
 			}
@@ -74,6 +82,25 @@ that decided. Exit status: 0 when a verdict was computed (allowed or not),
 	cmd.Flags().StringVar(&prot, "protocol", "TCP", "TCP, UDP or SCTP")
 	cmd.Flags().StringVarP(&output, "output", "o", "text", "text or json")
 	return cmd
+}
+
+// endpointPods lists the pods (namespace/name) that --from and --to name,
+// directly or by one of their addresses.
+func endpointPods(c *policy.Cluster, ends ...string) []string {
+	var out []string
+	for _, e := range ends {
+		a, err := netip.ParseAddr(e)
+		if err != nil {
+			out = append(out, e)
+			continue
+		}
+		for i := range c.Pods {
+			if slices.Contains(c.Pods[i].IPs, a.Unmap()) {
+				out = append(out, c.Pods[i].Key())
+			}
+		}
+	}
+	return out
 }
 
 func writeExplanation(w io.Writer, f matrix.Flow) {

@@ -51,6 +51,9 @@ type inputFlags struct {
 	// requireInput makes running without -f and without a live source an
 	// error instead of reading the embedded example.
 	requireInput bool
+	// pods, when set, are the only pods the command judges: the compile is
+	// scoped to them (policy.Options.Pods).
+	pods []string
 }
 
 // register adds the input flags to cmd. (In the kubectl plugin the root
@@ -78,7 +81,7 @@ func (f *inputFlags) isLive() bool { return f.live || f.kubeconfig != "" || f.co
 
 // policyOptions is what the flags ask of the compiler.
 func (f *inputFlags) policyOptions() policy.Options {
-	return gateOptions(f.gates, policy.Options{DenyNodeLocal: !f.allowNodeLocal})
+	return gateOptions(f.gates, policy.Options{DenyNodeLocal: !f.allowNodeLocal, Pods: f.pods})
 }
 
 // gateOptions sets the compiler options that follow feature gates, so the
