@@ -1,0 +1,286 @@
+package policy
+
+import (
+	"maps"
+	"net/netip"
+	"slices"
+	"sort"
+
+	"k8s.io/apimachinery/pkg/labels"
+)
+
+// A pod's change (new, relabelled, readdressed, new ports, deleted) is
+// applied to the indexes, the resolved selectors and the peers it enters or
+// leaves; the pod is marked for reclassification (see changes.go).
+
+// upsertPod adds a pod or replaces one of the same namespace and name.
+func (s *state) upsertPod(p Pod) {
+	p.IPs = uniqueAddrs(p.IPs)
+	ps := s.pods[p.Key()]
+	if ps == nil {
+		ns := s.namespace(p.Namespace)
+		ns.refs++
+		ps = &podState{pod: p, ns: ns}
+		s.allocSlot(ps)
+		s.pods[p.Key()] = ps
+		i := sort.Search(len(s.order), func(i int) bool { return s.order[i].pod.Key() >= p.Key() })
+		s.order = slices.Insert(s.order, i, ps)
+		s.dirty.podSet = true
+		s.dirty.added = append(s.dirty.added, ps)
+		s.updatePod(ps, nil)
+		return
+	}
+	old := ps.pod
+	ps.pod = p
+	s.updatePod(ps, &old)
+}
+
+// deletePod removes a pod; false if unknown.
+func (s *state) deletePod(key string) bool {
+	ps := s.pods[key]
+	if ps == nil {
+		return false
+	}
+	old := ps.pod
+	ps.pod = Pod{Namespace: old.Namespace, Name: old.Name, HostNetwork: true}
+	ps.gone = true
+	s.updatePod(ps, &old)
+	delete(s.pods, key)
+	i := sort.Search(len(s.order), func(i int) bool { return s.order[i].pod.Key() >= key })
+	s.order = slices.Delete(s.order, i, i+1)
+	delete(s.dirty.podData, ps)
+	if _, had := s.podsWithDiags[ps]; had {
+		delete(s.podsWithDiags, ps)
+		s.dirty.diags = true
+	}
+	s.pendingFree = append(s.pendingFree, ps.slot)
+	s.slots[ps.slot] = nil
+	ps.ns.refs--
+	s.dropNamespace(ps.ns)
+	s.dirty.podSet = true
+	s.dirty.removed = append(s.dirty.removed, ps)
+	return true
+}
+
+// updatePod brings indexes, selectors and peers up to date after a pod's
+// fields changed from old (nil: the pod is new).
+func (s *state) updatePod(ps *podState, old *Pod) {
+	d := &s.dirty
+	wasNet := ps.podnet
+	var oldLabels map[string]string
+	var oldIPs []netip.Addr
+	oldSig := ps.fullSig
+	if old != nil {
+		oldLabels, oldIPs = old.Labels, old.IPs
+	}
+	s.setPodFacts(ps)
+	ps.projs = [2]podProj{}
+	p := &ps.pod
+	nowNet := ps.podnet
+	labelsChanged := old == nil || !maps.Equal(oldLabels, p.Labels)
+	addrsChanged := old == nil || wasNet != nowNet || !slices.Equal(oldIPs, p.IPs)
+	portsChanged := old == nil || oldSig != ps.fullSig || wasNet != nowNet
+	d.podData[ps] = struct{}{}
+	d.reclass[ps] = struct{}{}
+	if oldHost := old == nil || old.HostNetwork; oldHost != p.HostNetwork {
+		if oldHost {
+			ps.ns.nonHost++
+		} else {
+			ps.ns.nonHost--
+		}
+		d.diags = true
+	}
+	if old != nil && !labelsChanged && !addrsChanged && !portsChanged && old.NodeName == p.NodeName {
+		return
+	}
+
+	// Indexes of pod-network pods.
+	if wasNet && (labelsChanged || !nowNet) {
+		s.podIndex.remove(ps.slot, oldLabels)
+	}
+	if nowNet && (labelsChanged || !wasNet) {
+		s.podIndex.add(ps.slot, p.Labels)
+	}
+	if wasNet != nowNet {
+		if nowNet {
+			ps.ns.pods.Add(ps.slot)
+		} else {
+			ps.ns.pods.Remove(ps.slot)
+		}
+		for _, sel := range s.nsSels {
+			if sel.ns != nil && sel.ns.Contains(ps.ns.id) {
+				if nowNet {
+					sel.pods.Add(ps.slot)
+				} else {
+					sel.pods.Remove(ps.slot)
+				}
+			}
+		}
+	}
+	if addrsChanged {
+		s.moveAddrs(ps, wasNet, oldIPs)
+		s.setSlotAddrs(ps)
+	}
+	if portsChanged {
+		if wasNet {
+			s.declare(ps.slot, oldSig, false)
+		}
+		if nowNet {
+			s.declare(ps.slot, ps.fullSig, true)
+		}
+	}
+
+	// Pod selectors whose members change, and the peers that may follow.
+	cands := map[*peer]struct{}{}
+	for _, sel := range s.podSels {
+		if sel.pods == nil {
+			continue
+		}
+		was := sel.pods.Contains(ps.slot)
+		now := nowNet && sel.sel.Matches(labels.Set(p.Labels))
+		if was == now {
+			continue
+		}
+		if now {
+			sel.pods.Add(ps.slot)
+		} else {
+			sel.pods.Remove(ps.slot)
+		}
+		for pe := range sel.peers {
+			cands[pe] = struct{}{}
+		}
+	}
+	if addrsChanged || portsChanged {
+		for pe := range ps.ns.peers {
+			cands[pe] = struct{}{}
+		}
+		for _, sel := range s.nsSels {
+			if sel.ns != nil && sel.ns.Contains(ps.ns.id) {
+				for pe := range sel.peers {
+					cands[pe] = struct{}{}
+				}
+			}
+		}
+	}
+	for pe := range cands {
+		if !pe.resolved {
+			continue
+		}
+		was := pe.pods.Contains(ps.slot)
+		now := nowNet && s.inScope(pe, ps.ns) && (pe.podSel == nil || s.podSelPods(pe.podSel).Contains(ps.slot))
+		if was == now && !(now && (addrsChanged || portsChanged)) {
+			continue
+		}
+		s.peerMember(pe, ps, was, now, oldIPs)
+	}
+
+	// Rules whose named ports resolve on pods matched by address.
+	if addrsChanged || portsChanged {
+		for r := range s.wideNamed {
+			if !r.matched {
+				continue
+			}
+			if r.set.all || anyIn(r.set.cidrs, oldIPs) || anyIn(r.set.cidrs, p.IPs) {
+				d.rules[r] = struct{}{}
+			}
+		}
+	}
+	if labelsChanged || portsChanged || wasNet != nowNet {
+		d.namedPods = append(d.namedPods, namedChange{ps, oldLabels, wasNet})
+	}
+}
+
+func anyIn(set *AddrSet, addrs []netip.Addr) bool {
+	if set == nil {
+		return false
+	}
+	for _, a := range addrs {
+		if set.Contains(a) {
+			return true
+		}
+	}
+	return false
+}
+
+// moveAddrs updates who owns which address after a pod's addresses (or
+// whether it is a pod-network pod) changed.
+func (s *state) moveAddrs(ps *podState, wasNet bool, oldIPs []netip.Addr) {
+	d := &s.dirty
+	s.addrIndex = nil
+	d.diags = true
+	if wasNet {
+		for _, a := range oldIPs {
+			owners := slices.DeleteFunc(slices.Clone(s.ipOwners[a]), func(o *podState) bool { return o == ps })
+			s.setOwners(a, owners)
+		}
+	}
+	if ps.podnet {
+		for _, a := range ps.pod.IPs {
+			s.setOwners(a, append(slices.Clone(s.ipOwners[a]), ps))
+		}
+	}
+	delete(s.podsWithDiags, ps)
+	if len(ps.pod.IPs) == 0 {
+		s.podsWithDiags[ps] = struct{}{}
+	}
+	for _, a := range ps.pod.IPs {
+		if len(s.ipOwners[a]) > 1 {
+			s.podsWithDiags[ps] = struct{}{}
+		}
+	}
+}
+
+func (s *state) setOwners(a netip.Addr, owners []*podState) {
+	s.dirty.addrs[a] = struct{}{}
+	if len(owners) == 0 {
+		delete(s.ipOwners, a)
+	} else {
+		s.ipOwners[a] = owners
+	}
+	// Co-owners gain or lose their duplicate-address warning.
+	for _, o := range owners {
+		delete(s.podsWithDiags, o)
+		if len(o.pod.IPs) == 0 || len(owners) > 1 {
+			s.podsWithDiags[o] = struct{}{}
+		}
+		for _, b := range o.pod.IPs {
+			if len(s.ipOwners[b]) > 1 {
+				s.podsWithDiags[o] = struct{}{}
+			}
+		}
+	}
+}
+
+// peerMember applies a pod joining, leaving or changing within a resolved
+// peer. The peer's pods and addresses are replaced, never changed in place:
+// published Programs hold them.
+func (s *state) peerMember(pe *peer, ps *podState, was, now bool, oldIPs []netip.Addr) {
+	pods := pe.pods.Clone()
+	addrs := pe.addrs
+	if was {
+		pods.Remove(ps.slot)
+		for _, a := range oldIPs {
+			if !s.ownedWithin(a, pods) {
+				addrs = addrs.withoutAddr(a)
+			}
+		}
+	}
+	if now {
+		pods.Add(ps.slot)
+		for _, a := range ps.pod.IPs {
+			addrs = addrs.withAddr(a)
+		}
+	}
+	pe.pods, pe.addrs = pods, addrs
+	s.dirty.peers[pe] = struct{}{}
+}
+
+// ownedWithin reports whether another pod among pods claims a.
+func (s *state) ownedWithin(a netip.Addr, pods interface{ Contains(uint32) bool }) bool {
+	for _, o := range s.ipOwners[a] {
+		if pods.Contains(o.slot) {
+			return true
+		}
+	}
+	return false
+}
