@@ -30,11 +30,15 @@ func build(c *Cluster, opts Options) *state {
 	s.loadNodes(c.Nodes)
 	pods, keys := s.uniquePods(c.Pods)
 	npErrs, cnpErrs := validateAll(c)
-	for i := range c.NetworkPolicies {
-		s.addNP(&c.NetworkPolicies[i], npErrs[i])
+	// The compiler keeps the policies: copies of their wrappers, so that
+	// the caller may reuse the Cluster's slices.
+	nps := slices.Clone(c.NetworkPolicies)
+	for i := range nps {
+		s.addNP(&nps[i], npErrs[i])
 	}
-	for i := range c.ClusterNetworkPolicies {
-		s.addCNP(&c.ClusterNetworkPolicies[i], cnpErrs[i])
+	cnps := slices.Clone(c.ClusterNetworkPolicies)
+	for i := range cnps {
+		s.addCNP(&cnps[i], cnpErrs[i])
 	}
 	s.loadPods(pods, keys)
 	s.dirty.full = true

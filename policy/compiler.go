@@ -18,8 +18,9 @@ type Compiler struct {
 	pending bool
 }
 
-// NewCompiler compiles c fully. The Compiler keeps references to c's
-// objects (labels, policies); the caller must not change them.
+// NewCompiler compiles c fully. The Compiler keeps references to the API
+// objects and label maps of c; the caller must not change them (replace
+// them instead), but may reuse c's slices.
 func NewCompiler(c *Cluster, opts Options) *Compiler {
 	return &Compiler{s: build(c, opts)}
 }

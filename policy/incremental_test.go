@@ -10,6 +10,8 @@ import (
 	"testing"
 
 	"github.com/moat-net/moat/internal/clustergen"
+	"github.com/moat-net/moat/internal/randcluster"
+	"github.com/moat-net/moat/manifest"
 	"github.com/moat-net/moat/policy"
 )
 
@@ -61,13 +63,15 @@ var mutators = []mutator{
 	// Change a pod's addresses, ports, or pod network.
 	func(r *rand.Rand, c *policy.Cluster, comp *policy.Compiler, _ *policy.Cluster) string {
 		p := &c.Pods[r.IntN(len(c.Pods))]
-		switch r.IntN(4) {
+		switch r.IntN(5) {
 		case 0:
 			p.IPs = []netip.Addr{netip.AddrFrom4([4]byte{10, 251, byte(r.IntN(256)), byte(r.IntN(256))})}
 		case 1:
 			p.IPs = nil
 		case 2:
 			p.Ports = slices.Clone(c.Pods[r.IntN(len(c.Pods))].Ports)
+		case 3:
+			p.NodeName = c.Nodes[r.IntN(len(c.Nodes))].Name
 		default:
 			p.HostNetwork = !p.HostNetwork
 		}
@@ -225,6 +229,49 @@ func TestIncrementalMatchesFullCompile(t *testing.T) {
 	}
 }
 
+// randomSeeds is how many random clusters TestIncrementalMatchesFullCompileRandom
+// changes.
+var randomSeeds = 12
+
+// TestIncrementalMatchesFullCompileRandom runs the same change sequences on
+// the lab's random clusters: few pods, many policies, dual-stack pods,
+// named ports towards ipBlocks, node peers.
+func TestIncrementalMatchesFullCompileRandom(t *testing.T) {
+	load := func(seed int64) *policy.Cluster {
+		y, err := randcluster.Generate(seed, randcluster.Default()).Manifests()
+		if err != nil {
+			t.Fatal(err)
+		}
+		l := manifest.Loader{Stdin: strings.NewReader(string(y))}
+		res, err := l.Load("-")
+		if err != nil {
+			t.Fatal(err)
+		}
+		return &res.Cluster
+	}
+	for seed := int64(1); seed <= int64(randomSeeds); seed++ {
+		cluster, spare := load(seed), load(seed+1000)
+		spare.NetworkPolicies = append(spare.NetworkPolicies, load(seed+2000).NetworkPolicies...)
+		spare.ClusterNetworkPolicies = append(spare.ClusterNetworkPolicies, load(seed+2000).ClusterNetworkPolicies...)
+		if len(spare.NetworkPolicies) == 0 || len(spare.ClusterNetworkPolicies) == 0 || len(cluster.Nodes) == 0 {
+			continue
+		}
+		opts := policy.Options{IngressNetworksAndNodes: seed%2 == 0, DenyNodeLocal: seed%3 == 0}
+		if seed%4 == 0 {
+			opts.Node = cluster.Nodes[0].Name
+		}
+		comp := policy.NewCompiler(cluster, opts)
+		r := rand.New(rand.NewPCG(uint64(seed), 5))
+		for step := 0; step < 40; step++ {
+			var did []string
+			for range 1 + r.IntN(3) {
+				did = append(did, mutators[r.IntN(len(mutators))](r, cluster, comp, spare))
+			}
+			sameProgram(t, fmt.Sprintf("seed %d step %d (%s)", seed, step, strings.Join(did, "; ")), comp.Program(), policy.Compile(cluster, opts))
+		}
+	}
+}
+
 // sameProgram compares two Programs of the same snapshot: pods, statuses,
 // diagnostics, and the verdict and explanation of sampled flows.
 func sameProgram(t *testing.T, what string, inc, full *policy.Program) {
@@ -261,7 +308,7 @@ func sameProgram(t *testing.T, what string, inc, full *policy.Program) {
 	if a, b := diags(inc), diags(full); !slices.Equal(a, b) {
 		t.Fatalf("%s: diagnostics\n%s\nfull compile\n%s", what, strings.Join(a, "\n"), strings.Join(b, "\n"))
 	}
-	for _, f := range append(sampleFlows(full, 500), outsideFlows(full)...) {
+	for _, f := range append(append(sampleFlows(full, 500), outsideFlows(full)...), lastAddrFlows(full)...) {
 		if a, b := inc.Evaluate(f), full.Evaluate(f); !sameVerdict(a, b) {
 			t.Fatalf("%s: flow %s -> %s %s/%d:\nincremental %+v\nfull compile %+v", what, f.Src.Addr, f.Dst.Addr, f.Proto, f.Port, a, b)
 		}
@@ -281,6 +328,26 @@ func outsideFlows(p *policy.Program) []policy.Flow {
 		ext := policy.Endpoint{Pod: -1, Addr: netip.MustParseAddr(outside[i%len(outside)])}
 		for _, port := range []uint16{443, 8443, 10250, 53} {
 			out = append(out, policy.Flow{Src: pod, Dst: ext, Proto: policy.ProtoTCP, Port: port}, policy.Flow{Src: ext, Dst: pod, Proto: policy.ProtoTCP, Port: port})
+		}
+	}
+	return out
+}
+
+// lastAddrFlows are flows between pods' last addresses (IPv6 on
+// dual-stack pods), on named and numbered ports.
+func lastAddrFlows(p *policy.Program) []policy.Flow {
+	var eps []policy.Endpoint
+	for i := range p.Pods {
+		if n := len(p.Pods[i].IPs); n > 1 {
+			eps = append(eps, policy.Endpoint{Pod: i, Addr: p.Pods[i].IPs[n-1], Fixed: true})
+		}
+	}
+	var out []policy.Flow
+	for i := 0; i < len(eps) && len(out) < 400; i++ {
+		for j := 0; j < len(eps) && len(out) < 400; j += 1 + i%3 {
+			for _, port := range []uint16{53, 80, 443, 5432, 8080} {
+				out = append(out, policy.Flow{Src: eps[i], Dst: eps[j], Proto: policy.ProtoTCP, Port: port})
+			}
 		}
 	}
 	return out

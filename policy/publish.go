@@ -14,6 +14,10 @@ func (s *state) publish() *Program {
 	s.refreshPeers()
 	for r := range d.rules {
 		r.forget()
+		if r.set != nil {
+			// Shared by the rules with the same peers and ports.
+			r.set.matches = nil
+		}
 		r.owner.dropTiers(s, r.dir)
 	}
 	if d.full {
