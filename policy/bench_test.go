@@ -242,3 +242,32 @@ func BenchmarkIncremental(b *testing.B) {
 		})
 	}
 }
+
+// BenchmarkCompilerMemory reports the heap a Compiler keeps at 30,000 and
+// 100,000 pods of issue 8's workload shape, for the whole cluster and
+// scoped to one node (Options.Node, as moat-agent compiles): its Program
+// and everything it keeps for incremental changes.
+func BenchmarkCompilerMemory(b *testing.B) {
+	for _, cfg := range []clustergen.Config{scale30k, clustergen.Scale100k} {
+		c := clustergen.Generate(cfg).ToCluster()
+		for _, node := range []string{"", "node-000"} {
+			b.Run(fmt.Sprintf("pods=%d/node=%q", cfg.Pods, node), func(b *testing.B) {
+				var comp *policy.Compiler
+				cpu := cpuTime()
+				for b.Loop() {
+					comp = nil
+					runtime.GC()
+					var base runtime.MemStats
+					runtime.ReadMemStats(&base)
+					comp = policy.NewCompiler(c, policy.Options{IngressNetworksAndNodes: true, Node: node})
+					runtime.GC()
+					var after runtime.MemStats
+					runtime.ReadMemStats(&after)
+					b.ReportMetric(float64(int64(after.HeapAlloc)-int64(base.HeapAlloc))/(1<<20), "compiler-MiB")
+				}
+				b.ReportMetric((cpuTime()-cpu).Seconds()/float64(b.N), "cpu-s/op")
+				runtime.KeepAlive(comp)
+			})
+		}
+	}
+}

@@ -5,7 +5,6 @@ import (
 	"slices"
 
 	"github.com/RoaringBitmap/roaring/v2"
-	"k8s.io/apimachinery/pkg/labels"
 )
 
 // Named ports that resolve nowhere are legal but allow nothing: the
@@ -92,11 +91,12 @@ func (s *state) refreshNamed() {
 	}
 	subjects := map[[2]string]*roaring.Bitmap{}
 	nsPods := map[string]*roaring.Bitmap{}
+	podSels := map[string]*roaring.Bitmap{}
 	for p := range d.namedPolicies {
 		var before []Diagnostic
 		switch p := p.(type) {
 		case *npState:
-			before, p.named = p.named, s.npNamedDiags(p)
+			before, p.named = p.named, s.npNamedDiags(p, podSels)
 			d.diags = d.diags || !slices.Equal(before, p.named)
 		case *cnpState:
 			before, p.named = p.named, s.cnpNamedDiags(p, subjects, nsPods)
@@ -148,9 +148,9 @@ func (s *state) fromPods(pods *roaring.Bitmap) subjectPods {
 	}}
 }
 
-func (s *state) npSelection(np *npState) subjectPods {
+func (s *state) npSelection(np *npState, podSels map[string]*roaring.Bitmap) subjectPods {
 	if s.scoped() {
-		return s.fromPods(s.npSubjectPods(np))
+		return s.fromPods(s.npSubjectPods(np, podSels))
 	}
 	return s.fromClasses(func(yield func(int, int32)) {
 		for l := range np.lists {
@@ -161,7 +161,7 @@ func (s *state) npSelection(np *npState) subjectPods {
 	})
 }
 
-func (s *state) npNamedDiags(np *npState) []Diagnostic {
+func (s *state) npNamedDiags(np *npState, podSels map[string]*roaring.Bitmap) []Diagnostic {
 	var out []Diagnostic
 	var subject *subjectPods
 	for _, dir := range []Direction{Ingress, Egress} {
@@ -174,7 +174,7 @@ func (s *state) npNamedDiags(np *npState) []Diagnostic {
 				var msg string
 				if dir == Ingress {
 					if subject == nil {
-						sel := s.npSelection(np)
+						sel := s.npSelection(np, podSels)
 						subject = &sel
 					}
 					if subject.count == 0 || subject.declares(k) {
@@ -249,23 +249,18 @@ func (s *state) cnpNamedDiags(c *cnpState, subjects map[[2]string]*roaring.Bitma
 	return out
 }
 
-// npSubjectPods lists the pod-network pods a NetworkPolicy selects.
-func (s *state) npSubjectPods(np *npState) *roaring.Bitmap {
+// npSubjectPods lists the pod-network pods a NetworkPolicy selects; memo
+// holds the pods (anywhere) of pod selectors already evaluated.
+func (s *state) npSubjectPods(np *npState, memo map[string]*roaring.Bitmap) *roaring.Bitmap {
 	if isEverything(np.subject) {
-		return np.ns.pods.Clone()
+		return np.ns.pods
 	}
-	if np.ns.pods.GetCardinality() > 256 {
-		return roaring.And(np.ns.pods, s.podIndex.eval(np.subject))
+	sel := memo[np.subjKey]
+	if sel == nil {
+		sel = s.podIndex.eval(np.subject)
+		memo[np.subjKey] = sel
 	}
-	out := roaring.New()
-	it := np.ns.pods.Iterator()
-	for it.HasNext() {
-		x := it.Next()
-		if np.subject.Matches(labels.Set(s.slots[x].pod.Labels)) {
-			out.Add(x)
-		}
-	}
-	return out
+	return roaring.And(np.ns.pods, sel)
 }
 
 // cnpSubjectPods lists the pod-network pods a ClusterNetworkPolicy selects;
