@@ -48,6 +48,10 @@ func (s *state) publish() *Program {
 		}
 	}
 	s.prog = s.program()
+	if len(s.selCache) > 4*(len(s.nps)+len(s.cnps))+1024 {
+		// Selectors of policies long gone: start afresh.
+		s.selCache = selectorCache{}
+	}
 	s.slotFree = append(s.slotFree, s.pendingFree...)
 	s.pendingFree = s.pendingFree[:0]
 	d.reset()
