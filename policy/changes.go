@@ -58,7 +58,6 @@ func (s *state) setNSLabels(ns *nsState, l map[string]string) {
 			s.dirty.namedPolicies[c] = struct{}{}
 		}
 	}
-	s.dirty.diags = true
 }
 
 // nsSelsAdd puts a new namespace into the resolved selectors that select it.
