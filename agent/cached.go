@@ -1,12 +1,13 @@
 package agent
 
 import (
+	"hash/maphash"
 	"maps"
 	"slices"
+	"unique"
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/types"
 
 	"github.com/moat-net/moat/policy"
 )
@@ -27,7 +28,9 @@ type cachedPod struct {
 	// labels keeps the shared set Pod.Labels belongs to alive (see
 	// labelSets); nil when not interned.
 	labels *labelSet
-	uid    types.UID
+	// uid is a hash of the pod's UID: enough to tell a re-created pod
+	// from an update, in 8 bytes instead of a 36-byte string.
+	uid uint64
 	// finished: phase Succeeded or Failed. The field selector keeps such
 	// pods out of the watch, so this is a guard only: their IPs may
 	// already belong to new pods.
@@ -39,6 +42,9 @@ type cachedPod struct {
 func (p *cachedPod) GetObjectMeta() metav1.Object {
 	return &metav1.ObjectMeta{Namespace: p.Namespace, Name: p.Name}
 }
+
+// uidSeed seeds the hashes of pod UIDs (only compared within a process).
+var uidSeed = maphash.MakeSeed()
 
 // toCachedPod converts a pod without sharing its labels.
 func toCachedPod(o any) (any, error) { return (*labelSets)(nil).toCachedPod(o) }
@@ -52,9 +58,15 @@ func (t *labelSets) toCachedPod(o any) (any, error) {
 		return o, nil // already converted, or a tombstone
 	}
 	pod, diags := policy.PodFromAPI(p)
+	// The strings many pods repeat are kept once.
+	pod.Namespace = unique.Make(pod.Namespace).Value()
+	pod.NodeName = unique.Make(pod.NodeName).Value()
+	for i := range pod.Ports {
+		pod.Ports[i].Name = unique.Make(pod.Ports[i].Name).Value()
+	}
 	c := &cachedPod{
 		Pod:      pod,
-		uid:      p.UID,
+		uid:      maphash.String(uidSeed, string(p.UID)),
 		finished: p.Status.Phase == corev1.PodSucceeded || p.Status.Phase == corev1.PodFailed,
 		diags:    diags,
 	}

@@ -1,9 +1,10 @@
 package agent
 
 import (
+	"hash/maphash"
+	"maps"
 	"runtime"
 	"slices"
-	"strings"
 	"sync"
 	"weak"
 )
@@ -15,12 +16,15 @@ import (
 // read-only once interned (nothing in the agent or the policy compiler
 // writes to a pod's labels; the compiler copies them when it must).
 //
-// The table holds its sets weakly: a set lives as long as a cached pod
-// points at it, and its entry goes when the set is collected, so label
-// churn leaves nothing behind.
+// The table holds its sets weakly, by a hash of their content: a set
+// lives as long as a cached pod points at it, and its entry goes when the
+// set is collected, so label churn leaves nothing behind.
 type labelSets struct {
-	mu    sync.Mutex
-	byKey map[string]weak.Pointer[labelSet]
+	mu   sync.Mutex
+	seed maphash.Seed
+	// byHash finds the sets by a hash of their content (colliding sets
+	// share a slot); no key strings are kept.
+	byHash map[uint64][]weak.Pointer[labelSet]
 }
 
 // labelSet is one interned labels map. Pods keep a pointer to it so that
@@ -30,7 +34,7 @@ type labelSet struct {
 }
 
 func newLabelSets() *labelSets {
-	return &labelSets{byKey: map[string]weak.Pointer[labelSet]{}}
+	return &labelSets{seed: maphash.MakeSeed(), byHash: map[uint64][]weak.Pointer[labelSet]{}}
 }
 
 // intern returns the shared set equal to l, making l the shared one if
@@ -39,52 +43,62 @@ func (t *labelSets) intern(l map[string]string) *labelSet {
 	if len(l) == 0 {
 		return nil
 	}
-	key := canonicalLabels(l)
+	h := t.hash(l)
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	if wp, ok := t.byKey[key]; ok {
-		if s := wp.Value(); s != nil {
+	for _, wp := range t.byHash[h] {
+		if s := wp.Value(); s != nil && maps.Equal(s.m, l) {
 			return s
 		}
 	}
 	s := &labelSet{m: l}
-	t.byKey[key] = weak.Make(s)
-	runtime.AddCleanup(s, t.forget, key)
+	t.byHash[h] = append(t.byHash[h], weak.Make(s))
+	runtime.AddCleanup(s, t.forget, h)
 	return s
 }
 
-// forget drops a collected set's entry, unless a new set took its key.
-func (t *labelSets) forget(key string) {
+// forget drops the entries of collected sets under a hash.
+func (t *labelSets) forget(h uint64) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	if wp, ok := t.byKey[key]; ok && wp.Value() == nil {
-		delete(t.byKey, key)
+	live := t.byHash[h][:0]
+	for _, wp := range t.byHash[h] {
+		if wp.Value() != nil {
+			live = append(live, wp)
+		}
+	}
+	if len(live) == 0 {
+		delete(t.byHash, h)
+	} else {
+		t.byHash[h] = live
 	}
 }
 
 func (t *labelSets) len() int {
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	return len(t.byKey)
+	n := 0
+	for _, wps := range t.byHash {
+		n += len(wps)
+	}
+	return n
 }
 
-// canonicalLabels is a string equal for equal maps: the sorted pairs,
-// separated by NUL (which label keys and values cannot contain).
-func canonicalLabels(l map[string]string) string {
+// hash is equal for equal maps: the sorted pairs, each key and value
+// followed by a NUL (which label keys and values cannot contain).
+func (t *labelSets) hash(l map[string]string) uint64 {
 	keys := make([]string, 0, len(l))
-	n := 0
-	for k, v := range l {
+	for k := range l {
 		keys = append(keys, k)
-		n += len(k) + len(v) + 2
 	}
 	slices.Sort(keys)
-	var b strings.Builder
-	b.Grow(n)
+	var h maphash.Hash
+	h.SetSeed(t.seed)
 	for _, k := range keys {
-		b.WriteString(k)
-		b.WriteByte(0)
-		b.WriteString(l[k])
-		b.WriteByte(0)
+		h.WriteString(k)
+		h.WriteByte(0)
+		h.WriteString(l[k])
+		h.WriteByte(0)
 	}
-	return b.String()
+	return h.Sum64()
 }

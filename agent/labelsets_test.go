@@ -50,12 +50,18 @@ func TestLabelSetsShareAndForget(t *testing.T) {
 	runtime.KeepAlive(pods)
 }
 
-func TestCanonicalLabels(t *testing.T) {
-	a := canonicalLabels(map[string]string{"b": "2", "a": "1"})
-	if a != canonicalLabels(map[string]string{"a": "1", "b": "2"}) {
-		t.Error("equal maps differ")
+func TestLabelSetHash(t *testing.T) {
+	ls := newLabelSets()
+	a := ls.hash(map[string]string{"b": "2", "a": "1"})
+	if a != ls.hash(map[string]string{"a": "1", "b": "2"}) {
+		t.Error("equal maps hash differently")
 	}
-	if a == canonicalLabels(map[string]string{"a": "1b", "": "2"}) || a == canonicalLabels(map[string]string{"a": "1", "b": "3"}) {
+	if a == ls.hash(map[string]string{"a": "1b", "": "2"}) || a == ls.hash(map[string]string{"a": "1", "b": "3"}) {
 		t.Error("different maps collide")
+	}
+	// Colliding or not, different maps are different sets.
+	x, y := ls.intern(map[string]string{"a": "1"}), ls.intern(map[string]string{"a": "2"})
+	if x == y || x.m["a"] != "1" || y.m["a"] != "2" {
+		t.Error("different maps share a set")
 	}
 }
