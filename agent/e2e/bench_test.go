@@ -84,7 +84,8 @@ var scaleCases = []struct {
 //     go test -run '^$' -bench 'BenchmarkAgentScale/pods=30000' -benchtime 1x -timeout 90m ./agent/e2e
 //
 // With MOAT_BENCH_PROFILES=DIR the agent's CPU profile of the burst and
-// its heap profile at the end are saved there.
+// its heap profile at the end are saved there; MOAT_BENCH_AGENT_ENV adds
+// variables to the agent's environment (GOMEMLIMIT=150MiB, GOGC=50).
 func BenchmarkAgentScale(b *testing.B) {
 	for _, sc := range scaleCases {
 		b.Run(sc.name, func(b *testing.B) { benchScale(b, sc.cfg) })
@@ -263,6 +264,9 @@ func runScaleIteration(ctx context.Context, b *testing.B, env *kubetest.Env, pro
 		"--feature-gates=IngressNetworksAndNodes=true", "--leader-elect=false", "--v=2", "--profiling")
 	cmd.Stdout, cmd.Stderr = logf, logf
 	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+	// MOAT_BENCH_AGENT_ENV adds variables to the agent's environment, for
+	// example the Go runtime's GOMEMLIMIT or GOGC.
+	cmd.Env = append(os.Environ(), strings.Fields(os.Getenv("MOAT_BENCH_AGENT_ENV"))...)
 	fail := func(format string, args ...any) {
 		tail, _ := os.ReadFile(logPath)
 		b.Fatalf(format+"\nagent log tail:\n%s", append(args, tail[max(0, len(tail)-4000):])...)
