@@ -45,6 +45,9 @@ var scaleCases = []struct {
 	// namespaces, 20,000 policies (19,000 NetworkPolicies, 1,000
 	// ClusterNetworkPolicies).
 	{"pods=30000", clustergen.Config{Nodes: 300, Namespaces: 3000, Pods: 30000, NetworkPolicies: 19000, ClusterPolicies: 1000, Seed: 1, Workloads: true}},
+	// How memory grows with pods alone: 100,000 pods on 1,000 nodes, the
+	// same 20,000 policies.
+	{"pods=100000", clustergen.Config{Nodes: 1000, Namespaces: 3000, Pods: 100000, NetworkPolicies: 19000, ClusterPolicies: 1000, Seed: 1, Workloads: true}},
 }
 
 // BenchmarkAgentScale loads a real kube-apiserver (internal/kubetest) with
