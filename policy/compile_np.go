@@ -128,9 +128,12 @@ func policyTypes(spec *networkingv1.NetworkPolicySpec) [2]bool {
 
 func (s *state) compileNPRule(np *npState, dir Direction, index int, path, peerField string, peers []networkingv1.NetworkPolicyPeer, ports []networkingv1.NetworkPolicyPort, bad badPaths, none bool) *rule {
 	r := &rule{dir: dir, owner: np, index: index}
-	// A problem on the rule itself (not inside a peer or port) voids it.
+	// A problem on the rule itself (not inside a peer or port) voids it. So
+	// does one at exactly its peer or port list: the list is then empty,
+	// which would read as every peer or every port.
 	for _, b := range bad {
-		if isDirectChild(path, b.path) && !isListField(path, b.path, peerField, "ports") {
+		if isDirectChild(path, b.path) && !isListField(path, b.path, peerField, "ports") ||
+			b.path == path+"."+peerField || b.path == path+".ports" {
 			none = true
 		}
 	}
