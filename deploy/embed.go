@@ -10,7 +10,6 @@ import (
 	"bytes"
 	"embed"
 	"fmt"
-	"io/fs"
 	"path"
 	"slices"
 )
@@ -32,13 +31,6 @@ const (
 
 //go:embed crds/standard/*.yaml crds/experimental/*.yaml
 var crdFiles embed.FS
-
-// CRDFS returns the CRD manifests as a read-only file system with the
-// repository's layout: crds/standard/<file>.yaml and
-// crds/experimental/<file>.yaml.
-func CRDFS() fs.FS {
-	return crdFiles
-}
 
 // CRDs returns every CRD of a channel as one multi-document YAML stream
 // (files in name order, each starting with "---"), ready for

@@ -375,7 +375,7 @@ func TestConstantsMatchUpstream(t *testing.T) {
 		{string(moat.ClusterNetworkPolicyRuleActionDeny), string(upstream.ClusterNetworkPolicyRuleActionDeny)},
 		{string(moat.ClusterNetworkPolicyRuleActionPass), string(upstream.ClusterNetworkPolicyRuleActionPass)},
 		{moat.GroupName, upstream.GroupName},
-		{moat.SchemeGroupVersion.String(), upstream.SchemeGroupVersion.String()},
+		{moat.SchemeGroupVersion.String(), upstream.GroupVersion.String()},
 	}
 	for _, p := range pairs {
 		if p[0] != p[1] {

@@ -23,12 +23,6 @@ func Resource(resource string) schema.GroupResource {
 	return SchemeGroupVersion.WithResource(resource).GroupResource()
 }
 
-// Kind qualifies a kind name with this API group, for decoders and
-// error messages.
-func Kind(kind string) schema.GroupKind {
-	return SchemeGroupVersion.WithKind(kind).GroupKind()
-}
-
 var (
 	// SchemeBuilder collects the functions that register this package's
 	// types; callers use AddToScheme rather than touching it.
