@@ -7,18 +7,13 @@ import (
 	"context"
 	"fmt"
 	"os"
-	"os/signal"
-	"syscall"
 
 	"github.com/spf13/cobra"
-	"golang.org/x/term"
-	cliflag "k8s.io/component-base/cli/flag"
-	"k8s.io/component-base/logs"
-	logsapi "k8s.io/component-base/logs/api/v1"
 	"k8s.io/klog/v2"
 
 	"github.com/moat-net/moat/agent"
 	"github.com/moat-net/moat/cmd/moat-agent/app/options"
+	"github.com/moat-net/moat/internal/daemon"
 	"github.com/moat-net/moat/internal/kubeconfig"
 	"github.com/moat-net/moat/internal/netns"
 	"github.com/moat-net/moat/nft"
@@ -50,41 +45,20 @@ func NewCommand() (*cobra.Command, error) {
 	if err != nil {
 		return nil, err
 	}
-	cmd := &cobra.Command{
-		Use:           "moat-agent",
-		Short:         "Enforce NetworkPolicies and ClusterNetworkPolicies on this node with nftables",
-		Long:          long,
-		Args:          cobra.NoArgs,
-		SilenceUsage:  true,
-		SilenceErrors: true,
-		RunE: func(cmd *cobra.Command, _ []string) error {
-			if err := o.Validate(); err != nil {
-				return err
-			}
-			if err := logsapi.ValidateAndApply(o.Logging, o.Features); err != nil {
-				return fmt.Errorf("logging flags: %w", err)
-			}
-			defer logs.FlushLogs()
-			ctx, stop := signal.NotifyContext(cmd.Context(), syscall.SIGTERM, syscall.SIGINT)
+	return daemon.NewCommand(daemon.Command{
+		Use:      "moat-agent",
+		Short:    "Enforce NetworkPolicies and ClusterNetworkPolicies on this node with nftables",
+		Long:     long,
+		Flags:    o.Flags(),
+		Validate: o.Validate,
+		Logging:  o.Logging,
+		Features: o.Features,
+		Run: func(ctx context.Context, signals <-chan os.Signal) error {
+			ctx, stop := daemon.StopOnSignal(ctx, signals)
 			defer stop()
 			return Run(ctx, o)
 		},
-	}
-	fss := o.Flags()
-	for _, fs := range fss.FlagSets {
-		cmd.Flags().AddFlagSet(fs)
-	}
-	cliflag.SetUsageAndHelpFunc(cmd, fss, terminalWidth())
-	return cmd, nil
-}
-
-// terminalWidth is the width --help wraps to: the terminal's, or no
-// wrapping when the output is not a terminal.
-func terminalWidth() int {
-	if w, _, err := term.GetSize(int(os.Stdout.Fd())); err == nil {
-		return w
-	}
-	return 0
+	}), nil
 }
 
 // Run runs the agent for validated options until ctx ends: it opens the

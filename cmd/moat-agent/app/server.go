@@ -7,7 +7,6 @@ import (
 	"io"
 	"net"
 	"net/http"
-	"net/http/pprof"
 	"strings"
 	"time"
 
@@ -16,6 +15,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
 	"github.com/moat-net/moat/agent"
+	"github.com/moat-net/moat/internal/daemon"
 )
 
 // checker is what the endpoints ask the agent (*agent.Agent).
@@ -105,7 +105,7 @@ func (s *server) serve(ctx context.Context, a checker) <-chan error {
 		mux := http.NewServeMux()
 		addMetrics(mux, a)
 		if s.profiling {
-			addProfiling(mux)
+			daemon.AddProfiling(mux)
 		}
 		if s.healthOnMetrics {
 			addHealth(mux, a)
@@ -127,15 +127,6 @@ func addMetrics(mux *http.ServeMux, a checker) {
 	proc.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	g := prometheus.Gatherers{a.Metrics(), proc}
 	mux.Handle("/metrics", promhttp.HandlerFor(g, promhttp.HandlerOpts{}))
-}
-
-// addProfiling serves net/http/pprof's handlers.
-func addProfiling(mux *http.ServeMux) {
-	mux.HandleFunc("/debug/pprof/", pprof.Index)
-	mux.HandleFunc("/debug/pprof/cmdline", pprof.Cmdline)
-	mux.HandleFunc("/debug/pprof/profile", pprof.Profile)
-	mux.HandleFunc("/debug/pprof/symbol", pprof.Symbol)
-	mux.HandleFunc("/debug/pprof/trace", pprof.Trace)
 }
 
 func addHealth(mux *http.ServeMux, a checker) {

@@ -10,25 +10,19 @@ import (
 	"fmt"
 	"net"
 	"net/http"
-	"net/http/pprof"
 	"os"
-	"os/signal"
 	"strconv"
-	"syscall"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"github.com/spf13/cobra"
-	"golang.org/x/term"
 	"google.golang.org/grpc/credentials"
-	cliflag "k8s.io/component-base/cli/flag"
-	"k8s.io/component-base/logs"
-	logsapi "k8s.io/component-base/logs/api/v1"
 	"k8s.io/klog/v2"
 
 	"github.com/moat-net/moat/cmd/moat-proxy-agent/app/options"
+	"github.com/moat-net/moat/internal/daemon"
 	"github.com/moat-net/moat/tunnel/agent"
 	"github.com/moat-net/moat/tunnel/bindaddr"
 	"github.com/moat-net/moat/tunnel/tlsconfig"
@@ -49,42 +43,18 @@ func NewCommand() (*cobra.Command, error) {
 	if err != nil {
 		return nil, err
 	}
-	cmd := &cobra.Command{
-		Use:           "moat-proxy-agent",
-		Short:         "konnectivity-compatible proxy agent with node-to-control-plane traffic (KEP-2025)",
-		Long:          long,
-		Args:          cobra.NoArgs,
-		SilenceUsage:  true,
-		SilenceErrors: true,
-		RunE: func(cmd *cobra.Command, _ []string) error {
-			if err := o.Validate(); err != nil {
-				return err
-			}
-			if err := logsapi.ValidateAndApply(o.Logging, o.Features); err != nil {
-				return fmt.Errorf("logging flags: %w", err)
-			}
-			defer logs.FlushLogs()
-			sigs := make(chan os.Signal, 2)
-			signal.Notify(sigs, syscall.SIGTERM, syscall.SIGINT)
-			defer signal.Stop(sigs)
-			return Run(klog.NewContext(cmd.Context(), klog.Background()), o, sigs)
+	return daemon.NewCommand(daemon.Command{
+		Use:      "moat-proxy-agent",
+		Short:    "konnectivity-compatible proxy agent with node-to-control-plane traffic (KEP-2025)",
+		Long:     long,
+		Flags:    o.Flags(),
+		Validate: o.Validate,
+		Logging:  o.Logging,
+		Features: o.Features,
+		Run: func(ctx context.Context, signals <-chan os.Signal) error {
+			return Run(ctx, o, signals)
 		},
-	}
-	fss := o.Flags()
-	for _, fs := range fss.FlagSets {
-		cmd.Flags().AddFlagSet(fs)
-	}
-	cliflag.SetUsageAndHelpFunc(cmd, fss, terminalWidth())
-	return cmd, nil
-}
-
-// terminalWidth is the width --help wraps to: the terminal's, or no
-// wrapping when the output is not a terminal.
-func terminalWidth() int {
-	if w, _, err := term.GetSize(int(os.Stdout.Fd())); err == nil {
-		return w
-	}
-	return 0
+	}), nil
 }
 
 // Run runs the agent for validated options until ctx ends. The first value
@@ -216,11 +186,7 @@ func serveHTTP(o *options.Options, a *agent.Agent, reg prometheus.Gatherer) (sto
 		m := http.NewServeMux()
 		m.Handle("/metrics", metricsH)
 		if o.Profiling {
-			m.HandleFunc("/debug/pprof/", pprof.Index)
-			m.HandleFunc("/debug/pprof/cmdline", pprof.Cmdline)
-			m.HandleFunc("/debug/pprof/profile", pprof.Profile)
-			m.HandleFunc("/debug/pprof/symbol", pprof.Symbol)
-			m.HandleFunc("/debug/pprof/trace", pprof.Trace)
+			daemon.AddProfiling(m)
 		}
 		if err := serve("admin-server-port", net.JoinHostPort(o.AdminBindAddress, strconv.Itoa(o.AdminServerPort)), m); err != nil {
 			stop()

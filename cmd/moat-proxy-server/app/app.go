@@ -10,21 +10,16 @@ import (
 	"fmt"
 	"net"
 	"os"
-	"os/signal"
 	"strconv"
-	"syscall"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/spf13/cobra"
-	"golang.org/x/term"
 	"k8s.io/client-go/kubernetes"
-	cliflag "k8s.io/component-base/cli/flag"
-	"k8s.io/component-base/logs"
-	logsapi "k8s.io/component-base/logs/api/v1"
 	"k8s.io/klog/v2"
 
 	"github.com/moat-net/moat/cmd/moat-proxy-server/app/options"
+	"github.com/moat-net/moat/internal/daemon"
 	"github.com/moat-net/moat/internal/kubeconfig"
 	"github.com/moat-net/moat/tunnel/auth"
 	"github.com/moat-net/moat/tunnel/server"
@@ -44,41 +39,20 @@ func NewCommand() (*cobra.Command, error) {
 	if err != nil {
 		return nil, err
 	}
-	cmd := &cobra.Command{
-		Use:           "moat-proxy-server",
-		Short:         "konnectivity-compatible proxy server with node-to-control-plane traffic (KEP-2025)",
-		Long:          long,
-		Args:          cobra.NoArgs,
-		SilenceUsage:  true,
-		SilenceErrors: true,
-		RunE: func(cmd *cobra.Command, _ []string) error {
-			if err := o.Validate(); err != nil {
-				return err
-			}
-			if err := logsapi.ValidateAndApply(o.Logging, o.Features); err != nil {
-				return fmt.Errorf("logging flags: %w", err)
-			}
-			defer logs.FlushLogs()
-			ctx, stop := signal.NotifyContext(cmd.Context(), syscall.SIGTERM, syscall.SIGINT)
+	return daemon.NewCommand(daemon.Command{
+		Use:      "moat-proxy-server",
+		Short:    "konnectivity-compatible proxy server with node-to-control-plane traffic (KEP-2025)",
+		Long:     long,
+		Flags:    o.Flags(),
+		Validate: o.Validate,
+		Logging:  o.Logging,
+		Features: o.Features,
+		Run: func(ctx context.Context, signals <-chan os.Signal) error {
+			ctx, stop := daemon.StopOnSignal(ctx, signals)
 			defer stop()
-			return Run(klog.NewContext(ctx, klog.Background()), o)
+			return Run(ctx, o)
 		},
-	}
-	fss := o.Flags()
-	for _, fs := range fss.FlagSets {
-		cmd.Flags().AddFlagSet(fs)
-	}
-	cliflag.SetUsageAndHelpFunc(cmd, fss, terminalWidth())
-	return cmd, nil
-}
-
-// terminalWidth is the width --help wraps to: the terminal's, or no
-// wrapping when the output is not a terminal.
-func terminalWidth() int {
-	if w, _, err := term.GetSize(int(os.Stdout.Fd())); err == nil {
-		return w
-	}
-	return 0
+	}), nil
 }
 
 // Run serves validated options until ctx ends.

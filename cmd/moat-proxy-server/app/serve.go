@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"net"
 	"net/http"
-	"net/http/pprof"
 	"sync"
 	"time"
 
@@ -18,6 +17,7 @@ import (
 	"k8s.io/klog/v2"
 
 	"github.com/moat-net/moat/cmd/moat-proxy-server/app/options"
+	"github.com/moat-net/moat/internal/daemon"
 	"github.com/moat-net/moat/tunnel/server"
 )
 
@@ -136,11 +136,7 @@ func Serve(ctx context.Context, srv *server.Server, l Listeners) error {
 	admin := http.NewServeMux()
 	admin.Handle("/metrics", metricsH)
 	if l.Profiling {
-		admin.HandleFunc("/debug/pprof/", pprof.Index)
-		admin.HandleFunc("/debug/pprof/cmdline", pprof.Cmdline)
-		admin.HandleFunc("/debug/pprof/profile", pprof.Profile)
-		admin.HandleFunc("/debug/pprof/symbol", pprof.Symbol)
-		admin.HandleFunc("/debug/pprof/trace", pprof.Trace)
+		daemon.AddProfiling(admin)
 	}
 	httpSrv("admin server", l.Admin, admin)
 
