@@ -2,7 +2,8 @@
 // moat-proxy-server, moat-proxy-agent) become commands: flags in named
 // sections for --help, Validate before anything starts, component-base
 // logging applied from the same flags (-v, --logging-format=json), logs
-// flushed on exit, and SIGTERM/SIGINT delivered to the run loop. Each
+// flushed on exit, and SIGTERM/SIGINT delivered to the run loop; their
+// options embed Common (feature gate and logging configuration). Each
 // daemon keeps its own options (cmd/<bin>/app/options) and run loop
 // (cmd/<bin>/app); what they have in common lives here once.
 package daemon
@@ -22,44 +23,74 @@ import (
 	"k8s.io/component-base/featuregate"
 	"k8s.io/component-base/logs"
 	logsapi "k8s.io/component-base/logs/api/v1"
+	_ "k8s.io/component-base/logs/json/register" // --logging-format=json
 	"k8s.io/klog/v2"
+
+	"github.com/moat-net/moat/features"
 )
 
-// Command describes a daemon for NewCommand.
-type Command struct {
-	Use, Short, Long string
-	// Flags are the daemon's flags in sections, bound to its options.
-	Flags cliflag.NamedFlagSets
-	// Validate checks the options after parsing, before logging starts;
-	// it reports every problem at once, each naming its flag.
-	Validate func() error
-	// Logging and Features configure klog (the logging gates live in the
-	// daemon's feature gate).
+// Common are the options every daemon has: its feature gate (the
+// features registry, whose logging gates klog reads) and its logging
+// configuration. A daemon's Options embed it.
+type Common struct {
+	Features featuregate.MutableVersionedFeatureGate
 	Logging  *logsapi.LoggingConfiguration
-	Features featuregate.FeatureGate
-	// Run runs the daemon until ctx ends or it decides to stop. signals
-	// receives SIGTERM and SIGINT (room for two, so a daemon that drains
-	// on the first can exit at once on the second); StopOnSignal turns it
-	// into a context for daemons that simply stop. ctx carries the klog
-	// logger.
-	Run func(ctx context.Context, signals <-chan os.Signal) error
 }
 
-// NewCommand returns the cobra command for c: no arguments, usage not
-// printed on run errors (main prints the error once), --help in sections
-// wrapped to the terminal.
-func NewCommand(c Command) *cobra.Command {
+// NewCommon returns the common options at their defaults.
+func NewCommon() (Common, error) {
+	fg, err := features.New()
+	if err != nil {
+		return Common{}, err
+	}
+	return Common{Features: fg, Logging: logsapi.NewLoggingConfiguration()}, nil
+}
+
+// AddLoggingFlags adds the "logging" section (-v, --logging-format, ...).
+func (c *Common) AddLoggingFlags(fss *cliflag.NamedFlagSets) {
+	logsapi.AddFlags(c.Logging, fss.FlagSet("logging"))
+}
+
+// ValidateLogging checks the logging flags, for a daemon's Validate.
+func (c *Common) ValidateLogging() error {
+	if fe := logsapi.Validate(c.Logging, c.Features, nil); len(fe) > 0 {
+		return fmt.Errorf("logging flags: %w", fe.ToAggregate())
+	}
+	return nil
+}
+
+func (c *Common) common() *Common { return c }
+
+// Options are a daemon's options (cmd/<bin>/app/options): its flags in
+// sections for --help, the checks that need no cluster, and Common.
+type Options interface {
+	Flags() cliflag.NamedFlagSets
+	Validate() error
+	common() *Common
+}
+
+// NewCommand returns the cobra command of a daemon: no arguments, usage
+// not printed on run errors (main prints the error once), --help in
+// sections wrapped to the terminal. When it runs it validates o, applies
+// the logging flags, and calls run until it returns. run's signals
+// receives SIGTERM and SIGINT (room for two, so a daemon that drains on
+// the first can exit at once on the second); StopOnSignal turns it into
+// a context for daemons that simply stop. run's ctx carries the klog
+// logger.
+func NewCommand(use, short, long string, o Options, run func(ctx context.Context, signals <-chan os.Signal) error) *cobra.Command {
+	fss := o.Flags()
 	cmd := &cobra.Command{
-		Use:           c.Use,
-		Short:         c.Short,
-		Long:          c.Long,
+		Use:           use,
+		Short:         short,
+		Long:          long,
 		Args:          cobra.NoArgs,
 		SilenceUsage:  true,
 		SilenceErrors: true,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			if err := c.Validate(); err != nil {
+			if err := o.Validate(); err != nil {
 				return err
 			}
+			c := o.common()
 			if err := logsapi.ValidateAndApply(c.Logging, c.Features); err != nil {
 				return fmt.Errorf("logging flags: %w", err)
 			}
@@ -67,13 +98,13 @@ func NewCommand(c Command) *cobra.Command {
 			signals := make(chan os.Signal, 2)
 			signal.Notify(signals, syscall.SIGTERM, syscall.SIGINT)
 			defer signal.Stop(signals)
-			return c.Run(klog.NewContext(cmd.Context(), klog.Background()), signals)
+			return run(klog.NewContext(cmd.Context(), klog.Background()), signals)
 		},
 	}
-	for _, fs := range c.Flags.FlagSets {
+	for _, fs := range fss.FlagSets {
 		cmd.Flags().AddFlagSet(fs)
 	}
-	cliflag.SetUsageAndHelpFunc(cmd, c.Flags, terminalWidth())
+	cliflag.SetUsageAndHelpFunc(cmd, fss, terminalWidth())
 	return cmd
 }
 

@@ -11,24 +11,36 @@ import (
 	"time"
 
 	cliflag "k8s.io/component-base/cli/flag"
-	logsapi "k8s.io/component-base/logs/api/v1"
-
-	"github.com/moat-net/moat/features"
 )
 
-// testCommand builds a daemon with one flag; ran records what Run saw.
-func testCommand(t *testing.T, validate func() error, run func(context.Context, <-chan os.Signal) error) (*Command, *string) {
+// testOptions are a daemon's options with one flag of its own.
+type testOptions struct {
+	Common
+	name     string
+	validate error
+}
+
+func (o *testOptions) Flags() cliflag.NamedFlagSets {
+	var fss cliflag.NamedFlagSets
+	fss.FlagSet("daemon").StringVar(&o.name, "name", "", "a name")
+	o.AddLoggingFlags(&fss)
+	return fss
+}
+
+func (o *testOptions) Validate() error {
+	if err := o.ValidateLogging(); err != nil {
+		return err
+	}
+	return o.validate
+}
+
+func newTestOptions(t *testing.T, validate error) *testOptions {
 	t.Helper()
-	fg, err := features.New()
+	c, err := NewCommon()
 	if err != nil {
 		t.Fatal(err)
 	}
-	var name string
-	var fss cliflag.NamedFlagSets
-	fss.FlagSet("daemon").StringVar(&name, "name", "", "a name")
-	logging := logsapi.NewLoggingConfiguration()
-	logsapi.AddFlags(logging, fss.FlagSet("logging"))
-	return &Command{Use: "d", Flags: fss, Validate: validate, Logging: logging, Features: fg, Run: run}, &name
+	return &testOptions{Common: c, validate: validate}
 }
 
 // TestNewCommand runs Run in one case only: component-base applies logging
@@ -48,7 +60,8 @@ func TestNewCommand(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			ran := false
-			c, name := testCommand(t, func() error { return tc.validate }, func(ctx context.Context, signals <-chan os.Signal) error {
+			o := newTestOptions(t, tc.validate)
+			cmd := NewCommand("d", "a daemon", "", o, func(ctx context.Context, signals <-chan os.Signal) error {
 				ran = true
 				// SIGTERM to this process must reach Run (and not kill
 				// the test): StopOnSignal ends the context.
@@ -64,7 +77,6 @@ func TestNewCommand(t *testing.T) {
 					return errors.New("SIGTERM did not end the context")
 				}
 			})
-			cmd := NewCommand(*c)
 			cmd.SetArgs(tc.args)
 			cmd.SetOut(new(bytes.Buffer))
 			cmd.SetErr(new(bytes.Buffer))
@@ -79,16 +91,15 @@ func TestNewCommand(t *testing.T) {
 			if ran != tc.wantRun {
 				t.Fatalf("Run called %v, want %v", ran, tc.wantRun)
 			}
-			if tc.wantRun && *name != "x" {
-				t.Fatalf("--name bound to %q", *name)
+			if tc.wantRun && o.name != "x" {
+				t.Fatalf("--name bound to %q", o.name)
 			}
 		})
 	}
 }
 
 func TestHelpShowsSections(t *testing.T) {
-	c, _ := testCommand(t, func() error { return nil }, func(context.Context, <-chan os.Signal) error { return nil })
-	cmd := NewCommand(*c)
+	cmd := NewCommand("d", "a daemon", "", newTestOptions(t, nil), func(context.Context, <-chan os.Signal) error { return nil })
 	var out bytes.Buffer
 	cmd.SetOut(&out)
 	cmd.SetArgs([]string{"--help"})

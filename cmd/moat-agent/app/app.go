@@ -45,20 +45,13 @@ func NewCommand() (*cobra.Command, error) {
 	if err != nil {
 		return nil, err
 	}
-	return daemon.NewCommand(daemon.Command{
-		Use:      "moat-agent",
-		Short:    "Enforce NetworkPolicies and ClusterNetworkPolicies on this node with nftables",
-		Long:     long,
-		Flags:    o.Flags(),
-		Validate: o.Validate,
-		Logging:  o.Logging,
-		Features: o.Features,
-		Run: func(ctx context.Context, signals <-chan os.Signal) error {
+	return daemon.NewCommand("moat-agent",
+		"Enforce NetworkPolicies and ClusterNetworkPolicies on this node with nftables",
+		long, o, func(ctx context.Context, signals <-chan os.Signal) error {
 			ctx, stop := daemon.StopOnSignal(ctx, signals)
 			defer stop()
 			return Run(ctx, o)
-		},
-	}), nil
+		}), nil
 }
 
 // Run runs the agent for validated options until ctx ends: it opens the

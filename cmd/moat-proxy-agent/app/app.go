@@ -43,18 +43,11 @@ func NewCommand() (*cobra.Command, error) {
 	if err != nil {
 		return nil, err
 	}
-	return daemon.NewCommand(daemon.Command{
-		Use:      "moat-proxy-agent",
-		Short:    "konnectivity-compatible proxy agent with node-to-control-plane traffic (KEP-2025)",
-		Long:     long,
-		Flags:    o.Flags(),
-		Validate: o.Validate,
-		Logging:  o.Logging,
-		Features: o.Features,
-		Run: func(ctx context.Context, signals <-chan os.Signal) error {
+	return daemon.NewCommand("moat-proxy-agent",
+		"konnectivity-compatible proxy agent with node-to-control-plane traffic (KEP-2025)",
+		long, o, func(ctx context.Context, signals <-chan os.Signal) error {
 			return Run(ctx, o, signals)
-		},
-	}), nil
+		}), nil
 }
 
 // Run runs the agent for validated options until ctx ends. The first value

@@ -39,20 +39,13 @@ func NewCommand() (*cobra.Command, error) {
 	if err != nil {
 		return nil, err
 	}
-	return daemon.NewCommand(daemon.Command{
-		Use:      "moat-proxy-server",
-		Short:    "konnectivity-compatible proxy server with node-to-control-plane traffic (KEP-2025)",
-		Long:     long,
-		Flags:    o.Flags(),
-		Validate: o.Validate,
-		Logging:  o.Logging,
-		Features: o.Features,
-		Run: func(ctx context.Context, signals <-chan os.Signal) error {
+	return daemon.NewCommand("moat-proxy-server",
+		"konnectivity-compatible proxy server with node-to-control-plane traffic (KEP-2025)",
+		long, o, func(ctx context.Context, signals <-chan os.Signal) error {
 			ctx, stop := daemon.StopOnSignal(ctx, signals)
 			defer stop()
 			return Run(ctx, o)
-		},
-	}), nil
+		}), nil
 }
 
 // Run serves validated options until ctx ends.

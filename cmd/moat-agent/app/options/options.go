@@ -11,12 +11,9 @@ import (
 	"time"
 
 	cliflag "k8s.io/component-base/cli/flag"
-	"k8s.io/component-base/featuregate"
-	logsapi "k8s.io/component-base/logs/api/v1"
-	_ "k8s.io/component-base/logs/json/register" // --logging-format=json
 
 	"github.com/moat-net/moat/agent"
-	"github.com/moat-net/moat/features"
+	"github.com/moat-net/moat/internal/daemon"
 )
 
 // Options are moat-agent's flags.
@@ -40,14 +37,13 @@ type Options struct {
 	// Profiling serves Go's profiles on /debug/pprof/ beside /metrics.
 	Profiling bool
 
-	Features featuregate.MutableVersionedFeatureGate
-	Logging  *logsapi.LoggingConfiguration
+	daemon.Common
 }
 
 // New returns the options at their defaults (NODE_NAME and POD_NAMESPACE
 // from the environment).
 func New() (*Options, error) {
-	fg, err := features.New()
+	c, err := daemon.NewCommon()
 	if err != nil {
 		return nil, err
 	}
@@ -59,8 +55,7 @@ func New() (*Options, error) {
 		Resync:                  5 * time.Minute,
 		LeaderElect:             true,
 		LeaderElectionNamespace: envOr("POD_NAMESPACE", agent.DefaultLeaseNamespace),
-		Features:                fg,
-		Logging:                 logsapi.NewLoggingConfiguration(),
+		Common:                  c,
 	}, nil
 }
 
@@ -93,7 +88,7 @@ func (o *Options) Flags() cliflag.NamedFlagSets {
 	fs.BoolVar(&o.LeaderElect, "leader-elect", o.LeaderElect, "Take part in the election of the one agent that writes ClusterNetworkPolicy status and policy Events")
 	fs.StringVar(&o.LeaderElectionNamespace, "leader-election-namespace", o.LeaderElectionNamespace, "Namespace of the status writer's Lease (the POD_NAMESPACE environment variable, when set, is the default)")
 
-	logsapi.AddFlags(o.Logging, fss.FlagSet("logging"))
+	o.AddLoggingFlags(&fss)
 	return fss
 }
 
@@ -121,8 +116,8 @@ func (o *Options) Validate() error {
 	if o.LeaderElect && o.LeaderElectionNamespace == "" {
 		errs = append(errs, errors.New("--leader-election-namespace is empty"))
 	}
-	if fe := logsapi.Validate(o.Logging, o.Features, nil); len(fe) > 0 {
-		errs = append(errs, fmt.Errorf("logging flags: %w", fe.ToAggregate()))
+	if err := o.ValidateLogging(); err != nil {
+		errs = append(errs, err)
 	}
 	return errors.Join(errs...)
 }

@@ -14,11 +14,9 @@ import (
 
 	"k8s.io/apimachinery/pkg/util/uuid"
 	cliflag "k8s.io/component-base/cli/flag"
-	"k8s.io/component-base/featuregate"
-	logsapi "k8s.io/component-base/logs/api/v1"
-	_ "k8s.io/component-base/logs/json/register" // --logging-format=json
 
 	"github.com/moat-net/moat/features"
+	"github.com/moat-net/moat/internal/daemon"
 	"github.com/moat-net/moat/tunnel/dest"
 	"github.com/moat-net/moat/tunnel/proto"
 )
@@ -47,20 +45,19 @@ type Options struct {
 	// Profiling serves Go's profiles on /debug/pprof/ on the admin port.
 	Profiling bool
 
-	Features featuregate.MutableVersionedFeatureGate
-	Logging  *logsapi.LoggingConfiguration
+	daemon.Common
 }
 
 // New returns the options at upstream's defaults.
 func New() (*Options, error) {
-	fg, err := features.New()
+	c, err := daemon.NewCommon()
 	if err != nil {
 		return nil, err
 	}
 	return &Options{ProxyServerHost: "127.0.0.1", ProxyServerPort: 8091, AgentID: string(uuid.NewUUID()),
 		HealthServerPort: 8093, AdminBindAddress: "127.0.0.1", AdminServerPort: 8094,
 		SyncInterval: time.Second, SyncIntervalCap: 10 * time.Second, DialTimeout: 10 * time.Second,
-		DrainTimeout: 30 * time.Second, BindInterface: "lo", Features: fg, Logging: logsapi.NewLoggingConfiguration()}, nil
+		DrainTimeout: 30 * time.Second, BindInterface: "lo", Common: c}, nil
 }
 
 // Flags returns the flags, in sections for --help, bound to o.
@@ -93,7 +90,7 @@ func (o *Options) Flags() cliflag.NamedFlagSets {
 	fs.IntVar(&o.AdminServerPort, "admin-server-port", o.AdminServerPort, "port of /metrics (0: off)")
 	fs.BoolVar(&o.Profiling, "enable-profiling", o.Profiling, "serve Go's runtime profiles on /debug/pprof/ on the admin port")
 
-	logsapi.AddFlags(o.Logging, fss.FlagSet("logging"))
+	o.AddLoggingFlags(&fss)
 	return fss
 }
 
@@ -153,8 +150,8 @@ func (o *Options) Validate() error {
 	if o.Profiling && o.AdminServerPort == 0 {
 		errs = append(errs, errors.New("--enable-profiling needs --admin-server-port"))
 	}
-	if fe := logsapi.Validate(o.Logging, o.Features, nil); len(fe) > 0 {
-		errs = append(errs, fmt.Errorf("logging flags: %w", fe.ToAggregate()))
+	if err := o.ValidateLogging(); err != nil {
+		errs = append(errs, err)
 	}
 	return errors.Join(errs...)
 }

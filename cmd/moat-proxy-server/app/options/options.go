@@ -11,11 +11,9 @@ import (
 
 	"k8s.io/apimachinery/pkg/util/uuid"
 	cliflag "k8s.io/component-base/cli/flag"
-	"k8s.io/component-base/featuregate"
-	logsapi "k8s.io/component-base/logs/api/v1"
-	_ "k8s.io/component-base/logs/json/register" // --logging-format=json
 
 	"github.com/moat-net/moat/features"
+	"github.com/moat-net/moat/internal/daemon"
 	"github.com/moat-net/moat/tunnel/dest"
 	"github.com/moat-net/moat/tunnel/server"
 )
@@ -58,20 +56,19 @@ type Options struct {
 	// Profiling serves Go's profiles on /debug/pprof/ on the admin port.
 	Profiling bool
 
-	Features featuregate.MutableVersionedFeatureGate
-	Logging  *logsapi.LoggingConfiguration
+	daemon.Common
 }
 
 // New returns the options at upstream's defaults.
 func New() (*Options, error) {
-	fg, err := features.New()
+	c, err := daemon.NewCommon()
 	if err != nil {
 		return nil, err
 	}
 	return &Options{Mode: ModeGRPC, DeleteExistingUDSFile: true, ServerPort: 8090, AgentPort: 8091, HealthPort: 8092,
 		AdminBindAddress: "127.0.0.1", AdminPort: 8095, ServerID: string(uuid.NewUUID()),
 		ServerCount: 1, ProxyStrategies: "default", DialTimeout: 10 * time.Second, Window: 1 << 20,
-		Features: fg, Logging: logsapi.NewLoggingConfiguration()}, nil
+		Common: c}, nil
 }
 
 // Flags returns the flags, in sections for --help, bound to o.
@@ -114,7 +111,7 @@ func (o *Options) Flags() cliflag.NamedFlagSets {
 	fs.IntVar(&o.AdminPort, "admin-port", o.AdminPort, "port of the admin /metrics endpoint (0: off)")
 	fs.BoolVar(&o.Profiling, "enable-profiling", o.Profiling, "serve Go's runtime profiles on /debug/pprof/ on the admin port")
 
-	logsapi.AddFlags(o.Logging, fss.FlagSet("logging"))
+	o.AddLoggingFlags(&fss)
 	return fss
 }
 
@@ -178,8 +175,8 @@ func (o *Options) Validate() error {
 	if o.Profiling && o.AdminPort == 0 {
 		errs = append(errs, errors.New("--enable-profiling needs --admin-port"))
 	}
-	if fe := logsapi.Validate(o.Logging, o.Features, nil); len(fe) > 0 {
-		errs = append(errs, fmt.Errorf("logging flags: %w", fe.ToAggregate()))
+	if err := o.ValidateLogging(); err != nil {
+		errs = append(errs, err)
 	}
 	return errors.Join(errs...)
 }
