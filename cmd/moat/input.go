@@ -54,6 +54,9 @@ type inputFlags struct {
 	// pods, when set, are the only pods the command judges: the compile is
 	// scoped to them (policy.Options.Pods).
 	pods []string
+	// node, when set, scopes the compile to one node's pods
+	// (policy.Options.Node), as moat-agent compiles.
+	node string
 }
 
 // register adds the input flags to cmd. (In the kubectl plugin the root
@@ -81,7 +84,7 @@ func (f *inputFlags) isLive() bool { return f.live || f.kubeconfig != "" || f.co
 
 // policyOptions is what the flags ask of the compiler.
 func (f *inputFlags) policyOptions() policy.Options {
-	return gateOptions(f.gates, policy.Options{DenyNodeLocal: !f.allowNodeLocal, Pods: f.pods})
+	return gateOptions(f.gates, policy.Options{DenyNodeLocal: !f.allowNodeLocal, Pods: f.pods, Node: f.node})
 }
 
 // gateOptions sets the compiler options that follow feature gates, so the

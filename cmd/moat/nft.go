@@ -35,6 +35,8 @@ Counts of chains, rules, sets and elements and any warnings go to stderr.`,
 			if node == "" {
 				return errors.New("--node is required: the node whose ruleset to print")
 			}
+			// Compile for the node alone, as the agent does.
+			in.node = node
 			prog, err := in.compile(cmd)
 			if err != nil {
 				return err
