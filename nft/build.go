@@ -3,6 +3,7 @@ package nft
 import (
 	"fmt"
 	"net/netip"
+	"slices"
 	"sort"
 	"strings"
 
@@ -116,12 +117,14 @@ func (b *builder) nodeLocal(prog *policy.Program) {
 }
 
 // localPods finds the policed pods on the node and plans their
-// DirPolicies. An address two local pods claim is a conflict: no pod
-// owns it.
+// DirPolicies. An address two pods claim, here or on any node, is a
+// conflict: no pod owns it, and all its new connections are dropped, as
+// the evaluator denies them (which pod the compiler polices for it, or
+// whether the other claimant runs here, must not open it).
 func (b *builder) localPods(prog *policy.Program) ([]localPod, map[netip.Addr]bool) {
 	var locals []localPod
 	owner := map[netip.Addr]int{}
-	conflict := map[netip.Addr]bool{}
+	conflict := b.duplicates(prog)
 	for i := range prog.Pods {
 		pod := &prog.Pods[i]
 		if pod.NodeName != b.rs.node || pod.HostNetwork || len(pod.IPs) == 0 || i >= len(prog.Policies) || prog.Policies[i] == nil {
@@ -131,6 +134,9 @@ func (b *builder) localPods(prog *policy.Program) ([]localPod, map[netip.Addr]bo
 		for _, a := range pod.IPs {
 			a = a.Unmap()
 			if !a.IsValid() {
+				continue
+			}
+			if conflict[a] {
 				continue
 			}
 			if o, dup := owner[a]; dup && o != i {
@@ -190,6 +196,32 @@ func (b *builder) dispatch(prog *policy.Program, locals []localPod, conflict map
 		rs.ingress[a] = conflictChain
 	}
 	sort.Slice(rs.self, func(i, j int) bool { return rs.self[i].Less(rs.self[j]) })
+}
+
+// duplicates is the conflict set the Program knows of (addresses several
+// pods claim, wherever they run), with one warning per address naming its
+// claimants.
+func (b *builder) duplicates(prog *policy.Program) map[netip.Addr]bool {
+	dups := prog.DuplicateAddrs()
+	conflict := make(map[netip.Addr]bool, len(dups))
+	if len(dups) == 0 {
+		return conflict
+	}
+	claimants := make(map[netip.Addr][]string, len(dups))
+	for _, a := range dups {
+		conflict[a] = true
+	}
+	for i := range prog.Pods {
+		for _, a := range prog.Pods[i].IPs {
+			if a = a.Unmap(); conflict[a] && !slices.Contains(claimants[a], prog.Pods[i].Key()) {
+				claimants[a] = append(claimants[a], prog.Pods[i].Key())
+			}
+		}
+	}
+	for _, a := range dups {
+		b.rs.warnings = append(b.rs.warnings, fmt.Sprintf("pods %s both have address %s: all its new connections are dropped", strings.Join(claimants[a], " and "), a))
+	}
+	return conflict
 }
 
 // podSignature identifies what makes a pod's rules resolve differently

@@ -350,3 +350,72 @@ func TestPeerSetsShared(t *testing.T) {
 		}
 	}
 }
+
+// TestDuplicateAddressFailsClosedOnEveryNode: an address a local pod and a
+// pod on another node both claim, or two remote pods claim, is dropped
+// here as the evaluator denies it, whichever pod the compiler policed.
+func TestDuplicateAddressFailsClosedOnEveryNode(t *testing.T) {
+	prog := compileYAML(t, `apiVersion: v1
+kind: Pod
+metadata: {name: local, namespace: x}
+spec: {nodeName: n1}
+status: {podIP: 10.0.0.1}
+---
+apiVersion: v1
+kind: Pod
+metadata: {name: remote, namespace: x}
+spec: {nodeName: n2}
+status: {podIP: 10.0.0.1}
+---
+apiVersion: v1
+kind: Pod
+metadata: {name: r1, namespace: x}
+spec: {nodeName: n2}
+status: {podIP: 10.0.0.2}
+---
+apiVersion: v1
+kind: Pod
+metadata: {name: r2, namespace: x}
+spec: {nodeName: n3}
+status: {podIP: 10.0.0.2}
+---
+apiVersion: v1
+kind: Pod
+metadata: {name: web, namespace: x}
+spec: {nodeName: n1}
+status: {podIP: 10.0.0.3}
+---
+apiVersion: networking.k8s.io/v1
+kind: NetworkPolicy
+metadata: {name: allow-all, namespace: x}
+spec:
+  podSelector: {}
+  ingress: [{}]
+  egress: [{}]
+`)
+	rs := Build(prog, "n1")
+	other := netip.MustParseAddr("192.0.2.9")
+	web := netip.MustParseAddr("10.0.0.3")
+	for _, tc := range []struct {
+		name     string
+		src, dst netip.Addr
+	}{
+		{"to the address a local and a remote pod claim", other, netip.MustParseAddr("10.0.0.1")},
+		{"from the address a local and a remote pod claim", netip.MustParseAddr("10.0.0.1"), web},
+		{"from an address two remote pods claim", netip.MustParseAddr("10.0.0.2"), web},
+	} {
+		f := policy.Flow{Src: policy.Endpoint{Addr: tc.src}, Dst: policy.Endpoint{Addr: tc.dst}, Proto: policy.ProtoTCP, Port: 80}
+		if prog.Allowed(f) {
+			t.Fatalf("%s: the evaluator allows it; the test expects the documented denial", tc.name)
+		}
+		if rs.Allows(Packet{Src: tc.src, Dst: tc.dst, Proto: policy.ProtoTCP, Port: 80}) {
+			t.Errorf("%s: allowed by node n1's ruleset, denied by the evaluator", tc.name)
+		}
+	}
+	if !rs.Allows(Packet{Src: other, Dst: web, Proto: policy.ProtoTCP, Port: 80}) {
+		t.Error("traffic to a pod with its own address is dropped")
+	}
+	if w := strings.Join(rs.warnings, "\n"); !strings.Contains(w, "x/local and x/remote") || !strings.Contains(w, "x/r1 and x/r2") {
+		t.Errorf("warnings do not name the claimants: %v", rs.warnings)
+	}
+}

@@ -3,6 +3,7 @@ package policy
 import (
 	"fmt"
 	"net/netip"
+	"slices"
 	"sync"
 )
 
@@ -295,6 +296,18 @@ func (p *Program) PodByIP(a netip.Addr) (int, bool) {
 
 // DuplicateAddr reports whether more than one pod claims the address.
 func (p *Program) DuplicateAddr(a netip.Addr) bool { return p.dupAddrs[a.Unmap()] }
+
+// DuplicateAddrs lists, sorted, the addresses more than one pod claims:
+// traffic from or to them is denied, and a dataplane must drop it on every
+// node, not only where both claimants run.
+func (p *Program) DuplicateAddrs() []netip.Addr {
+	out := make([]netip.Addr, 0, len(p.dupAddrs))
+	for a := range p.dupAddrs {
+		out = append(out, a)
+	}
+	slices.SortFunc(out, func(a, b netip.Addr) int { return a.Compare(b) })
+	return out
+}
 
 // NodeByIP finds the node that owns an address.
 func (p *Program) NodeByIP(a netip.Addr) (int, bool) {
