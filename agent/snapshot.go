@@ -122,7 +122,7 @@ func (a *Agent) scanProblems() map[string]problem {
 		claimants := append(others, owner[ip])
 		slices.Sort(claimants)
 		for _, key := range claimants[1:] {
-			problems["Pod "+key] = problem{problemDuplicatePodIP, "address " + ip.String() + " also belongs to pod " + claimants[0] + ": only one of them is policed (the first by namespace/name); the other's traffic is judged as that pod's"}
+			problems["Pod "+key] = problem{problemDuplicatePodIP, "address " + ip.String() + " also belongs to pod " + claimants[0] + ": every connection from or to it is dropped"}
 		}
 	}
 	for _, o := range a.inf.nps.GetStore().List() {
