@@ -93,23 +93,43 @@ func (s *state) updatePod(ps *podState, old *Pod) {
 	if old != nil && !labelsChanged && !addrsChanged && !portsChanged && old.NodeName == p.NodeName {
 		return
 	}
+	c := podChange{oldLabels: oldLabels, oldIPs: oldIPs, oldSig: oldSig, wasNet: wasNet, nowNet: nowNet,
+		labels: labelsChanged, addrs: addrsChanged, ports: portsChanged}
+	// 1. Indexes of pod-network pods.
+	s.reindexPod(ps, c)
+	// 2. Pod selectors whose members change, and the peers that may follow.
+	s.repeerPod(ps, c)
+	// 3. Rules whose named ports resolve on pods matched by address.
+	s.renamedPod(ps, c)
+}
 
-	// Indexes of pod-network pods.
-	if wasNet && (labelsChanged || !nowNet) {
-		s.podIndex.remove(ps.slot, oldLabels)
+// podChange is what changed in a pod, for updatePod's steps.
+type podChange struct {
+	oldLabels            map[string]string
+	oldIPs               []netip.Addr
+	oldSig               int32
+	wasNet, nowNet       bool
+	labels, addrs, ports bool // which of the pod's facts changed
+}
+
+// reindexPod updates the label index, namespace membership, addresses and declared ports of a changed pod.
+func (s *state) reindexPod(ps *podState, c podChange) {
+	p := &ps.pod
+	if c.wasNet && (c.labels || !c.nowNet) {
+		s.podIndex.remove(ps.slot, c.oldLabels)
 	}
-	if nowNet && (labelsChanged || !wasNet) {
+	if c.nowNet && (c.labels || !c.wasNet) {
 		s.podIndex.add(ps.slot, p.Labels)
 	}
-	if wasNet != nowNet {
-		if nowNet {
+	if c.wasNet != c.nowNet {
+		if c.nowNet {
 			ps.ns.pods.Add(ps.slot)
 		} else {
 			ps.ns.pods.Remove(ps.slot)
 		}
 		for _, sel := range s.nsSels {
 			if sel.ns != nil && sel.ns.Contains(ps.ns.id) {
-				if nowNet {
+				if c.nowNet {
 					sel.pods.Add(ps.slot)
 				} else {
 					sel.pods.Remove(ps.slot)
@@ -117,27 +137,30 @@ func (s *state) updatePod(ps *podState, old *Pod) {
 			}
 		}
 	}
-	if addrsChanged {
-		s.moveAddrs(ps, wasNet, oldIPs)
+	if c.addrs {
+		s.moveAddrs(ps, c.wasNet, c.oldIPs)
 		s.setSlotAddrs(ps)
 	}
-	if portsChanged {
-		if wasNet {
-			s.declare(ps.slot, oldSig, false)
+	if c.ports {
+		if c.wasNet {
+			s.declare(ps.slot, c.oldSig, false)
 		}
-		if nowNet {
+		if c.nowNet {
 			s.declare(ps.slot, ps.fullSig, true)
 		}
 	}
+}
 
-	// Pod selectors whose members change, and the peers that may follow.
+// repeerPod updates the pod selectors whose members change and the peers that may follow.
+func (s *state) repeerPod(ps *podState, c podChange) {
+	p := &ps.pod
 	cands := map[*peer]struct{}{}
 	for _, sel := range s.podSels {
 		if sel.pods == nil {
 			continue
 		}
 		was := sel.pods.Contains(ps.slot)
-		now := nowNet && sel.sel.Matches(labels.Set(p.Labels))
+		now := c.nowNet && sel.sel.Matches(labels.Set(p.Labels))
 		if was == now {
 			continue
 		}
@@ -150,7 +173,7 @@ func (s *state) updatePod(ps *podState, old *Pod) {
 			cands[pe] = struct{}{}
 		}
 	}
-	if addrsChanged || portsChanged {
+	if c.addrs || c.ports {
 		for pe := range ps.ns.peers {
 			cands[pe] = struct{}{}
 		}
@@ -167,26 +190,30 @@ func (s *state) updatePod(ps *podState, old *Pod) {
 			continue
 		}
 		was := pe.pods.Contains(ps.slot)
-		now := nowNet && s.inScope(pe, ps.ns) && (pe.podSel == nil || s.podSelPods(pe.podSel).Contains(ps.slot))
-		if was == now && !(now && (addrsChanged || portsChanged)) {
+		now := c.nowNet && s.inScope(pe, ps.ns) && (pe.podSel == nil || s.podSelPods(pe.podSel).Contains(ps.slot))
+		if was == now && !(now && (c.addrs || c.ports)) {
 			continue
 		}
-		s.peerMember(pe, ps, was, now, oldIPs)
+		s.peerMember(pe, ps, was, now, c.oldIPs)
 	}
+}
 
-	// Rules whose named ports resolve on pods matched by address.
-	if addrsChanged || portsChanged {
+// renamedPod marks the rules whose named ports resolve on pods matched by address, and records the pod for named-port diagnostics.
+func (s *state) renamedPod(ps *podState, c podChange) {
+	d := &s.dirty
+	p := &ps.pod
+	if c.addrs || c.ports {
 		for r := range s.wideNamed {
 			if !r.matched {
 				continue
 			}
-			if r.set.all || anyIn(r.set.cidrs, oldIPs) || anyIn(r.set.cidrs, p.IPs) {
+			if r.set.all || anyIn(r.set.cidrs, c.oldIPs) || anyIn(r.set.cidrs, p.IPs) {
 				d.rules[r] = struct{}{}
 			}
 		}
 	}
-	if labelsChanged || portsChanged || wasNet != nowNet {
-		d.namedPods = append(d.namedPods, namedChange{ps, oldLabels, wasNet})
+	if c.labels || c.ports || c.wasNet != c.nowNet {
+		d.namedPods = append(d.namedPods, namedChange{ps, c.oldLabels, c.wasNet})
 	}
 }
 
