@@ -49,7 +49,7 @@ func scaleCluster() *clustergen.Cluster {
 
 // enterPrivateNetns moves the benchmark's own thread into a new network
 // namespace; the returned function moves it back.
-func enterPrivateNetns(b *testing.B) func() {
+func enterPrivateNetns(b testing.TB) func() {
 	b.Helper()
 	testenv.RequirePrivileged(b)
 	runtime.LockOSThread()

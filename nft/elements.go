@@ -329,8 +329,12 @@ func (s *namedSet) elementKeys() [][]string {
 	}
 	if s.Kind == addr4 || s.Kind == addr6 {
 		out := make([][]string, len(s.Addrs))
+		fam := "ipv4"
+		if s.Kind == addr6 {
+			fam = "ipv6"
+		}
 		for i, r := range s.Addrs {
-			out[i] = []string{r.String()}
+			out[i] = []string{r.String(), fam}
 		}
 		return out
 	}

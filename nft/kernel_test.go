@@ -74,10 +74,10 @@ func TestKernelSyncFullDiffAndFailure(t *testing.T) {
 		}
 		listed := nftList(t)
 		for _, want := range []string{
-			"elements = { 10.0.2.10 }",
+			"elements = { 10.0.2.10 . ipv4 }",
 			"tcp . 30000-32767",
-			"elements = { 203.0.113.0/25 }",
-			"saddr @a-",
+			"elements = { 203.0.113.0/25 . ipv4 }",
+			"saddr . meta nfproto @a-",
 			"udp dport 53",
 			"tcp . 465-587",
 			"ip saddr vmap @egress4",
@@ -107,7 +107,7 @@ func TestKernelSyncFullDiffAndFailure(t *testing.T) {
 			t.Fatalf("patch sync: %+v, %v", res, err)
 		}
 		listed = nftList(t)
-		if !strings.Contains(listed, "elements = { 10.0.2.99 }") || strings.Contains(listed, "10.0.2.10 ") {
+		if !strings.Contains(listed, "elements = { 10.0.2.99 . ipv4 }") || strings.Contains(listed, "10.0.2.10 ") {
 			t.Errorf("element update not applied:\n%s", listed)
 		}
 

@@ -85,8 +85,10 @@ var staticMaps = []knftables.Map{
 	{Name: "ingress6", Type: "ipv6_addr : verdict", Comment: knftables.PtrTo("local pod address to its ingress chain")},
 }
 
+// nftType is the set's key type. Address sets carry the family beside the
+// address (see addrKey).
 func (k setKind) nftType() string {
-	return [...]string{"ipv4_addr", "ipv6_addr", "ipv4_addr . inet_proto . inet_service", "ipv6_addr . inet_proto . inet_service", "inet_proto . inet_service"}[k]
+	return [...]string{"ipv4_addr . nf_proto", "ipv6_addr . nf_proto", "ipv4_addr . inet_proto . inet_service", "ipv6_addr . inet_proto . inet_service", "inet_proto . inet_service"}[k]
 }
 
 func (v verdict) String() string {
@@ -122,13 +124,13 @@ func renderChainRules(c *policyChain) []*knftables.Rule {
 		case r.Peers != "":
 			ports := portsExpr(r)
 			out = append(out,
-				&knftables.Rule{Chain: c.Name, Rule: fmt.Sprintf("ip %s @%s-4 %s%s", field, r.Peers, ports, v), Comment: cm},
-				&knftables.Rule{Chain: c.Name, Rule: fmt.Sprintf("ip6 %s @%s-6 %s%s", field, r.Peers, ports, v), Comment: cm},
+				&knftables.Rule{Chain: c.Name, Rule: fmt.Sprintf("ip %s . meta nfproto @%s-4 %s%s", field, r.Peers, ports, v), Comment: cm},
+				&knftables.Rule{Chain: c.Name, Rule: fmt.Sprintf("ip6 %s . meta nfproto @%s-6 %s%s", field, r.Peers, ports, v), Comment: cm},
 			)
 		case r.Set != "":
 			out = append(out,
-				&knftables.Rule{Chain: c.Name, Rule: fmt.Sprintf("ip %s @%s-a4 %s", field, r.Set, v), Comment: cm},
-				&knftables.Rule{Chain: c.Name, Rule: fmt.Sprintf("ip6 %s @%s-a6 %s", field, r.Set, v), Comment: cm},
+				&knftables.Rule{Chain: c.Name, Rule: fmt.Sprintf("ip %s . meta nfproto @%s-a4 %s", field, r.Set, v), Comment: cm},
+				&knftables.Rule{Chain: c.Name, Rule: fmt.Sprintf("ip6 %s . meta nfproto @%s-a6 %s", field, r.Set, v), Comment: cm},
 				&knftables.Rule{Chain: c.Name, Rule: fmt.Sprintf("ip %s . meta l4proto . th dport @%s-p4 %s", field, r.Set, v), Comment: cm},
 				&knftables.Rule{Chain: c.Name, Rule: fmt.Sprintf("ip6 %s . meta l4proto . th dport @%s-p6 %s", field, r.Set, v), Comment: cm},
 			)

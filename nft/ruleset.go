@@ -17,8 +17,15 @@ type setKind int
 // of each of the first four kinds, named after the rules, so that pod
 // churn only changes elements, never which sets a chain looks up.
 const (
-	// addr4 is "ipv4_addr" with flags interval: remote addresses (a
-	// shared peer, or a union run's terms without ports).
+	// addr4 is "ipv4_addr . nf_proto" with flags interval: remote
+	// addresses (a shared peer, or a union run's terms without ports),
+	// each beside the constant family "ipv4", looked up as "ip daddr .
+	// meta nfproto". The family field is there for the nft CLI's sake:
+	// before it changes any element, nft (1.0.x) reads back every element
+	// of every interval set whose key is a single field, in every table,
+	// which on a node with a few hundred thousand elements costs more
+	// than 100 ms per transaction. A concatenated key is exempt, so a
+	// label change costs a few milliseconds instead.
 	addr4 setKind = iota
 	// addr6 is addr4 for IPv6.
 	addr6

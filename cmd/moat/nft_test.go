@@ -67,7 +67,7 @@ func TestNftPrintsTheAgentsTable(t *testing.T) {
 	// node-2 polices client, whose egress nothing restricts but the
 	// Admin tier.
 	out, _, _ := run(t, "", "nft", "--node", "node-1", "-f", tiersYAML)
-	for _, want := range []string{"add element inet moat ingress4 { 10.0.1.10 : jump in-", "{ 10.0.2.10 }", "udp dport 53 return", "add rule inet moat dispatch ip saddr vmap @egress4"} {
+	for _, want := range []string{"add element inet moat ingress4 { 10.0.1.10 : jump in-", "{ 10.0.2.10 . ipv4 }", "udp dport 53 return", "add rule inet moat dispatch ip saddr vmap @egress4"} {
 		if !strings.Contains(out, want) {
 			t.Errorf("node-1 ruleset lacks %q", want)
 		}
