@@ -5,6 +5,7 @@ import (
 	"net/netip"
 	"slices"
 	"sort"
+	"strconv"
 	"strings"
 
 	"github.com/moat-net/moat/policy"
@@ -290,13 +291,14 @@ func (b *builder) addChain(dir policy.Direction, rules []chainRule) string {
 	if len(rules) == 0 {
 		return ""
 	}
-	parts := []string{dir.String()}
+	parts := make([]string, 0, 1+9*len(rules))
+	parts = append(parts, dir.String())
 	for _, r := range rules {
 		ports := ""
 		if r.Ports != nil {
 			ports = portsKey(r.Ports.ByProto)
 		}
-		parts = append(parts, fmt.Sprintf("%s|%s|%s|%s|%d|%s|%s|%s", r.Peers, ports, r.PortSet, r.Set, r.Verdict.Kind, r.Verdict.Target, r.Comment, r.Counter))
+		parts = append(parts, r.Peers, ports, r.PortSet, r.Set, strconv.Itoa(int(r.Verdict.Kind)), r.Verdict.Target, r.Comment, r.Counter, "|")
 	}
 	prefix := "eg-"
 	if dir == policy.Ingress {

@@ -2,6 +2,7 @@ package nft
 
 import (
 	"fmt"
+	"strconv"
 	"strings"
 
 	"github.com/moat-net/moat/policy"
@@ -29,6 +30,9 @@ type run struct {
 	memo string
 	// shape is how the run is matched, decided by the builder.
 	shape *runShape
+	// terms are the run's terms merged by address set, computed on the
+	// run's first Build.
+	terms []peerTerms
 }
 
 // dirPlan is one DirPolicy as runs, before set names are known.
@@ -56,8 +60,16 @@ func (b *builder) plan(dp *policy.DirPolicy, dir policy.Direction) *dirPlan {
 	if p, ok := b.plans[dp]; ok {
 		return p
 	}
+	p := b.cache.plan(dp, dir)
+	b.plans[dp] = p
+	b.order = append(b.order, dp)
+	return p
+}
+
+// newPlan computes the runs of a DirPolicy.
+func newPlan(c *buildCache, dp *policy.DirPolicy, dir policy.Direction) *dirPlan {
 	p := &dirPlan{dir: dir}
-	p.admin = cnpRuns(policy.TierAdmin, dir, dp.Admin)
+	p.admin = cnpRuns(c, policy.TierAdmin, dir, dp.Admin)
 	// A Pass at the end of the Admin tier goes where the tier ends anyway.
 	for n := len(p.admin); n > 0 && p.admin[n-1].verdict == verdictGoto; n-- {
 		p.admin = p.admin[:n-1]
@@ -67,15 +79,13 @@ func (b *builder) plan(dp *policy.DirPolicy, dir policy.Direction) *dirPlan {
 		p.isolation = isolationCounter(dp.NP.Policies, dir)
 		p.np = npRun(dir, dp.NP)
 	} else {
-		p.baseline = cnpRuns(policy.TierBaseline, dir, dp.Baseline)
+		p.baseline = cnpRuns(c, policy.TierBaseline, dir, dp.Baseline)
 		// Accept and Pass both end in allow in the Baseline tier; a
 		// trailing allow is what the end of the chain does anyway.
 		for n := len(p.baseline); n > 0 && p.baseline[n-1].verdict != verdictDrop; n-- {
 			p.baseline = p.baseline[:n-1]
 		}
 	}
-	b.plans[dp] = p
-	b.order = append(b.order, dp)
 	return p
 }
 
@@ -101,9 +111,18 @@ func npRun(dir policy.Direction, np *policy.NPTier) *run {
 }
 
 // cnpRuns groups a ClusterNetworkPolicy tier's rules into runs.
-func cnpRuns(tier policy.Tier, dir policy.Direction, rules []policy.RuleMatch) []*run {
+func cnpRuns(c *buildCache, tier policy.Tier, dir policy.Direction, rules []policy.RuleMatch) []*run {
 	var out []*run
 	var ids, descs []string
+	// finish names the last run after all its rules.
+	finish := func() {
+		if len(out) == 0 {
+			return
+		}
+		last := out[len(out)-1]
+		last.identity = string(tier) + "|" + dir.String() + "|" + strings.Join(ids, "|")
+		last.comment = string(tier) + " " + verdictWord(last.verdict, tier) + " " + strings.Join(descs, " ")
+	}
 	for _, rm := range rules {
 		v := verdictReturn
 		switch rm.Rule.Action {
@@ -119,39 +138,52 @@ func cnpRuns(tier policy.Tier, dir policy.Direction, rules []policy.RuleMatch) [
 			// An action the backend does not know must not open access.
 			v = verdictDrop
 		}
-		desc := fmt.Sprintf("%s.%s[%d]", rm.Rule.Policy.Name, dir, rm.Rule.Index)
-		id := rm.Rule.Policy.String() + "#" + fmt.Sprint(rm.Rule.Index)
-		use := "cnp|" + dir.String() + "|" + id
+		n := c.ruleNames(rm.Rule, dir)
 		// Consecutive rules with one verdict form one run, except drops:
 		// each keeps its own rules and counter (first match wins, so
 		// which Deny rule dropped a packet is well defined).
-		if n := len(out); n > 0 && out[n-1].verdict == v && v != verdictDrop {
-			last := out[n-1]
+		if k := len(out); k > 0 && out[k-1].verdict == v && v != verdictDrop {
+			last := out[k-1]
 			last.matches = append(last.matches, rm.Match)
-			last.uses = append(last.uses, use)
-			ids = append(ids, id)
-			descs = append(descs, desc)
-			last.identity = string(tier) + "|" + dir.String() + "|" + strings.Join(ids, "|")
-			last.comment = string(tier) + " " + verdictWord(v, tier) + " " + strings.Join(descs, " ")
+			last.uses = append(last.uses, n.use)
+			ids = append(ids, n.id)
+			descs = append(descs, n.desc)
 			continue
 		}
-		ids, descs = []string{id}, []string{desc}
+		finish()
+		ids, descs = []string{n.id}, []string{n.desc}
 		r := &run{
-			identity: string(tier) + "|" + dir.String() + "|" + id,
-			verdict:  v,
-			matches:  []policy.Match{rm.Match},
-			uses:     []string{use},
-			comment:  string(tier) + " " + verdictWord(v, tier) + " " + desc,
+			verdict: v,
+			matches: []policy.Match{rm.Match},
+			uses:    []string{n.use},
 		}
 		if v == verdictDrop {
-			r.counter = cnpCounter(rm.Rule, dir)
+			r.counter = n.counter
 		}
 		out = append(out, r)
 	}
+	finish()
 	for _, r := range out {
 		r.memo = r.identity + memoOf(r.matches)
 	}
 	return out
+}
+
+// ruleNames are the strings a ClusterNetworkPolicy rule contributes to
+// the runs it joins, whichever pods it judges.
+type ruleNames struct {
+	desc, id, use string
+	counter       *DropCounter
+}
+
+func newRuleNames(r *policy.Rule, dir policy.Direction) *ruleNames {
+	id := r.Policy.String() + "#" + strconv.Itoa(r.Index)
+	return &ruleNames{
+		desc:    r.Policy.Name + "." + dir.String() + "[" + strconv.Itoa(r.Index) + "]",
+		id:      id,
+		use:     "cnp|" + dir.String() + "|" + id,
+		counter: cnpCounter(r, dir),
+	}
 }
 
 func verdictWord(v verdictKind, tier policy.Tier) string {

@@ -91,23 +91,68 @@ func (b *builder) shape(r *run) *runShape {
 	if sh, ok := b.shapes[r.memo]; ok {
 		return sh
 	}
+	if r.terms == nil {
+		_, r.terms = mergeTerms(r, func(s *policy.AddrSet) *policy.AddrSet { return s })
+	}
+	groups := make([]*peerGroup, len(r.terms))
+	seen := make(map[*peerGroup]bool, len(r.terms))
+	terms := r.terms
+	for i, t := range r.terms {
+		groups[i] = b.peer(t.addrs)
+		if seen[groups[i]] {
+			// Two address sets of one content: merge by peer instead.
+			groups, terms = mergeTerms(r, b.peer)
+			break
+		}
+		seen[groups[i]] = true
+	}
+	sh := &runShape{}
+	if len(terms) > maxLookups {
+		sh.union = true
+	} else {
+		for i, t := range terms {
+			for _, u := range t.uses {
+				groups[i].use(u)
+			}
+			sh.lookups = append(sh.lookups, lookup{peer: groups[i], ports: t.ports, key: t.key})
+		}
+	}
+	b.shapes[r.memo] = sh
+	return sh
+}
+
+// peerTerms are the terms of a run that share a peer, merged: the union
+// of their ports, and the uses they name the peer's set after.
+type peerTerms struct {
+	addrs *policy.AddrSet
+	ports *policy.PortSet // nil: all traffic
+	key   string          // ports key, "" for all traffic
+	uses  []string
+}
+
+// mergeTerms merges a run's terms by peer, as keyOf tells peers apart:
+// by address set, which depends on the run alone (so a run planned in an
+// earlier Build keeps the result), or by the Build's peer groups, which
+// also merge address sets of equal content.
+func mergeTerms[K comparable](r *run, keyOf func(*policy.AddrSet) K) ([]K, []peerTerms) {
 	type acc struct {
+		addrs *policy.AddrSet
 		ports policy.PortSetBuilder
 		uses  []string
 	}
-	byPeer := map[*peerGroup]*acc{}
-	var order []*peerGroup
+	byPeer := map[K]*acc{}
+	var order []K
 	for i, m := range r.matches {
 		for _, t := range m {
 			if t.Addrs.Empty() || t.Ports.Empty() {
 				continue
 			}
-			g := b.peer(t.Addrs)
-			a := byPeer[g]
+			k := keyOf(t.Addrs)
+			a := byPeer[k]
 			if a == nil {
-				a = &acc{}
-				byPeer[g] = a
-				order = append(order, g)
+				a = &acc{addrs: t.Addrs}
+				byPeer[k] = a
+				order = append(order, k)
 			}
 			key := "all"
 			if t.Ports.All {
@@ -123,26 +168,18 @@ func (b *builder) shape(r *run) *runShape {
 			a.uses = append(a.uses, r.uses[i]+"|"+key)
 		}
 	}
-	sh := &runShape{}
-	if len(order) > maxLookups {
-		sh.union = true
-	} else {
-		for _, g := range order {
-			a := byPeer[g]
-			for _, u := range a.uses {
-				g.use(u)
-			}
-			l := lookup{peer: g, ports: a.ports.Build()}
-			if l.ports.All {
-				l.ports = nil
-			} else {
-				l.key = portsKey(l.ports.ByProto)
-			}
-			sh.lookups = append(sh.lookups, l)
+	terms := make([]peerTerms, 0, len(order))
+	for _, k := range order {
+		a := byPeer[k]
+		t := peerTerms{addrs: a.addrs, ports: a.ports.Build(), uses: a.uses}
+		if t.ports.All {
+			t.ports = nil
+		} else {
+			t.key = portsKey(t.ports.ByProto)
 		}
+		terms = append(terms, t)
 	}
-	b.shapes[r.memo] = sh
-	return sh
+	return order, terms
 }
 
 // namePeers names the peers that shared lookups use and adds their sets.

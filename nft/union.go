@@ -26,7 +26,30 @@ type buildCache struct {
 	// with the same content, which is common: a changed peer makes the
 	// compiler rebuild every rule that mentions it.
 	byInput map[uint64]*cachedRun
-	seed    maphash.Seed
+	// plans: the runs of a DirPolicy, which depend on nothing else. The
+	// compiler hands unchanged pods the same DirPolicy in successive
+	// Programs, so a relabel replans only the pods it changed.
+	plans map[*policy.DirPolicy]*cachedPlan
+	// rules: what a ClusterNetworkPolicy rule contributes to runs; the
+	// compiler keeps one Rule per policy rule while the policy is
+	// unchanged, so a new Match for it does not cost new names.
+	rules map[ruleDir]*cachedRule
+	seed  maphash.Seed
+}
+
+type ruleDir struct {
+	rule *policy.Rule
+	dir  policy.Direction
+}
+
+type cachedRule struct {
+	names *ruleNames
+	used  bool
+}
+
+type cachedPlan struct {
+	plan *dirPlan
+	used bool
 }
 
 type cachedKey struct {
@@ -49,6 +72,8 @@ func newBuildCache() *buildCache {
 		hashes:  map[string]*cachedKey{},
 		runs:    map[string]*cachedRun{},
 		byInput: map[uint64]*cachedRun{},
+		plans:   map[*policy.DirPolicy]*cachedPlan{},
+		rules:   map[ruleDir]*cachedRule{},
 		seed:    maphash.MakeSeed(),
 	}
 }
@@ -83,6 +108,50 @@ func (c *buildCache) sweep() {
 	for _, cr := range c.runs {
 		cr.used = false
 	}
+	for k, cp := range c.plans {
+		if !cp.used {
+			delete(c.plans, k)
+		}
+		cp.used = false
+	}
+	for k, cr := range c.rules {
+		if !cr.used {
+			delete(c.rules, k)
+		}
+		cr.used = false
+	}
+}
+
+// ruleNames returns the names of r in direction dir.
+func (c *buildCache) ruleNames(r *policy.Rule, dir policy.Direction) *ruleNames {
+	if c == nil {
+		return newRuleNames(r, dir)
+	}
+	k := ruleDir{r, dir}
+	cr := c.rules[k]
+	if cr == nil {
+		cr = &cachedRule{names: newRuleNames(r, dir)}
+		c.rules[k] = cr
+	}
+	cr.used = true
+	return cr.names
+}
+
+// plan returns the runs of dp, planned once while successive Builds use
+// it. The copy returned has no users yet; its runs are shared with the
+// cached plan (each Build sets their shapes anew before use).
+func (c *buildCache) plan(dp *policy.DirPolicy, dir policy.Direction) *dirPlan {
+	if c == nil {
+		return newPlan(c, dp, dir)
+	}
+	cp := c.plans[dp]
+	if cp == nil || cp.plan.dir != dir {
+		cp = &cachedPlan{plan: newPlan(c, dp, dir)}
+		c.plans[dp] = cp
+	}
+	cp.used = true
+	p := *cp.plan
+	return &p
 }
 
 func (c *buildCache) addrKey(s *policy.AddrSet) string {
