@@ -170,12 +170,12 @@ func listCounters(ctx context.Context, nft knftables.Interface, probe bool) (map
 // out; with nothing programmed yet the result is empty.
 func (s *Syncer) Counters(ctx context.Context) ([]DropCounter, error) {
 	s.mu.Lock()
-	meta := s.counters
+	meta, nft := s.counters, s.nft
 	s.mu.Unlock()
 	if len(meta) == 0 {
 		return nil, nil
 	}
-	got, err := listCounters(ctx, s.nft, false)
+	got, err := listCounters(ctx, nft, false)
 	if err != nil {
 		return nil, fmt.Errorf("read drop counters on node %s: %w", s.opts.Node, err)
 	}

@@ -21,6 +21,12 @@ type Options struct {
 	// Conntrack is where those connections are found; nil means
 	// NetlinkConntrack in the calling thread's network namespace.
 	Conntrack Conntrack
+	// Reopen, when set, opens the table anew after each full replace,
+	// and the Syncer drops the Interface it used. knftables keeps the
+	// text of the largest transaction an Interface ran for as long as
+	// the Interface lives: megabytes for a full replace, for the sake
+	// of patches that need kilobytes.
+	Reopen func() (knftables.Interface, error)
 }
 
 // Result says what one Sync did.
@@ -131,6 +137,7 @@ func (s *Syncer) apply(ctx context.Context, rs *Ruleset) (Result, error) {
 		s.applied = rs
 		s.counters = rs.counters
 		res.Applied = true
+		s.reopen()
 	}
 	if s.opts.CutDenied {
 		n, err := s.opts.Conntrack.Delete(ctx, func(p Packet) bool { return !rs.Allows(p) })
@@ -140,6 +147,17 @@ func (s *Syncer) apply(ctx context.Context, rs *Ruleset) (Result, error) {
 		}
 	}
 	return res, nil
+}
+
+// reopen replaces the Interface after a full replace (Options.Reopen).
+// On failure the old one stays: it works, it only holds memory.
+func (s *Syncer) reopen() {
+	if s.opts.Reopen == nil {
+		return
+	}
+	if nft, err := s.opts.Reopen(); err == nil {
+		s.nft = nft
+	}
 }
 
 // Applied returns the ruleset last programmed, nil if none (or if the

@@ -14,20 +14,28 @@ import (
 // the kernel enter the namespace; the caller's threads stay where they
 // are.
 func (n *NS) Dataplane(opts nft.Options) (*nft.Syncer, error) {
-	var inner knftables.Interface
-	if err := n.Do(func() error {
-		var err error
-		inner, err = nft.NewInterface()
-		return err
-	}); err != nil {
-		return nil, fmt.Errorf("network namespace %s: %w", n.name, err)
+	open := func() (knftables.Interface, error) {
+		var inner knftables.Interface
+		if err := n.Do(func() error {
+			var err error
+			inner, err = nft.NewInterface()
+			return err
+		}); err != nil {
+			return nil, fmt.Errorf("network namespace %s: %w", n.name, err)
+		}
+		return &nsNFT{ns: n, inner: inner}, nil
+	}
+	iface, err := open()
+	if err != nil {
+		return nil, err
 	}
 	nl, err := n.Netlink()
 	if err != nil {
 		return nil, err
 	}
 	opts.Conntrack = nft.NetlinkConntrack{Handle: nl}
-	return nft.New(&nsNFT{ns: n, inner: inner}, opts), nil
+	opts.Reopen = open
+	return nft.New(iface, opts), nil
 }
 
 // Tables returns a knftables.Interface for one table of the namespace;
