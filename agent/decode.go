@@ -26,11 +26,15 @@ import (
 // decodedNP is a NetworkPolicy as the informer cache stores it.
 type decodedNP struct {
 	policy.NetworkPolicy
+	// labels keeps its selectors' shared matchLabels maps alive
+	// (selectors.go).
+	labels []*labelSet
 }
 
 // decodedCNP is a ClusterNetworkPolicy as the informer cache stores it.
 type decodedCNP struct {
 	policy.ClusterNetworkPolicy
+	labels []*labelSet
 }
 
 // DeepCopyObject keeps the decoding results with the copy (the embedded
@@ -64,18 +68,28 @@ func copyErrors(errs field.ErrorList) field.ErrorList {
 	return out
 }
 
-// decodeNP turns an unstructured NetworkPolicy into the compiler's form.
-// It never fails: what cannot be decoded is recorded and fails closed.
-func decodeNP(u *unstructured.Unstructured) *decodedNP {
+// decodeNP and decodeCNP decode without sharing selectors.
+func decodeNP(u *unstructured.Unstructured) *decodedNP   { return (*labelSets)(nil).decodeNP(u) }
+func decodeCNP(u *unstructured.Unstructured) *decodedCNP { return (*labelSets)(nil).decodeCNP(u) }
+
+// decodeNP turns an unstructured NetworkPolicy into the compiler's form,
+// its selectors shared with equal ones through t (nil: not shared). It
+// never fails: what cannot be decoded is recorded and fails closed.
+func (t *labelSets) decodeNP(u *unstructured.Unstructured) *decodedNP {
 	o := decodeObject(u, "NetworkPolicy", networkingv1.SchemeGroupVersion.String())
-	return &decodedNP{NetworkPolicy: *o.NetworkPolicy}
+	d := &decodedNP{NetworkPolicy: *o.NetworkPolicy}
+	d.labels = t.internSelectors(npSelectors(d.NetworkPolicy.NetworkPolicy))
+	return d
 }
 
 // decodeCNP turns an unstructured ClusterNetworkPolicy into the compiler's
-// form. Feature gates (IngressNetworksAndNodes) apply when it is compiled.
-func decodeCNP(u *unstructured.Unstructured) *decodedCNP {
+// form, as decodeNP does. Feature gates (IngressNetworksAndNodes) apply
+// when it is compiled.
+func (t *labelSets) decodeCNP(u *unstructured.Unstructured) *decodedCNP {
 	o := decodeObject(u, "ClusterNetworkPolicy", v1alpha2.SchemeGroupVersion.String())
-	return &decodedCNP{ClusterNetworkPolicy: *o.ClusterNetworkPolicy}
+	d := &decodedCNP{ClusterNetworkPolicy: *o.ClusterNetworkPolicy}
+	d.labels = t.internSelectors(cnpSelectors(d.ClusterNetworkPolicy.ClusterNetworkPolicy))
+	return d
 }
 
 // decodeObject decodes what an informer of kind holds; the result always

@@ -83,13 +83,13 @@ func (a *Agent) newInformers() (*informers, error) {
 		a.labelSets.toCachedPod, toCachedNamespace, toCachedNode,
 		func(o any) (any, error) {
 			if u, ok := o.(*unstructured.Unstructured); ok {
-				return decodeNP(u), nil
+				return a.labelSets.decodeNP(u), nil
 			}
 			return o, nil
 		},
 		func(o any) (any, error) {
 			if u, ok := o.(*unstructured.Unstructured); ok {
-				return decodeCNP(u), nil
+				return a.labelSets.decodeCNP(u), nil
 			}
 			return o, nil
 		},

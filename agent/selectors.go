@@ -1,0 +1,82 @@
+package agent
+
+import (
+	networkingv1 "k8s.io/api/networking/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/moat-net/moat/api/v1alpha2"
+)
+
+// Policies repeat a few selectors many times (every namespace's
+// NetworkPolicies select {app: web}, {role: db}...), and a matchLabels
+// map of one label costs some 300 bytes. The informers' transforms share
+// each selector's matchLabels map with equal ones through the same table
+// as pod labels (labelsets.go); the decoded policy keeps the shared sets
+// alive. Nothing writes to a selector once decoded.
+
+// internSelectors shares the matchLabels maps of sels and returns the
+// sets that keep them alive.
+func (t *labelSets) internSelectors(sels []*metav1.LabelSelector) []*labelSet {
+	if t == nil {
+		return nil
+	}
+	var keep []*labelSet
+	for _, s := range sels {
+		if s == nil {
+			continue
+		}
+		if set := t.intern(s.MatchLabels); set != nil {
+			s.MatchLabels = set.m
+			keep = append(keep, set)
+		}
+	}
+	return keep
+}
+
+// npSelectors lists the label selectors of a NetworkPolicy.
+func npSelectors(np *networkingv1.NetworkPolicy) []*metav1.LabelSelector {
+	if np == nil {
+		return nil
+	}
+	out := []*metav1.LabelSelector{&np.Spec.PodSelector}
+	peers := func(ps []networkingv1.NetworkPolicyPeer) {
+		for i := range ps {
+			out = append(out, ps[i].PodSelector, ps[i].NamespaceSelector)
+		}
+	}
+	for i := range np.Spec.Ingress {
+		peers(np.Spec.Ingress[i].From)
+	}
+	for i := range np.Spec.Egress {
+		peers(np.Spec.Egress[i].To)
+	}
+	return out
+}
+
+// cnpSelectors lists the label selectors of a ClusterNetworkPolicy.
+func cnpSelectors(c *v1alpha2.ClusterNetworkPolicy) []*metav1.LabelSelector {
+	if c == nil {
+		return nil
+	}
+	var out []*metav1.LabelSelector
+	pods := func(p *v1alpha2.NamespacedPod) {
+		if p != nil {
+			out = append(out, &p.NamespaceSelector, &p.PodSelector)
+		}
+	}
+	out = append(out, c.Spec.Subject.Namespaces)
+	pods(c.Spec.Subject.Pods)
+	for i := range c.Spec.Ingress {
+		for _, p := range c.Spec.Ingress[i].From {
+			out = append(out, p.Namespaces, p.Nodes)
+			pods(p.Pods)
+		}
+	}
+	for i := range c.Spec.Egress {
+		for _, p := range c.Spec.Egress[i].To {
+			out = append(out, p.Namespaces, p.Nodes)
+			pods(p.Pods)
+		}
+	}
+	return out
+}
