@@ -378,7 +378,11 @@ func (b *npBody) finish(d *dec, o *Object) {
 		b.np.Spec = networkingv1.NetworkPolicySpec{Ingress: make([]networkingv1.NetworkPolicyIngressRule, 1), Egress: make([]networkingv1.NetworkPolicyEgressRule, 1)}
 		d.invalid = append(d.invalid, unreadable("spec.podSelector"), unreadable("spec.ingress[0]"), unreadable("spec.egress[0]"))
 	})
-	o.NetworkPolicy = &policy.NetworkPolicy{NetworkPolicy: &b.np, UnknownFields: sortedUnique(d.unknown), Invalid: sortErrors(d.invalid), Source: o.Source}
+	// A copy of its own: &b.np would keep the whole body alive, decoding
+	// state and a second ObjectMeta included, for as long as the policy.
+	np := new(networkingv1.NetworkPolicy)
+	*np = b.np
+	o.NetworkPolicy = &policy.NetworkPolicy{NetworkPolicy: np, UnknownFields: sortedUnique(d.unknown), Invalid: sortErrors(d.invalid), Source: o.Source}
 }
 
 // foldTopLevel turns problems left outside any part (a repeated spec)
@@ -431,7 +435,9 @@ func (b *cnpBody) finish(d *dec, o *Object) {
 		d.invalid = append(d.invalid, field.Required(field.NewPath("spec"), "the policy is enforced fail-closed"))
 	}
 	d.foldTopLevel(func() { d.brokenCNPSpec(&b.cnp.Spec, "spec") })
-	o.ClusterNetworkPolicy = &policy.ClusterNetworkPolicy{ClusterNetworkPolicy: &b.cnp, UnknownFields: sortedUnique(d.unknown), Invalid: sortErrors(d.invalid), Source: o.Source}
+	cnp := new(v1alpha2.ClusterNetworkPolicy) // see npBody.finish
+	*cnp = b.cnp
+	o.ClusterNetworkPolicy = &policy.ClusterNetworkPolicy{ClusterNetworkPolicy: cnp, UnknownFields: sortedUnique(d.unknown), Invalid: sortErrors(d.invalid), Source: o.Source}
 }
 
 func sortedUnique(s []string) []string {
