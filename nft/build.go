@@ -25,7 +25,15 @@ type builder struct {
 	content map[string]*setContents
 	hashOf  map[string]string
 	setName map[string]string
-	chainOf map[*policy.DirPolicy]string
+	chainOf map[*policy.DirPolicy]entry
+}
+
+// entry is how a DirPolicy's chains are reached: the chain its pods'
+// addresses map to, and, when that is the Admin tier's chain, the chain
+// of the tiers after it ("": none can deny).
+type entry struct {
+	chain, next string
+	admin       bool
 }
 
 // localPod is a policed pod on the node and the addresses it owns alone.
@@ -71,12 +79,14 @@ func newBuilder(node string, cache *buildCache) *builder {
 	b := &builder{
 		cache: cache,
 		rs: &Ruleset{
-			node:     node,
-			sets:     map[string]*namedSet{},
-			chains:   map[string]*policyChain{},
-			egress:   map[netip.Addr]string{},
-			ingress:  map[netip.Addr]string{},
-			counters: map[string]*DropCounter{},
+			node:        node,
+			sets:        map[string]*namedSet{},
+			chains:      map[string]*policyChain{},
+			egress:      map[netip.Addr]string{},
+			ingress:     map[netip.Addr]string{},
+			egressNext:  map[netip.Addr]string{},
+			ingressNext: map[netip.Addr]string{},
+			counters:    map[string]*DropCounter{},
 		},
 		plans:   map[*policy.DirPolicy]*dirPlan{},
 		peers:   map[string]*peerGroup{},
@@ -85,7 +95,7 @@ func newBuilder(node string, cache *buildCache) *builder {
 		content: map[string]*setContents{},
 		hashOf:  map[string]string{},
 		setName: map[string]string{},
-		chainOf: map[*policy.DirPolicy]string{},
+		chainOf: map[*policy.DirPolicy]entry{},
 	}
 	for i := range staticCounters {
 		c := staticCounters[i]
@@ -172,17 +182,21 @@ func (b *builder) dispatch(prog *policy.Program, locals []localPod, conflict map
 			if dp == nil {
 				continue
 			}
-			chain := b.chain(dp)
-			if chain == "" {
+			e := b.chain(dp)
+			if e.chain == "" {
 				continue
 			}
-			m := rs.egress
+			m, next := rs.egress, rs.egressNext
 			if dir == policy.Ingress {
-				m = rs.ingress
+				m, next = rs.ingress, rs.ingressNext
 			}
 			for _, a := range l.ips {
-				if !conflict[a] {
-					m[a] = chain
+				if conflict[a] {
+					continue
+				}
+				m[a] = e.chain
+				if e.admin {
+					next[a] = e.next
 				}
 			}
 		}
@@ -245,11 +259,13 @@ func (b *builder) runRules(r *run, v verdict) []chainRule {
 	return b.lookupRules(r, r.shape, v, counter)
 }
 
-// chain returns the entry chain of a DirPolicy, creating the chains it
-// needs; "" when nothing can deny (default allow).
-func (b *builder) chain(dp *policy.DirPolicy) string {
-	if name, ok := b.chainOf[dp]; ok {
-		return name
+// chain returns how a DirPolicy's pods enter their chains, creating the
+// chains it needs; no chain when nothing can deny (default allow). The
+// Admin tier's chain goes to the tiers after it through nextChain, so
+// its content does not depend on them.
+func (b *builder) chain(dp *policy.DirPolicy) entry {
+	if e, ok := b.chainOf[dp]; ok {
+		return e
 	}
 	p := b.plans[dp]
 	var rest []chainRule
@@ -263,28 +279,22 @@ func (b *builder) chain(dp *policy.DirPolicy) string {
 			rest = append(rest, b.runRules(r, verdict{Kind: r.verdict})...)
 		}
 	}
-	restName := b.addChain(p.dir, rest)
+	e := entry{chain: b.addChain(p.dir, rest)}
+	next := verdict{Kind: verdictGoto, Target: nextChain(p.dir)}
 	var admin []chainRule
 	for _, r := range p.admin {
 		v := verdict{Kind: r.verdict}
 		if v.Kind == verdictGoto {
-			if restName == "" {
-				v = verdict{Kind: verdictReturn}
-			} else {
-				v.Target = restName
-			}
+			v = next
 		}
 		admin = append(admin, b.runRules(r, v)...)
 	}
-	name := restName
 	if len(admin) > 0 {
-		if restName != "" {
-			admin = append(admin, chainRule{Verdict: verdict{Kind: verdictGoto, Target: restName}, Comment: "next tier"})
-		}
-		name = b.addChain(p.dir, admin)
+		admin = append(admin, chainRule{Verdict: next, Comment: "next tier"})
+		e = entry{chain: b.addChain(p.dir, admin), next: e.chain, admin: true}
 	}
-	b.chainOf[dp] = name
-	return name
+	b.chainOf[dp] = e
+	return e
 }
 
 func (b *builder) addChain(dir policy.Direction, rules []chainRule) string {

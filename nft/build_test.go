@@ -419,3 +419,53 @@ spec:
 		t.Errorf("warnings do not name the claimants: %v", rs.warnings)
 	}
 }
+
+// TestAdminChainSharedAcrossLaterTiers: web and db on node-1 have one
+// Admin tier and different NetworkPolicies; they share the Admin chain,
+// and the next-tier maps tell them apart. A relabel that moves db under
+// web's NetworkPolicy patches the NetworkPolicy chains and the next-tier
+// map elements, never the Admin chain.
+func TestAdminChainSharedAcrossLaterTiers(t *testing.T) {
+	base := mustRead(t, "testdata/tiers.yaml")
+	web, db := netip.MustParseAddr("10.0.1.10"), netip.MustParseAddr("10.0.1.11")
+	rs := Build(compileYAML(t, base), "node-1")
+	for _, dir := range []struct {
+		name       string
+		entry, nxt map[netip.Addr]string
+	}{{"egress", rs.egress, rs.egressNext}, {"ingress", rs.ingress, rs.ingressNext}} {
+		if dir.entry[web] == "" || dir.entry[web] != dir.entry[db] {
+			t.Errorf("%s: web enters %q, db %q; want one shared Admin chain", dir.name, dir.entry[web], dir.entry[db])
+		}
+		if _, ok := dir.nxt[web]; !ok {
+			t.Errorf("%s: web has no next-tier entry", dir.name)
+		}
+	}
+	if rs.ingressNext[web] == rs.ingressNext[db] || rs.ingressNext[db] == "" {
+		t.Errorf("ingress next tiers: web %q, db %q; want their own NetworkPolicy chains", rs.ingressNext[web], rs.ingressNext[db])
+	}
+	ctx := context.Background()
+	fake := knftables.NewFake(knftables.InetFamily, Table)
+	s := New(fake, Options{Node: "node-1"})
+	if _, err := s.Sync(ctx, compileYAML(t, base)); err != nil {
+		t.Fatal(err)
+	}
+	moved := strings.Replace(base, "metadata: {name: db, namespace: shop, labels: {app: db}}", "metadata: {name: db, namespace: shop, labels: {app: web}}", 1)
+	if moved == base {
+		t.Fatal("fixture changed: db's labels not found")
+	}
+	res, err := s.Sync(ctx, compileYAML(t, moved))
+	if err != nil || res.Full || res.Operations == 0 {
+		t.Fatalf("relabel: %+v, %v; want a non-empty patch", res, err)
+	}
+	checkAgainstEvaluator(t, compileYAML(t, base), extraAddrs, probePorts)
+	checkAgainstEvaluator(t, compileYAML(t, moved), extraAddrs, probePorts)
+	tx := fake.LastTransaction.String()
+	for _, admin := range []string{rs.egress[web], rs.ingress[web]} {
+		if strings.Contains(tx, admin) {
+			t.Errorf("moving db between NetworkPolicies touched the Admin chain %s:\n%s", admin, tx)
+		}
+	}
+	if !strings.Contains(tx, "add element inet moat ingress-next4 { 10.0.1.11 : goto ") {
+		t.Errorf("db's next-tier entry was not moved:\n%s", tx)
+	}
+}

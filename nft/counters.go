@@ -64,12 +64,16 @@ const (
 	counterInvalid  = "drop-invalid"
 	counterNotSYN   = "drop-not-syn"
 	counterConflict = "drop-conflict"
+	// counterNoTier counts packets of a pod missing from a next-tier map
+	// (nextChain): fail-closed, and never expected to count.
+	counterNoTier = "drop-no-tier"
 )
 
 var staticCounters = []DropCounter{
 	{Name: counterInvalid, Rule: -1, Reason: ReasonInvalid},
 	{Name: counterNotSYN, Rule: -1, Reason: ReasonNotSYN},
 	{Name: counterConflict, Rule: -1, Reason: ReasonConflict},
+	{Name: counterNoTier, Rule: -1, Reason: ReasonFailClosed},
 }
 
 // counterComment is the human-readable note on a counter object.

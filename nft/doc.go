@@ -7,7 +7,9 @@
 // The table: base chains accept established flows and send every new
 // connection to a dispatch chain, whose verdict maps jump to the source
 // pod's egress chain and the destination pod's ingress chain. A pod's
-// chains hold its tiers in order; a rule matches the remote address in a
+// chains hold its tiers in order (the Admin tier's chain reaches the
+// tiers after it through a second, per-pod verdict map, so that it can be
+// shared by pods whose other tiers differ); a rule matches the remote address in a
 // set shared by every rule with the same peer, with its ports beside it.
 // Every drop counts into a named counter object per policy rule
 // (Syncer.Counters reads them back), which patches never touch and a full

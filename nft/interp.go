@@ -24,13 +24,13 @@ func (rs *Ruleset) Allows(p Packet) bool {
 	if src == dst && contains(rs.self, src) {
 		return true
 	}
-	if c, ok := rs.egress[src]; ok && !rs.runChain(c, dst, p) {
+	if c, ok := rs.egress[src]; ok && !rs.runChain(c, rs.egressNext, src, dst, p) {
 		return false
 	}
 	if contains(rs.nodeLocal, src) {
 		return true
 	}
-	if c, ok := rs.ingress[dst]; ok && !rs.runChain(c, src, p) {
+	if c, ok := rs.ingress[dst]; ok && !rs.runChain(c, rs.ingressNext, dst, src, p) {
 		return false
 	}
 	return true
@@ -50,13 +50,25 @@ func PathAllows(p Packet, crossed ...*Ruleset) bool {
 	return true
 }
 
-// runChain returns false when the chain drops the packet.
-func (rs *Ruleset) runChain(name string, remote netip.Addr, p Packet) bool {
+// runChain returns false when the chain drops the packet. next is the
+// direction's next-tier map, local the pod's address, remote the other
+// end's.
+func (rs *Ruleset) runChain(name string, next map[netip.Addr]string, local, remote netip.Addr, p Packet) bool {
 	if name == conflictChain {
 		return false
 	}
 	// Goto verdicts form a chain of tiers; bound the walk all the same.
 	for hops := 0; hops < 8; hops++ {
+		if name == nextChain(policy.Egress) || name == nextChain(policy.Ingress) {
+			n, ok := next[local]
+			if !ok {
+				return false // drop-no-tier
+			}
+			if n == "" {
+				return true
+			}
+			name = n
+		}
 		c, ok := rs.chains[name]
 		if !ok {
 			return false

@@ -20,6 +20,21 @@ const (
 	tableComment  = "moat: network policy; managed by moat, do not edit"
 )
 
+// nextChain is where a pod's Admin tier chain goes for the tiers after it
+// (a Pass, or no Admin rule matched): a lookup of the pod's address in a
+// verdict map of its own, so that the Admin tier's chain does not name
+// the pod's NetworkPolicy or Baseline chain. Pods with equal Admin tiers
+// share one chain whatever their other tiers, and a label change that
+// moves a pod to other NetworkPolicies changes a map element, not the
+// Admin chain's rules. A pod missing from the map (never, by
+// construction) is dropped.
+func nextChain(dir policy.Direction) string {
+	if dir == policy.Ingress {
+		return "ingress-next"
+	}
+	return "egress-next"
+}
+
 // staticChain is a chain whose rules never change.
 type staticChain struct {
 	name  string
@@ -54,6 +69,16 @@ var staticChains = []staticChain{
 		"ip daddr vmap @ingress4",
 		"ip6 daddr vmap @ingress6",
 	}},
+	{name: "egress-next", rules: []string{
+		"ip saddr vmap @egress-next4",
+		"ip6 saddr vmap @egress-next6",
+		"counter name " + counterNoTier + " drop",
+	}},
+	{name: "ingress-next", rules: []string{
+		"ip daddr vmap @ingress-next4",
+		"ip6 daddr vmap @ingress-next6",
+		"counter name " + counterNoTier + " drop",
+	}},
 	{name: "forward", hook: knftables.ForwardHook, rules: baseRules},
 	{name: "input", hook: knftables.InputHook, rules: baseRules},
 	{name: "output", hook: knftables.OutputHook, rules: baseRules},
@@ -83,6 +108,10 @@ var staticMaps = []knftables.Map{
 	{Name: "egress6", Type: "ipv6_addr : verdict", Comment: knftables.PtrTo("local pod address to its egress chain")},
 	{Name: "ingress4", Type: "ipv4_addr : verdict", Comment: knftables.PtrTo("local pod address to its ingress chain")},
 	{Name: "ingress6", Type: "ipv6_addr : verdict", Comment: knftables.PtrTo("local pod address to its ingress chain")},
+	{Name: "egress-next4", Type: "ipv4_addr : verdict", Comment: knftables.PtrTo("local pod address to its egress tiers after Admin")},
+	{Name: "egress-next6", Type: "ipv6_addr : verdict", Comment: knftables.PtrTo("local pod address to its egress tiers after Admin")},
+	{Name: "ingress-next4", Type: "ipv4_addr : verdict", Comment: knftables.PtrTo("local pod address to its ingress tiers after Admin")},
+	{Name: "ingress-next6", Type: "ipv6_addr : verdict", Comment: knftables.PtrTo("local pod address to its ingress tiers after Admin")},
 }
 
 // nftType is the set's key type. Address sets carry the family beside the
@@ -184,6 +213,21 @@ func mapElement(dir policy.Direction, a netip.Addr, chain string) *knftables.Ele
 	return &knftables.Element{Map: mapName(dir, a), Key: []string{a.String()}, Value: []string{"jump " + chain}}
 }
 
+// nextMapName is the map nextChain looks a pod's address up in.
+func nextMapName(dir policy.Direction, a netip.Addr) string {
+	return nextChain(dir) + family(a)
+}
+
+// nextElement sends a pod to the chain of its tiers after Admin; "" (none
+// can deny) returns.
+func nextElement(dir policy.Direction, a netip.Addr, chain string) *knftables.Element {
+	v := "return"
+	if chain != "" {
+		v = "goto " + chain
+	}
+	return &knftables.Element{Map: nextMapName(dir, a), Key: []string{a.String()}, Value: []string{v}}
+}
+
 func selfElement(a netip.Addr) *knftables.Element {
 	return &knftables.Element{Set: "self" + family(a), Key: []string{a.String(), a.String()}}
 }
@@ -271,6 +315,12 @@ func fullTransaction(tx *knftables.Transaction, rs *Ruleset, prev map[string]*kn
 	for _, a := range sortedAddrs(rs.ingress) {
 		tx.Add(mapElement(policy.Ingress, a, rs.ingress[a]))
 	}
+	for _, a := range sortedAddrs(rs.egressNext) {
+		tx.Add(nextElement(policy.Egress, a, rs.egressNext[a]))
+	}
+	for _, a := range sortedAddrs(rs.ingressNext) {
+		tx.Add(nextElement(policy.Ingress, a, rs.ingressNext[a]))
+	}
 }
 
 // diffTransaction turns old into new with the fewest operations: 1. new
@@ -341,7 +391,8 @@ func addNewChains(tx *knftables.Transaction, old, rs *Ruleset) {
 	}
 }
 
-// patchDispatch updates the fixed sets and the verdict maps.
+// patchDispatch updates the fixed sets and the verdict maps (a changed
+// element is deleted, then added again).
 func patchDispatch(tx *knftables.Transaction, old, rs *Ruleset) {
 	diffAddrList(tx, old.self, rs.self, selfElement)
 	diffAddrList(tx, old.self, rs.self, localElement)
@@ -359,6 +410,20 @@ func patchDispatch(tx *knftables.Transaction, old, rs *Ruleset) {
 		for _, a := range sortedAddrs(nm) {
 			if c, ok := om[a]; !ok || c != nm[a] {
 				tx.Add(mapElement(dir, a, nm[a]))
+			}
+		}
+		on, nn := old.egressNext, rs.egressNext
+		if dir == policy.Ingress {
+			on, nn = old.ingressNext, rs.ingressNext
+		}
+		for _, a := range sortedAddrs(on) {
+			if c, ok := nn[a]; !ok || c != on[a] {
+				tx.Delete(&knftables.Element{Map: nextMapName(dir, a), Key: []string{a.String()}})
+			}
+		}
+		for _, a := range sortedAddrs(nn) {
+			if c, ok := on[a]; !ok || c != nn[a] {
+				tx.Add(nextElement(dir, a, nn[a]))
 			}
 		}
 	}

@@ -145,6 +145,10 @@ type Ruleset struct {
 	// egress and ingress map a local pod address to the chain that
 	// judges that direction; a pod no policy selects has no entry.
 	egress, ingress map[netip.Addr]string
+	// egressNext and ingressNext map the address of a local pod whose
+	// entry chain is its Admin tier to the chain of its tiers after it
+	// ("": none, the direction is allowed); see nextChain.
+	egressNext, ingressNext map[netip.Addr]string
 	// self lists local policed pod addresses: a pod reaching its own
 	// address is not policed, and a TCP packet that is new to conntrack
 	// but no SYN is dropped from or to them.
@@ -179,7 +183,7 @@ func (rs *Ruleset) Stats() Stats {
 	for _, s := range rs.sets {
 		st.Elements += s.len()
 	}
-	st.Elements += len(rs.egress) + len(rs.ingress) + 2*len(rs.self) + len(rs.nodeLocal)
+	st.Elements += len(rs.egress) + len(rs.ingress) + len(rs.egressNext) + len(rs.ingressNext) + 2*len(rs.self) + len(rs.nodeLocal)
 	return st
 }
 
