@@ -33,12 +33,19 @@ func (s *Server) AgentServerOptions(creds credentials.TransportCredentials) []gr
 		grpc.KeepaliveParams(keepalive.ServerParameters{Time: 30 * time.Second, Timeout: 10 * time.Second})}
 }
 
+// FrontendWindow is the HTTP/2 window of a frontend connection, which
+// carries one tunneled connection. Setting it also turns off grpc-go's
+// bandwidth-delay estimation, whose PING on the first DATA frame of every
+// new connection would cost each fresh tunnel a round trip of wakeups.
+const FrontendWindow = 1 << 20
+
 // FrontendServerOptions are the gRPC server options for kube-apiserver's
 // frontend (creds nil on the Unix socket). kube-apiserver opens one gRPC
 // connection per tunneled connection: idle ones are kept cheap (small read
 // buffers; grpc-go returns write buffers to a pool after each flush).
 func (s *Server) FrontendServerOptions(creds credentials.TransportCredentials) []grpc.ServerOption {
 	opts := []grpc.ServerOption{grpc.MaxRecvMsgSize(MaxFrame), grpc.ConnectionTimeout(10 * time.Second),
+		grpc.InitialWindowSize(FrontendWindow), grpc.InitialConnWindowSize(FrontendWindow),
 		grpc.ReadBufferSize(16 << 10), experimental.BufferPool(s.pool), grpc.ForceServerCodecV2(grpcbuf.Codec{Pool: s.pool}),
 		grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{MinTime: 5 * time.Second, PermitWithoutStream: true})}
 	if creds != nil {
