@@ -74,19 +74,7 @@ func idleRSS(b *testing.B, mode string) {
 		"--health-server-port=0", "--admin-server-port=0", "--sync-interval=100ms")
 	// The backend runs in a child process: this process holds the clients'
 	// descriptors and the file limit (here 20,000) would not fit both.
-	addrFile := filepath.Join(b.TempDir(), "backend-addr")
-	helper := exec.Command(os.Args[0], "-test.run=^$")
-	helper.Env = append(os.Environ(), "MOAT_TUNNEL_BACKEND_HELPER="+addrFile)
-	if err := helper.Start(); err != nil {
-		b.Fatal(err)
-	}
-	b.Cleanup(func() { helper.Process.Kill(); helper.Wait() })
-	var beAddr string
-	eventually(b, "backend helper", func() bool {
-		a, err := os.ReadFile(addrFile)
-		beAddr = strings.TrimSpace(string(a))
-		return err == nil && strings.HasSuffix(string(a), "\n")
-	})
+	beAddr := startBackendProc(b)
 	var conns []net.Conn
 	eventually(b, "tunnel", func() bool {
 		c, err := dialUDS(b, p, mode, uds, beAddr)

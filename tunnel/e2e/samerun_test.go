@@ -12,7 +12,9 @@ import (
 	"path/filepath"
 	"slices"
 	"strconv"
+	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 )
@@ -25,30 +27,43 @@ type tunnelImpl struct {
 
 // sameRunImpls is Moat's binaries and, when MOAT_TUNNEL_ANCHOR names a
 // directory holding an upstream apiserver-network-proxy build (binaries
-// proxy-server and proxy-agent), those too.
+// proxy-server and proxy-agent), those too; MOAT_TUNNEL_ALT names
+// directories (comma-separated) of other Moat builds (moat-proxy-server,
+// moat-proxy-agent), reported as alt1, alt2... (before/after comparisons
+// in one run).
 func sameRunImpls(b *testing.B) []tunnelImpl {
 	dir := buildBinariesB(b)
 	out := []tunnelImpl{{"moat", filepath.Join(dir, "moat-proxy-server"), filepath.Join(dir, "moat-proxy-agent")}}
 	if a := os.Getenv("MOAT_TUNNEL_ANCHOR"); a != "" {
 		out = append(out, tunnelImpl{"upstream", filepath.Join(a, "proxy-server"), filepath.Join(a, "proxy-agent")})
 	}
+	if alt := os.Getenv("MOAT_TUNNEL_ALT"); alt != "" {
+		for i, a := range strings.Split(alt, ",") {
+			out = append(out, tunnelImpl{"alt" + strconv.Itoa(i+1), filepath.Join(a, "moat-proxy-server"), filepath.Join(a, "moat-proxy-agent")})
+		}
+	}
 	return out
 }
 
 // startProcStack runs im's server (frontend mode on a Unix socket, mTLS on
 // the agent port) and agent as processes with the same certificates and
-// flags, and returns the socket once a tunneled connection to backend works.
-func startProcStack(b *testing.B, p *pki, im tunnelImpl, mode, backend string) string {
+// flags, and returns the socket once a tunneled connection to backend works,
+// and the two processes' IDs.
+func startProcStack(b *testing.B, p *pki, im tunnelImpl, mode, backend string) (string, []int) {
 	uds := filepath.Join(b.TempDir(), "s.sock")
 	agentPort := freePort(b)
+	var pids []int
 	start := func(bin string, args ...string) {
 		c := exec.Command(bin, args...)
+		// Gone with this process even when it is killed.
+		c.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
 		if os.Getenv("MOAT_TUNNEL_TEST_LOG") != "" {
 			c.Stderr = os.Stderr
 		}
 		if err := c.Start(); err != nil {
 			b.Fatal(err)
 		}
+		pids = append(pids, c.Process.Pid)
 		b.Cleanup(func() { c.Process.Kill(); c.Wait() })
 	}
 	port := func() string { return strconv.Itoa(freePort(b)) }
@@ -66,7 +81,42 @@ func startProcStack(b *testing.B, p *pki, im tunnelImpl, mode, backend string) s
 		}
 		return err == nil
 	})
-	return uds
+	return uds, pids
+}
+
+// procCost is what processes have used so far: CPU time and context
+// switches, summed over their threads (Linux /proc).
+type procCost struct {
+	cpu      time.Duration
+	switches int64
+}
+
+func readProcCost(b *testing.B, pids []int) procCost {
+	var c procCost
+	for _, pid := range pids {
+		tasks, err := filepath.Glob(fmt.Sprintf("/proc/%d/task/*", pid))
+		if err != nil || len(tasks) == 0 {
+			b.Fatalf("threads of %d: %v", pid, err)
+		}
+		for _, t := range tasks {
+			if st, err := os.ReadFile(t + "/schedstat"); err == nil {
+				var ns int64
+				fmt.Sscan(string(st), &ns)
+				c.cpu += time.Duration(ns)
+			}
+			st, err := os.ReadFile(t + "/status")
+			if err != nil {
+				continue // the thread exited
+			}
+			for _, line := range strings.Split(string(st), "\n") {
+				if k, v, ok := strings.Cut(line, ":"); ok && strings.HasSuffix(k, "ctxt_switches") {
+					n, _ := strconv.ParseInt(strings.TrimSpace(v), 10, 64)
+					c.switches += n
+				}
+			}
+		}
+	}
+	return c
 }
 
 type dialFunc func() (net.Conn, error)
@@ -214,7 +264,9 @@ func BenchmarkSameRun(b *testing.B) {
 	type stacks struct{ connect, grpc string }
 	st := map[string]stacks{}
 	for _, im := range impls {
-		st[im.name] = stacks{startProcStack(b, p, im, "http-connect", be), startProcStack(b, p, im, "grpc", be)}
+		connect, _ := startProcStack(b, p, im, "http-connect", be)
+		grpcSock, _ := startProcStack(b, p, im, "grpc", be)
+		st[im.name] = stacks{connect, grpcSock}
 	}
 	figures := []string{"tput1-MB/s", "tput8-MB/s", "rtt64-p50-µs", "connect-conns/s", "fresh-p50-µs", "fresh-overhead-p50-µs", "grpc-conns/s"}
 	got := map[string]map[string][]float64{} // impl -> figure -> per round
@@ -246,14 +298,80 @@ func BenchmarkSameRun(b *testing.B) {
 			b.ReportMetric(median(got[im.name][f]), im.name+"-"+f)
 		}
 	}
-	if len(impls) < 2 {
-		return
-	}
-	for _, f := range figures {
-		ratios := make([]float64, rounds)
-		for r := range rounds {
-			ratios[r] = got["moat"][f][r] / got["upstream"][f][r]
+	for _, im := range impls[1:] {
+		for _, f := range figures {
+			ratios := make([]float64, rounds)
+			for r := range rounds {
+				ratios[r] = got["moat"][f][r] / got[im.name][f][r]
+			}
+			b.ReportMetric(median(ratios), "moat/"+im.name+"-"+f)
 		}
-		b.ReportMetric(median(ratios), "moat/upstream-"+f)
+	}
+}
+
+// BenchmarkFreshTunnelProcs is the fresh-tunnel figures of BenchmarkSameRun
+// alone, for quick before/after comparisons: each implementation's server
+// and agent run as separate processes (gRPC frontend on a Unix socket, mTLS
+// to the agent), and rounds of b.N small HTTP requests through fresh
+// single-use tunnels, interleaved with direct ones, rotate between them.
+// MOAT_TUNNEL_ANCHOR and MOAT_TUNNEL_ALT add implementations as for
+// BenchmarkSameRun. Besides latency and rate it reports what the server and
+// agent processes spend per fresh tunnel (CPU time and context switches of
+// all their threads, from /proc): less at the mercy of other load on the
+// machine than wall-clock figures.
+//
+//	MOAT_TUNNEL_ANCHOR=/path/to/upstream/bin go test -run XXX -bench FreshTunnelProcs -benchtime 300x ./tunnel/e2e
+func BenchmarkFreshTunnelProcs(b *testing.B) {
+	rounds := 6
+	if v := os.Getenv("MOAT_TUNNEL_ROUNDS"); v != "" {
+		rounds, _ = strconv.Atoi(v)
+	}
+	p := newPKI(b)
+	be := startBackend(b, "tcp", "127.0.0.1:0").Addr().String()
+	hs := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		fmt.Fprintf(w, "hello %s", r.URL.Path)
+	}))
+	b.Cleanup(hs.Close)
+	httpAddr := hs.Listener.Addr().String()
+	impls := sameRunImpls(b)
+	socks, pids := map[string]string{}, map[string][]int{}
+	for _, im := range impls {
+		socks[im.name], pids[im.name] = startProcStack(b, p, im, "grpc", be)
+	}
+	got := map[string]map[string][]float64{}
+	for _, im := range impls {
+		got[im.name] = map[string][]float64{}
+	}
+	ctx := context.Background()
+	b.ResetTimer()
+	for r := range rounds {
+		for j := range impls {
+			im := impls[(r+j)%len(impls)]
+			grpcTo := func(addr string) dialFunc {
+				return func() (net.Conn, error) { return grpcDial(ctx, b, p, socks[im.name], addr) }
+			}
+			g := got[im.name]
+			c0 := readProcCost(b, pids[im.name])
+			p50, over := measureFresh(b, grpcTo(httpAddr), httpAddr, b.N)
+			c1 := readProcCost(b, pids[im.name])
+			g["fresh-p50-µs"] = append(g["fresh-p50-µs"], p50)
+			g["fresh-overhead-p50-µs"] = append(g["fresh-overhead-p50-µs"], over)
+			g["cpu-µs/tunnel"] = append(g["cpu-µs/tunnel"], float64((c1.cpu-c0.cpu).Microseconds())/float64(b.N))
+			g["switches/tunnel"] = append(g["switches/tunnel"], float64(c1.switches-c0.switches)/float64(b.N))
+			g["grpc-conns/s"] = append(g["grpc-conns/s"], measureConnRate(b, grpcTo(be), b.N))
+		}
+	}
+	b.StopTimer()
+	for _, im := range impls {
+		for _, f := range []string{"fresh-p50-µs", "fresh-overhead-p50-µs", "grpc-conns/s", "cpu-µs/tunnel", "switches/tunnel"} {
+			b.ReportMetric(median(got[im.name][f]), im.name+"-"+f)
+			if im.name != "moat" {
+				ratios := make([]float64, rounds)
+				for r := range rounds {
+					ratios[r] = got["moat"][f][r] / got[im.name][f][r]
+				}
+				b.ReportMetric(median(ratios), "moat/"+im.name+"-"+f)
+			}
+		}
 	}
 }
