@@ -55,6 +55,11 @@ type Conn struct {
 	drainDone func(error)
 	running   bool // a drain goroutine is active
 	drainEnd  bool // drainDone was called
+
+	// linger keeps a closed requester connection's ID reserved until the
+	// peer's CLOSE_RSP; stopped when it comes, so that a closed connection
+	// is not held for closeLinger.
+	linger *time.Timer
 }
 
 func (s *Session) newConn(k key, requester bool) *Conn {
@@ -234,6 +239,9 @@ func (c *Conn) addCredit(n uint64) {
 func (c *Conn) remoteClose() {
 	c.mu.Lock()
 	c.eof = true
+	if c.linger != nil {
+		c.linger.Stop()
+	}
 	start := c.kickLocked()
 	c.mu.Unlock()
 	c.cond.Broadcast()
@@ -485,8 +493,13 @@ func (c *Conn) Close() error {
 	}
 	c.released()
 	if c.requester && !peerClosed {
-		// Keep the ID reserved until CLOSE_RSP (handleCloseRsp removes it).
-		time.AfterFunc(closeLinger, func() { c.s.remove(c) })
+		// Keep the ID reserved until CLOSE_RSP (handleCloseRsp removes it),
+		// unless it has come already.
+		c.mu.Lock()
+		if !c.eof {
+			c.linger = time.AfterFunc(closeLinger, func() { c.s.remove(c) })
+		}
+		c.mu.Unlock()
 		return nil
 	}
 	c.s.remove(c)

@@ -253,3 +253,34 @@ func TestDialError(t *testing.T) {
 		t.Fatalf("want DialError, got %v", err)
 	}
 }
+
+// TestCloseRspStopsLinger: a connection this side closed is released when
+// the peer's CLOSE_RSP comes, not held (with its timer) for closeLinger.
+func TestCloseRspStopsLinger(t *testing.T) {
+	req, _ := sessions(t, true)
+	c, err := req.Dial(context.Background(), echo(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	c.Close()
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(time.Millisecond) {
+		c.mu.Lock()
+		acked, linger := c.eof, c.linger
+		c.mu.Unlock()
+		if acked {
+			if linger != nil && linger.Stop() {
+				t.Fatal("closeLinger timer still pending after CLOSE_RSP")
+			}
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("no CLOSE_RSP")
+		}
+	}
+	req.mu.Lock()
+	_, held := req.conns[c.key]
+	req.mu.Unlock()
+	if held {
+		t.Error("connection still registered after CLOSE_RSP")
+	}
+}

@@ -127,7 +127,8 @@ func (s *Server) Proxy(st client.ProxyService_ProxyServer) error {
 	}
 	registered := newClientReady()
 	defer registered.open()
-	time.AfterFunc(clientHold, registered.open)
+	hold := time.AfterFunc(clientHold, registered.open)
+	defer hold.Stop()               // a timer per tunnel firing after it ended costs a wakeup
 	finished := make(chan struct{}) // closed once CLOSE_RSP went to the client
 	conn.StartDrain(frontendWriter{mu: &sendMu, st: st, connID: conn.ID(), ready: registered, pool: s.pool}, func(werr error) {
 		msg := ""
