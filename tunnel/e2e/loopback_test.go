@@ -24,6 +24,12 @@ func TestMain(m *testing.M) {
 	if f := os.Getenv("MOAT_TUNNEL_BACKEND_HELPER"); f != "" {
 		backendHelper(f) // a child process serving as the backend; never returns
 	}
+	if f := os.Getenv("MOAT_TUNNEL_NULL_SERVER"); f != "" {
+		nullServerHelper(f) // the null tunnel's server (nulltunnel_test.go); never returns
+	}
+	if a := os.Getenv("MOAT_TUNNEL_NULL_AGENT"); a != "" {
+		nullAgentHelper(a) // the null tunnel's agent; never returns
+	}
 	goleak.VerifyTestMain(m,
 		goleak.IgnoreTopFunction("k8s.io/klog/v2.(*loggingT).flushDaemon"),
 		goleak.IgnoreTopFunction("k8s.io/klog/v2.(*flushDaemon).run.func1"),

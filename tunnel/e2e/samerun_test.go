@@ -314,8 +314,10 @@ func BenchmarkSameRun(b *testing.B) {
 // and agent run as separate processes (gRPC frontend on a Unix socket, mTLS
 // to the agent), and rounds of b.N small HTTP requests through fresh
 // single-use tunnels, interleaved with direct ones, rotate between them.
-// MOAT_TUNNEL_ANCHOR and MOAT_TUNNEL_ALT add implementations as for
-// BenchmarkSameRun. Besides latency and rate it reports what the server and
+// Each round also measures the null tunnel (nulltunnel_test.go: the same
+// cross-process messages and nothing else), the floor of any implementation
+// in separate processes on this machine. MOAT_TUNNEL_ANCHOR and
+// MOAT_TUNNEL_ALT add implementations as for BenchmarkSameRun. Besides latency and rate it reports what the server and
 // agent processes spend per fresh tunnel (CPU time and context switches of
 // all their threads, from /proc): less at the mercy of other load on the
 // machine than wall-clock figures.
@@ -338,6 +340,8 @@ func BenchmarkFreshTunnelProcs(b *testing.B) {
 	for _, im := range impls {
 		socks[im.name], pids[im.name] = startProcStack(b, p, im, "grpc", be)
 	}
+	null := startNullTunnel(b)
+	nullFig := map[string][]float64{}
 	got := map[string]map[string][]float64{}
 	for _, im := range impls {
 		got[im.name] = map[string][]float64{}
@@ -360,8 +364,15 @@ func BenchmarkFreshTunnelProcs(b *testing.B) {
 			g["switches/tunnel"] = append(g["switches/tunnel"], float64(c1.switches-c0.switches)/float64(b.N))
 			g["grpc-conns/s"] = append(g["grpc-conns/s"], measureConnRate(b, grpcTo(be), b.N))
 		}
+		p50, over := measureFresh(b, nullDialer(null, httpAddr), httpAddr, b.N)
+		nullFig["fresh-p50-µs"] = append(nullFig["fresh-p50-µs"], p50)
+		nullFig["fresh-overhead-p50-µs"] = append(nullFig["fresh-overhead-p50-µs"], over)
+		nullFig["conns/s"] = append(nullFig["conns/s"], measureConnRate(b, nullDialer(null, be), b.N))
 	}
 	b.StopTimer()
+	for f, v := range nullFig {
+		b.ReportMetric(median(v), "null-"+f)
+	}
 	for _, im := range impls {
 		for _, f := range []string{"fresh-p50-µs", "fresh-overhead-p50-µs", "grpc-conns/s", "cpu-µs/tunnel", "switches/tunnel"} {
 			b.ReportMetric(median(got[im.name][f]), im.name+"-"+f)
