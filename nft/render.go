@@ -397,34 +397,25 @@ func patchDispatch(tx *knftables.Transaction, old, rs *Ruleset) {
 	diffAddrList(tx, old.self, rs.self, selfElement)
 	diffAddrList(tx, old.self, rs.self, localElement)
 	diffAddrList(tx, old.nodeLocal, rs.nodeLocal, nodeLocalElement)
-	for _, dir := range []policy.Direction{policy.Egress, policy.Ingress} {
-		om, nm := old.egress, rs.egress
-		if dir == policy.Ingress {
-			om, nm = old.ingress, rs.ingress
+	diffVerdictMap(tx, policy.Egress, old.egress, rs.egress, mapName, mapElement)
+	diffVerdictMap(tx, policy.Ingress, old.ingress, rs.ingress, mapName, mapElement)
+	diffVerdictMap(tx, policy.Egress, old.egressNext, rs.egressNext, nextMapName, nextElement)
+	diffVerdictMap(tx, policy.Ingress, old.ingressNext, rs.ingressNext, nextMapName, nextElement)
+}
+
+// diffVerdictMap turns the elements of one direction's verdict maps (by
+// address; name and elem give each address's map and element) from om
+// into nm.
+func diffVerdictMap(tx *knftables.Transaction, dir policy.Direction, om, nm map[netip.Addr]string,
+	name func(policy.Direction, netip.Addr) string, elem func(policy.Direction, netip.Addr, string) *knftables.Element) {
+	for _, a := range sortedAddrs(om) {
+		if c, ok := nm[a]; !ok || c != om[a] {
+			tx.Delete(&knftables.Element{Map: name(dir, a), Key: []string{a.String()}})
 		}
-		for _, a := range sortedAddrs(om) {
-			if c, ok := nm[a]; !ok || c != om[a] {
-				tx.Delete(&knftables.Element{Map: mapName(dir, a), Key: []string{a.String()}})
-			}
-		}
-		for _, a := range sortedAddrs(nm) {
-			if c, ok := om[a]; !ok || c != nm[a] {
-				tx.Add(mapElement(dir, a, nm[a]))
-			}
-		}
-		on, nn := old.egressNext, rs.egressNext
-		if dir == policy.Ingress {
-			on, nn = old.ingressNext, rs.ingressNext
-		}
-		for _, a := range sortedAddrs(on) {
-			if c, ok := nn[a]; !ok || c != on[a] {
-				tx.Delete(&knftables.Element{Map: nextMapName(dir, a), Key: []string{a.String()}})
-			}
-		}
-		for _, a := range sortedAddrs(nn) {
-			if c, ok := on[a]; !ok || c != nn[a] {
-				tx.Add(nextElement(dir, a, nn[a]))
-			}
+	}
+	for _, a := range sortedAddrs(nm) {
+		if c, ok := om[a]; !ok || c != nm[a] {
+			tx.Add(elem(dir, a, nm[a]))
 		}
 	}
 }

@@ -83,42 +83,32 @@ func (c *buildCache) sweep() {
 	if c == nil {
 		return
 	}
-	for k, e := range c.addrs {
-		if !e.used {
-			delete(c.addrs, k)
-		}
-		e.used = false
-	}
-	for k, e := range c.hashes {
-		if !e.used {
-			delete(c.hashes, k)
-		}
-		e.used = false
-	}
+	sweepUnused(c.addrs, func(e *cachedKey) *bool { return &e.used })
+	sweepUnused(c.hashes, func(e *cachedKey) *bool { return &e.used })
+	sweepUnused(c.plans, func(e *cachedPlan) *bool { return &e.used })
+	sweepUnused(c.rules, func(e *cachedRule) *bool { return &e.used })
+	// runs and byInput share their entries: both maps are swept before
+	// the marks are cleared.
 	for k, cr := range c.runs {
 		if !cr.used {
 			delete(c.runs, k)
 		}
 	}
-	for k, cr := range c.byInput {
-		if !cr.used {
-			delete(c.byInput, k)
-		}
-	}
+	sweepUnused(c.byInput, func(e *cachedRun) *bool { return &e.used })
 	for _, cr := range c.runs {
 		cr.used = false
 	}
-	for k, cp := range c.plans {
-		if !cp.used {
-			delete(c.plans, k)
+}
+
+// sweepUnused deletes the entries of m whose mark is not set and clears
+// the marks of the others for the next Build.
+func sweepUnused[K comparable, V any](m map[K]V, mark func(V) *bool) {
+	for k, v := range m {
+		if used := mark(v); *used {
+			*used = false
+		} else {
+			delete(m, k)
 		}
-		cp.used = false
-	}
-	for k, cr := range c.rules {
-		if !cr.used {
-			delete(c.rules, k)
-		}
-		cr.used = false
 	}
 }
 
