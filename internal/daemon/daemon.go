@@ -2,7 +2,8 @@
 // moat-proxy-server, moat-proxy-agent) become commands: flags in named
 // sections for --help, Validate before anything starts, component-base
 // logging applied from the same flags (-v, --logging-format=json), logs
-// flushed on exit, and SIGTERM/SIGINT delivered to the run loop; their
+// flushed on exit, the Go memory limit set from the container's
+// (memlimit.go), and SIGTERM/SIGINT delivered to the run loop; their
 // options embed Common (feature gate and logging configuration). Each
 // daemon keeps its own options (cmd/<bin>/app/options) and run loop
 // (cmd/<bin>/app); what they have in common lives here once.
@@ -72,7 +73,8 @@ type Options interface {
 // NewCommand returns the cobra command of a daemon: no arguments, usage
 // not printed on run errors (main prints the error once), --help in
 // sections wrapped to the terminal. When it runs it validates o, applies
-// the logging flags, and calls run until it returns. run's signals
+// the logging flags, sets the Go memory limit from the cgroup's unless
+// GOMEMLIMIT is set, and calls run until it returns. run's signals
 // receives SIGTERM and SIGINT (room for two, so a daemon that drains on
 // the first can exit at once on the second); StopOnSignal turns it into
 // a context for daemons that simply stop. run's ctx carries the klog
@@ -95,6 +97,11 @@ func NewCommand(use, short, long string, o Options, run func(ctx context.Context
 				return fmt.Errorf("logging flags: %w", err)
 			}
 			defer logs.FlushLogs()
+			if soft, err := applyMemoryLimit(cgroupRoot); err != nil {
+				klog.Background().Error(err, "Go memory limit not set from the cgroup's")
+			} else if soft > 0 {
+				klog.Background().Info("Go memory limit set from the cgroup's", "bytes", soft, "share", memoryLimitShare)
+			}
 			signals := make(chan os.Signal, 2)
 			signal.Notify(signals, syscall.SIGTERM, syscall.SIGINT)
 			defer signal.Stop(signals)

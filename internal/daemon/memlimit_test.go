@@ -1,0 +1,64 @@
+package daemon
+
+import (
+	"os"
+	"path/filepath"
+	"runtime/debug"
+	"testing"
+)
+
+func TestCgroupMemoryLimit(t *testing.T) {
+	for _, tc := range []struct {
+		name  string
+		files map[string]string
+		want  int64
+		err   bool
+	}{
+		{"v2 limit", map[string]string{"memory.max": "536870912\n"}, 536870912, false},
+		{"v2 no limit", map[string]string{"memory.max": "max\n"}, 0, false},
+		{"v1 limit", map[string]string{"memory/memory.limit_in_bytes": "1073741824\n"}, 1073741824, false},
+		{"v1 no limit", map[string]string{"memory/memory.limit_in_bytes": "9223372036854771712\n"}, 0, false},
+		{"v2 wins", map[string]string{"memory.max": "1000", "memory/memory.limit_in_bytes": "2000"}, 1000, false},
+		{"no cgroup files", nil, 0, false},
+		{"garbage", map[string]string{"memory.max": "lots"}, 0, true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			root := t.TempDir()
+			for name, content := range tc.files {
+				p := filepath.Join(root, name)
+				if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
+					t.Fatal(err)
+				}
+				if err := os.WriteFile(p, []byte(content), 0o644); err != nil {
+					t.Fatal(err)
+				}
+			}
+			got, err := cgroupMemoryLimit(root)
+			if got != tc.want || (err != nil) != tc.err {
+				t.Errorf("got %d, %v; want %d, error %v", got, err, tc.want, tc.err)
+			}
+		})
+	}
+}
+
+func TestApplyMemoryLimit(t *testing.T) {
+	prev := debug.SetMemoryLimit(-1)
+	defer debug.SetMemoryLimit(prev)
+	root := t.TempDir()
+	if err := os.WriteFile(filepath.Join(root, "memory.max"), []byte("1000000000\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+
+	t.Setenv("GOMEMLIMIT", "")
+	set, err := applyMemoryLimit(root)
+	if err != nil || set != 750000000 || debug.SetMemoryLimit(-1) != 750000000 {
+		t.Errorf("cgroup limit 1e9: set %d (%v), runtime limit %d; want 750000000", set, err, debug.SetMemoryLimit(-1))
+	}
+
+	// GOMEMLIMIT is the operator's: left alone.
+	debug.SetMemoryLimit(prev)
+	t.Setenv("GOMEMLIMIT", "300MiB")
+	if set, err := applyMemoryLimit(root); set != 0 || err != nil || debug.SetMemoryLimit(-1) != prev {
+		t.Errorf("with GOMEMLIMIT: set %d (%v), runtime limit %d; want nothing set", set, err, debug.SetMemoryLimit(-1))
+	}
+}
