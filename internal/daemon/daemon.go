@@ -97,7 +97,7 @@ func NewCommand(use, short, long string, o Options, run func(ctx context.Context
 				return fmt.Errorf("logging flags: %w", err)
 			}
 			defer logs.FlushLogs()
-			if soft, err := applyMemoryLimit(cgroupRoot); err != nil {
+			if soft, err := applyMemoryLimit(cgroupRoot, procCgroup); err != nil {
 				klog.Background().Error(err, "Go memory limit not set from the cgroup's")
 			} else if soft > 0 {
 				klog.Background().Info("Go memory limit set from the cgroup's", "bytes", soft, "share", memoryLimitShare)

@@ -8,6 +8,7 @@ import (
 	"os"
 	"path/filepath"
 	"runtime/debug"
+	"slices"
 	"strconv"
 	"strings"
 )
@@ -22,18 +23,26 @@ import (
 // runtime's own overhead.
 const memoryLimitShare = 0.75
 
-// cgroupRoot is where the process's cgroup files are (its own cgroup
-// namespace in a container).
-const cgroupRoot = "/sys/fs/cgroup"
+// Where cgroup file systems are mounted, and where the process's cgroup
+// is named.
+const (
+	cgroupRoot = "/sys/fs/cgroup"
+	procCgroup = "/proc/self/cgroup"
+)
 
 // applyMemoryLimit sets the soft memory limit from the cgroup's (see
 // memoryLimitShare) and returns what it set, 0 when it set nothing: when
-// GOMEMLIMIT is set, or there is no limit to read.
-func applyMemoryLimit(root string) (int64, error) {
+// GOMEMLIMIT is set, or there is no limit to read. root is the cgroup
+// file system's mount, procCgroup the process's /proc/self/cgroup.
+func applyMemoryLimit(root, procCgroup string) (int64, error) {
 	if os.Getenv("GOMEMLIMIT") != "" {
 		return 0, nil
 	}
-	limit, err := cgroupMemoryLimit(root)
+	cg, err := os.ReadFile(procCgroup)
+	if err != nil && !errors.Is(err, fs.ErrNotExist) {
+		return 0, fmt.Errorf("cgroup memory limit: %w", err)
+	}
+	limit, err := cgroupMemoryLimit(root, string(cg))
 	if err != nil || limit <= 0 {
 		return 0, err
 	}
@@ -42,12 +51,28 @@ func applyMemoryLimit(root string) (int64, error) {
 	return soft, nil
 }
 
-// cgroupMemoryLimit reads the memory limit of the cgroup at root: cgroup
-// v2's memory.max, else v1's memory/memory.limit_in_bytes. It returns 0
-// for no limit ("max", v1's near-MaxInt64 value, or neither file).
-func cgroupMemoryLimit(root string) (int64, error) {
-	for _, name := range []string{"memory.max", filepath.Join("memory", "memory.limit_in_bytes")} {
-		b, err := os.ReadFile(filepath.Join(root, name))
+// cgroupMemoryLimit reads the memory limit of the process's cgroup, as
+// /proc/self/cgroup (procCgroup) names it under root: cgroup v2's
+// memory.max ("0::/path"), else v1's memory.limit_in_bytes
+// ("N:memory:/path" under root/memory). In a container with its own
+// cgroup namespace the path is "/". It returns 0 for no limit ("max",
+// v1's near-MaxInt64 value, or no file).
+func cgroupMemoryLimit(root, procCgroup string) (int64, error) {
+	var files []string
+	for _, line := range strings.Split(procCgroup, "\n") {
+		f := strings.SplitN(line, ":", 3)
+		if len(f) != 3 {
+			continue
+		}
+		switch {
+		case f[0] == "0" && f[1] == "":
+			files = append(files, filepath.Join(root, f[2], "memory.max"))
+		case slices.Contains(strings.Split(f[1], ","), "memory"):
+			files = append(files, filepath.Join(root, "memory", f[2], "memory.limit_in_bytes"))
+		}
+	}
+	for _, file := range files {
+		b, err := os.ReadFile(file)
 		if errors.Is(err, fs.ErrNotExist) {
 			continue
 		}
@@ -60,11 +85,11 @@ func cgroupMemoryLimit(root string) (int64, error) {
 		}
 		v, err := strconv.ParseInt(s, 10, 64)
 		if err != nil {
-			return 0, fmt.Errorf("cgroup memory limit: %s: %q is not a number", name, s)
+			return 0, fmt.Errorf("cgroup memory limit: %s: %q is not a number", file, s)
 		}
 		// cgroup v1 spells "no limit" as a page-rounded MaxInt64.
 		if v >= math.MaxInt64/2 {
-			return 0, nil
+			continue
 		}
 		return v, nil
 	}
