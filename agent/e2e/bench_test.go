@@ -86,8 +86,10 @@ var scaleCases = []struct {
 //
 //     go test -run '^$' -bench 'BenchmarkAgentScale/pods=30000' -benchtime 1x -timeout 90m ./agent/e2e
 //
-// With MOAT_BENCH_PROFILES=DIR the agent's CPU profile of the burst and
-// its heap profile at the end are saved there; MOAT_BENCH_AGENT_ENV adds
+// With MOAT_BENCH_PROFILES=DIR the agent's CPU profile of the burst, its
+// heap profile at the end, its log at -v=4 (every sync with its compile
+// and program times) and the label updates' times (labels.txt) are saved
+// there; MOAT_BENCH_AGENT_ENV adds
 // variables to the agent's environment (GOMEMLIMIT=150MiB, GOGC=50).
 func BenchmarkAgentScale(b *testing.B) {
 	for _, sc := range scaleCases {
@@ -268,9 +270,21 @@ func runScaleIteration(ctx context.Context, b *testing.B, env *kubetest.Env, pro
 		b.Fatal(err)
 	}
 	defer logf.Close()
+	// With MOAT_BENCH_PROFILES the agent logs every sync with its timings
+	// (-v=4), and its log is kept there with the label updates' times.
+	profiles := os.Getenv("MOAT_BENCH_PROFILES")
+	verbosity := "--v=2"
+	if profiles != "" {
+		verbosity = "--v=4"
+		defer func() {
+			if log, err := os.ReadFile(logPath); err == nil {
+				_ = os.WriteFile(filepath.Join(profiles, "agent.log"), log, 0o644)
+			}
+		}()
+	}
 	cmd := exec.Command(bin, "--node-name="+node, "--kubeconfig="+kubeconfig, "--netns="+netns,
 		"--health-bind-address="+health, "--metrics-bind-address="+strings.TrimSuffix(strings.TrimPrefix(metricsURL, "http://"), "/metrics"),
-		"--feature-gates=IngressNetworksAndNodes=true", "--leader-elect=false", "--v=2", "--profiling")
+		"--feature-gates=IngressNetworksAndNodes=true", "--leader-elect=false", verbosity, "--profiling")
 	cmd.Stdout, cmd.Stderr = logf, logf
 	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
 	// MOAT_BENCH_AGENT_ENV adds variables to the agent's environment, for
@@ -328,6 +342,7 @@ func runScaleIteration(ctx context.Context, b *testing.B, env *kubetest.Env, pro
 		}
 		return l
 	}
+	var labelLog []byte
 	for i := range labelUpdates {
 		time.Sleep(150 * time.Millisecond) // let the previous change settle
 		mon.drain()
@@ -347,6 +362,10 @@ func runScaleIteration(ctx context.Context, b *testing.B, env *kubetest.Env, pro
 		}
 		res.latencies = append(res.latencies, at.Sub(sent))
 		res.apiLatencies = append(res.apiLatencies, stored.Sub(sent))
+		labelLog = fmt.Appendf(labelLog, "%s update %d: accepted after %v, in nftables after %v\n", sent.Format(time.RFC3339Nano), i, stored.Sub(sent), at.Sub(sent))
+	}
+	if profiles != "" {
+		_ = os.WriteFile(filepath.Join(profiles, "labels.txt"), labelLog, 0o644)
 	}
 	m = scrape(b, metricsURL)
 	if count := m.get(`moat_agent_sync_duration_seconds_count{phase="compile"}`); count > 1 {
@@ -354,7 +373,6 @@ func runScaleIteration(ctx context.Context, b *testing.B, env *kubetest.Env, pro
 		res.programMS = (m.get(`moat_agent_sync_duration_seconds_sum{phase="program"}`)*1000 - res.firstProgram) / (count - 1)
 	}
 
-	profiles := os.Getenv("MOAT_BENCH_PROFILES")
 	var cpuProfile chan error
 	if profiles != "" {
 		cpuProfile = make(chan error, 1)
