@@ -249,18 +249,7 @@ func median(v []float64) float64 {
 //
 //	MOAT_TUNNEL_ANCHOR=/path/to/upstream/bin go test -run XXX -bench SameRun -benchtime 1x -timeout 60m ./tunnel/e2e
 func BenchmarkSameRun(b *testing.B) {
-	rounds := 10
-	if v := os.Getenv("MOAT_TUNNEL_ROUNDS"); v != "" {
-		rounds, _ = strconv.Atoi(v)
-	}
-	p := newPKI(b)
-	be := startBackend(b, "tcp", "127.0.0.1:0").Addr().String()
-	hs := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		fmt.Fprintf(w, "hello %s", r.URL.Path)
-	}))
-	b.Cleanup(hs.Close)
-	httpAddr := hs.Listener.Addr().String()
-	impls := sameRunImpls(b)
+	rounds, p, be, httpAddr, impls := sameRunSetup(b, 10)
 	type stacks struct{ connect, grpc string }
 	st := map[string]stacks{}
 	for _, im := range impls {
@@ -324,18 +313,7 @@ func BenchmarkSameRun(b *testing.B) {
 //
 //	MOAT_TUNNEL_ANCHOR=/path/to/upstream/bin go test -run XXX -bench FreshTunnelProcs -benchtime 300x ./tunnel/e2e
 func BenchmarkFreshTunnelProcs(b *testing.B) {
-	rounds := 6
-	if v := os.Getenv("MOAT_TUNNEL_ROUNDS"); v != "" {
-		rounds, _ = strconv.Atoi(v)
-	}
-	p := newPKI(b)
-	be := startBackend(b, "tcp", "127.0.0.1:0").Addr().String()
-	hs := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		fmt.Fprintf(w, "hello %s", r.URL.Path)
-	}))
-	b.Cleanup(hs.Close)
-	httpAddr := hs.Listener.Addr().String()
-	impls := sameRunImpls(b)
+	rounds, p, be, httpAddr, impls := sameRunSetup(b, 6)
 	socks, pids := map[string]string{}, map[string][]int{}
 	for _, im := range impls {
 		socks[im.name], pids[im.name] = startProcStack(b, p, im, "grpc", be)
@@ -385,4 +363,20 @@ func BenchmarkFreshTunnelProcs(b *testing.B) {
 			}
 		}
 	}
+}
+
+// sameRunSetup is what the same-run benchmarks share: the number of
+// rounds (MOAT_TUNNEL_ROUNDS, else rounds), the PKI, an echo backend and
+// an HTTP backend's addresses, and the implementations to compare.
+func sameRunSetup(b *testing.B, rounds int) (int, *pki, string, string, []tunnelImpl) {
+	if v := os.Getenv("MOAT_TUNNEL_ROUNDS"); v != "" {
+		rounds, _ = strconv.Atoi(v)
+	}
+	p := newPKI(b)
+	be := startBackend(b, "tcp", "127.0.0.1:0").Addr().String()
+	hs := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		fmt.Fprintf(w, "hello %s", r.URL.Path)
+	}))
+	b.Cleanup(hs.Close)
+	return rounds, p, be, hs.Listener.Addr().String(), sameRunImpls(b)
 }
