@@ -48,8 +48,8 @@ func sameRunImpls(b *testing.B) []tunnelImpl {
 // startProcStack runs im's server (frontend mode on a Unix socket, mTLS on
 // the agent port) and agent as processes with the same certificates and
 // flags, and returns the socket once a tunneled connection to backend works,
-// and the two processes' IDs.
-func startProcStack(b *testing.B, p *pki, im tunnelImpl, mode, backend string) (string, []int) {
+// the two processes' IDs and their /metrics addresses (admin ports).
+func startProcStack(b *testing.B, p *pki, im tunnelImpl, mode, backend string) (string, []int, []string) {
 	uds := filepath.Join(b.TempDir(), "s.sock")
 	agentPort := freePort(b)
 	var pids []int
@@ -67,13 +67,14 @@ func startProcStack(b *testing.B, p *pki, im tunnelImpl, mode, backend string) (
 		b.Cleanup(func() { c.Process.Kill(); c.Wait() })
 	}
 	port := func() string { return strconv.Itoa(freePort(b)) }
+	serverAdmin, agentAdmin := port(), port()
 	start(im.server, "--mode="+mode, "--uds-name="+uds, "--delete-existing-uds-file", "--server-port=0",
 		"--agent-bind-address=127.0.0.1", "--agent-port="+strconv.Itoa(agentPort),
 		"--cluster-cert="+p.server.CertFile, "--cluster-key="+p.server.KeyFile, "--cluster-ca-cert="+p.ca.CertFile,
-		"--health-bind-address=127.0.0.1", "--health-port="+port(), "--admin-port="+port())
+		"--health-bind-address=127.0.0.1", "--health-port="+port(), "--admin-port="+serverAdmin)
 	start(im.agent, "--proxy-server-host=127.0.0.1", "--proxy-server-port="+strconv.Itoa(agentPort),
 		"--ca-cert="+p.ca.CertFile, "--agent-cert="+p.agent.CertFile, "--agent-key="+p.agent.KeyFile,
-		"--health-server-host=127.0.0.1", "--health-server-port="+port(), "--admin-server-port="+port(), "--sync-interval=100ms")
+		"--health-server-host=127.0.0.1", "--health-server-port="+port(), "--admin-server-port="+agentAdmin, "--sync-interval=100ms")
 	eventually(b, im.name+" "+mode+" tunnel", func() bool {
 		c, err := dialUDS(b, p, mode, uds, backend)
 		if err == nil {
@@ -81,7 +82,45 @@ func startProcStack(b *testing.B, p *pki, im tunnelImpl, mode, backend string) (
 		}
 		return err == nil
 	})
-	return uds, pids
+	return uds, pids, []string{"http://127.0.0.1:" + serverAdmin + "/metrics", "http://127.0.0.1:" + agentAdmin + "/metrics"}
+}
+
+// readAllocs sums what the Go runtime reports on the processes' /metrics
+// endpoints: bytes allocated and completed GC cycles so far. Unlike CPU
+// time these do not depend on other load on the machine. ok is false when
+// an endpoint does not report them (other implementations).
+func readAllocs(metrics []string) (bytes, gcs float64, ok bool) {
+	ok = true
+	for _, u := range metrics {
+		resp, err := http.Get(u)
+		if err != nil {
+			return 0, 0, false
+		}
+		body, err := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if err != nil {
+			return 0, 0, false
+		}
+		var seen int
+		for _, line := range strings.Split(string(body), "\n") {
+			name, v, found := strings.Cut(line, " ")
+			if !found || (name != "go_memstats_alloc_bytes_total" && name != "go_gc_duration_seconds_count") {
+				continue
+			}
+			f, err := strconv.ParseFloat(strings.TrimSpace(v), 64)
+			if err != nil {
+				continue
+			}
+			seen++
+			if name == "go_gc_duration_seconds_count" {
+				gcs += f
+			} else {
+				bytes += f
+			}
+		}
+		ok = ok && seen == 2
+	}
+	return bytes, gcs, ok
 }
 
 // procCost is what processes have used so far: CPU time and context
@@ -253,8 +292,8 @@ func BenchmarkSameRun(b *testing.B) {
 	type stacks struct{ connect, grpc string }
 	st := map[string]stacks{}
 	for _, im := range impls {
-		connect, _ := startProcStack(b, p, im, "http-connect", be)
-		grpcSock, _ := startProcStack(b, p, im, "grpc", be)
+		connect, _, _ := startProcStack(b, p, im, "http-connect", be)
+		grpcSock, _, _ := startProcStack(b, p, im, "grpc", be)
 		st[im.name] = stacks{connect, grpcSock}
 	}
 	figures := []string{"tput1-MB/s", "tput8-MB/s", "rtt64-p50-µs", "connect-conns/s", "fresh-p50-µs", "fresh-overhead-p50-µs", "grpc-conns/s"}
@@ -309,14 +348,17 @@ func BenchmarkSameRun(b *testing.B) {
 // MOAT_TUNNEL_ALT add implementations as for BenchmarkSameRun. Besides latency and rate it reports what the server and
 // agent processes spend per fresh tunnel (CPU time and context switches of
 // all their threads, from /proc): less at the mercy of other load on the
-// machine than wall-clock figures.
+// machine than wall-clock figures; where their /metrics report them, also
+// the bytes they allocate per tunnel and GC cycles per 1,000 tunnels, which
+// other load does not change at all. Every round's figures go to stderr
+// (the spread between rounds).
 //
 //	MOAT_TUNNEL_ANCHOR=/path/to/upstream/bin go test -run XXX -bench FreshTunnelProcs -benchtime 300x ./tunnel/e2e
 func BenchmarkFreshTunnelProcs(b *testing.B) {
 	rounds, p, be, httpAddr, impls := sameRunSetup(b, 6)
-	socks, pids := map[string]string{}, map[string][]int{}
+	socks, pids, metrics := map[string]string{}, map[string][]int{}, map[string][]string{}
 	for _, im := range impls {
-		socks[im.name], pids[im.name] = startProcStack(b, p, im, "grpc", be)
+		socks[im.name], pids[im.name], metrics[im.name] = startProcStack(b, p, im, "grpc", be)
 	}
 	null := startNullTunnel(b)
 	nullFig := map[string][]float64{}
@@ -333,14 +375,26 @@ func BenchmarkFreshTunnelProcs(b *testing.B) {
 				return func() (net.Conn, error) { return grpcDial(ctx, b, p, socks[im.name], addr) }
 			}
 			g := got[im.name]
+			a0, g0, allocsOK := readAllocs(metrics[im.name])
 			c0 := readProcCost(b, pids[im.name])
 			p50, over := measureFresh(b, grpcTo(httpAddr), httpAddr, b.N)
 			c1 := readProcCost(b, pids[im.name])
+			if a1, g1, ok := readAllocs(metrics[im.name]); ok && allocsOK {
+				g["alloc-KiB/tunnel"] = append(g["alloc-KiB/tunnel"], (a1-a0)/1024/float64(b.N))
+				g["gc/1000tunnels"] = append(g["gc/1000tunnels"], (g1-g0)*1000/float64(b.N))
+			}
 			g["fresh-p50-µs"] = append(g["fresh-p50-µs"], p50)
 			g["fresh-overhead-p50-µs"] = append(g["fresh-overhead-p50-µs"], over)
 			g["cpu-µs/tunnel"] = append(g["cpu-µs/tunnel"], float64((c1.cpu-c0.cpu).Microseconds())/float64(b.N))
 			g["switches/tunnel"] = append(g["switches/tunnel"], float64(c1.switches-c0.switches)/float64(b.N))
 			g["grpc-conns/s"] = append(g["grpc-conns/s"], measureConnRate(b, grpcTo(be), b.N))
+			alloc := "-"
+			if len(g["alloc-KiB/tunnel"]) > r {
+				alloc = strconv.FormatFloat(g["alloc-KiB/tunnel"][r], 'f', 1, 64)
+			}
+			// Each round on its own line, for the spread (b.Log truncates).
+			fmt.Fprintf(os.Stderr, "round %d %s: overhead-p50-µs %.0f tunnels/s %.0f cpu-µs/tunnel %.0f switches/tunnel %.1f alloc-KiB/tunnel %s\n",
+				r, im.name, over, g["grpc-conns/s"][r], g["cpu-µs/tunnel"][r], g["switches/tunnel"][r], alloc)
 		}
 		p50, over := measureFresh(b, nullDialer(null, httpAddr), httpAddr, b.N)
 		nullFig["fresh-p50-µs"] = append(nullFig["fresh-p50-µs"], p50)
@@ -352,9 +406,12 @@ func BenchmarkFreshTunnelProcs(b *testing.B) {
 		b.ReportMetric(median(v), "null-"+f)
 	}
 	for _, im := range impls {
-		for _, f := range []string{"fresh-p50-µs", "fresh-overhead-p50-µs", "grpc-conns/s", "cpu-µs/tunnel", "switches/tunnel"} {
+		for _, f := range []string{"fresh-p50-µs", "fresh-overhead-p50-µs", "grpc-conns/s", "cpu-µs/tunnel", "switches/tunnel", "alloc-KiB/tunnel", "gc/1000tunnels"} {
+			if len(got[im.name][f]) < rounds {
+				continue // not reported by this implementation
+			}
 			b.ReportMetric(median(got[im.name][f]), im.name+"-"+f)
-			if im.name != "moat" {
+			if im.name != "moat" && len(got["moat"][f]) == rounds {
 				ratios := make([]float64, rounds)
 				for r := range rounds {
 					ratios[r] = got["moat"][f][r] / got[im.name][f][r]
