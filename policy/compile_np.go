@@ -2,6 +2,7 @@ package policy
 
 import (
 	"fmt"
+	"slices"
 	"strconv"
 	"strings"
 
@@ -26,9 +27,21 @@ type npState struct {
 	subjKey string
 	types   [2]bool
 	// rules by direction and index; a rule that failed closed has no set.
-	rules  [2][]*rule
-	status PolicyStatus
-	diags  []Diagnostic
+	// They are compiled on first use (rulesOf): a node-scoped Compiler
+	// never compiles the rules of the many policies that select none of
+	// its pods, and peers of theirs stay unresolved.
+	rules      [2][]*rule
+	rulesBuilt bool
+	// What compiling the rules needs: the validation problems, whether
+	// the whole spec is voided, and in which directions rules count.
+	bad     badPaths
+	specBad bool
+	ruleOK  [2]bool
+	// namedPorts are the named ports of the rules that are not voided,
+	// known without compiling the rules (named-port warnings, classes).
+	namedPorts []npNamedPort
+	status     PolicyStatus
+	diags      []Diagnostic
 	// named are the warnings about named ports that resolve nowhere.
 	named []Diagnostic
 	keys  []string // label keys the subject reads
@@ -87,24 +100,79 @@ func (s *state) compileNP(np *NetworkPolicy, errs field.ErrorList) *npState {
 		}
 	}
 
+	out.bad, out.specBad, out.ruleOK = bad, specBad, ruleOK
+
 	for i, r := range spec.Ingress {
 		path := "spec.ingress[" + strconv.Itoa(i) + "]"
-		out.rules[Ingress] = append(out.rules[Ingress], s.compileNPRule(out, Ingress, i, path, "from", r.From, r.Ports, bad, specBad || !ruleOK[Ingress]))
+		if !npRuleVoid(path, "from", bad, specBad || !ruleOK[Ingress]) {
+			out.addNamedPorts(Ingress, i, path, r.Ports)
+		}
 	}
 	for i, r := range spec.Egress {
 		path := "spec.egress[" + strconv.Itoa(i) + "]"
-		out.rules[Egress] = append(out.rules[Egress], s.compileNPRule(out, Egress, i, path, "to", r.To, r.Ports, bad, specBad || !ruleOK[Egress]))
+		if !npRuleVoid(path, "to", bad, specBad || !ruleOK[Egress]) {
+			out.addNamedPorts(Egress, i, path, r.Ports)
+		}
 	}
-	seen := map[string]bool{}
-	for _, r := range out.rules[Ingress] {
-		for _, n := range r.ports.named {
-			if !seen[n.name] {
-				seen[n.name] = true
-				out.names = append(out.names, n.name)
-			}
+	for _, n := range out.namedPorts {
+		if n.dir == Ingress && !slices.Contains(out.names, n.name) {
+			out.names = append(out.names, n.name)
 		}
 	}
 	return out
+}
+
+// npNamedPort is a named port of a NetworkPolicy rule.
+type npNamedPort struct {
+	dir  Direction
+	rule int
+	namedPort
+}
+
+// addNamedPorts records the named ports of a rule that is not voided,
+// skipping entries that failed validation, as compileNPRule does.
+func (np *npState) addNamedPorts(dir Direction, rule int, path string, ports []networkingv1.NetworkPolicyPort) {
+	for j, p := range ports {
+		if p.Port == nil || p.Port.Type != intstr.String {
+			continue
+		}
+		if len(np.bad) > 0 && np.bad.under(fmt.Sprintf("%s.ports[%d]", path, j)) != "" {
+			continue
+		}
+		np.namedPorts = append(np.namedPorts, npNamedPort{dir, rule, namedPort{protocolOf(p.Protocol), p.Port.StrVal, j}})
+	}
+}
+
+// rulesOf compiles the policy's rules the first time they are needed.
+func (s *state) rulesOf(np *npState) *[2][]*rule {
+	if np.rulesBuilt {
+		return &np.rules
+	}
+	np.rulesBuilt = true
+	spec := &np.src.Spec
+	for i, r := range spec.Ingress {
+		path := "spec.ingress[" + strconv.Itoa(i) + "]"
+		np.rules[Ingress] = append(np.rules[Ingress], s.compileNPRule(np, Ingress, i, path, "from", r.From, r.Ports, np.bad, np.specBad || !np.ruleOK[Ingress]))
+	}
+	for i, r := range spec.Egress {
+		path := "spec.egress[" + strconv.Itoa(i) + "]"
+		np.rules[Egress] = append(np.rules[Egress], s.compileNPRule(np, Egress, i, path, "to", r.To, r.Ports, np.bad, np.specBad || !np.ruleOK[Egress]))
+	}
+	return &np.rules
+}
+
+// npRuleVoid reports whether a rule matches nothing: a problem on the rule
+// itself (not inside a peer or port) voids it, and so does one at exactly
+// its peer or port list, which would otherwise read as every peer or every
+// port.
+func npRuleVoid(path, peerField string, bad badPaths, none bool) bool {
+	for _, b := range bad {
+		if isDirectChild(path, b.path) && !isListField(path, b.path, peerField, "ports") ||
+			b.path == path+"."+peerField || b.path == path+".ports" {
+			none = true
+		}
+	}
+	return none || bad.exactly(path) != ""
 }
 
 // policyTypes defaults and reads spec.policyTypes.
@@ -128,16 +196,7 @@ func policyTypes(spec *networkingv1.NetworkPolicySpec) [2]bool {
 
 func (s *state) compileNPRule(np *npState, dir Direction, index int, path, peerField string, peers []networkingv1.NetworkPolicyPeer, ports []networkingv1.NetworkPolicyPort, bad badPaths, none bool) *rule {
 	r := &rule{dir: dir, owner: np, index: index}
-	// A problem on the rule itself (not inside a peer or port) voids it. So
-	// does one at exactly its peer or port list: the list is then empty,
-	// which would read as every peer or every port.
-	for _, b := range bad {
-		if isDirectChild(path, b.path) && !isListField(path, b.path, peerField, "ports") ||
-			b.path == path+"."+peerField || b.path == path+".ports" {
-			none = true
-		}
-	}
-	if none || bad.exactly(path) != "" {
+	if npRuleVoid(path, peerField, bad, none) {
 		return r
 	}
 	// Peers: an empty list is every address; a list whose entries all

@@ -2,9 +2,9 @@ package policy
 
 // CompileStats compiles c and reports, for tests of what a compile
 // touches: the pods that got a PodPolicy, the pods in NetworkPolicy
-// classes, the namespaces with classes but no such pod, and the peers
-// resolved.
-func CompileStats(c *Cluster, opts Options) (subjects, classified, strayNamespaces, resolvedPeers int) {
+// classes, the namespaces with classes but no such pod, the peers
+// resolved, and the NetworkPolicies whose rules were compiled.
+func CompileStats(c *Cluster, opts Options) (subjects, classified, strayNamespaces, resolvedPeers, compiledNPs int) {
 	s := build(c, opts)
 	withSubject := map[*nsState]bool{}
 	for _, ps := range s.order {
@@ -19,6 +19,11 @@ func CompileStats(c *Cluster, opts Options) (subjects, classified, strayNamespac
 			if !withSubject[ns] {
 				strayNamespaces++
 			}
+		}
+	}
+	for _, np := range s.nps {
+		if np.rulesBuilt {
+			compiledNPs++
 		}
 	}
 	for _, p := range s.peers {

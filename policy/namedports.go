@@ -164,32 +164,25 @@ func (s *state) npSelection(np *npState, podSels map[string]*roaring.Bitmap) sub
 func (s *state) npNamedDiags(np *npState, podSels map[string]*roaring.Bitmap) []Diagnostic {
 	var out []Diagnostic
 	var subject *subjectPods
-	for _, dir := range []Direction{Ingress, Egress} {
-		for _, r := range np.rules[dir] {
-			if r.set == nil {
+	for _, n := range np.namedPorts {
+		k := namedKey{n.name, n.proto}
+		var msg string
+		if n.dir == Ingress {
+			if subject == nil {
+				sel := s.npSelection(np, podSels)
+				subject = &sel
+			}
+			if subject.count == 0 || subject.declares(k) {
 				continue
 			}
-			for _, n := range r.ports.named {
-				k := namedKey{n.name, n.proto}
-				var msg string
-				if dir == Ingress {
-					if subject == nil {
-						sel := s.npSelection(np, podSels)
-						subject = &sel
-					}
-					if subject.count == 0 || subject.declares(k) {
-						continue
-					}
-					msg = fmt.Sprintf("named port %q (%s) is declared by none of the %d pods the policy selects: the rule allows no traffic on it", n.name, n.proto, subject.count)
-				} else {
-					if s.declared[k] != nil {
-						continue
-					}
-					msg = fmt.Sprintf("named port %q (%s) is declared by no pod in the cluster: the rule allows no traffic on it", n.name, n.proto)
-				}
-				out = append(out, Diagnostic{Severity: SeverityWarning, Object: np.ref.String(), Field: fmt.Sprintf("spec.%s[%d].ports[%d].port", dir, r.index, n.index), Message: msg, Source: np.src.Source})
+			msg = fmt.Sprintf("named port %q (%s) is declared by none of the %d pods the policy selects: the rule allows no traffic on it", n.name, n.proto, subject.count)
+		} else {
+			if s.declared[k] != nil {
+				continue
 			}
+			msg = fmt.Sprintf("named port %q (%s) is declared by no pod in the cluster: the rule allows no traffic on it", n.name, n.proto)
 		}
+		out = append(out, Diagnostic{Severity: SeverityWarning, Object: np.ref.String(), Field: fmt.Sprintf("spec.%s[%d].ports[%d].port", n.dir, n.rule, n.index), Message: msg, Source: np.src.Source})
 	}
 	return out
 }

@@ -159,12 +159,15 @@ spec:
 	}
 }
 
-// A node-scoped compile classifies only that node's pods, and resolves
-// only the peers of the policies that select them.
+// A node-scoped compile classifies only that node's pods, and compiles
+// the rules and resolves the peers only of the policies that select them.
 func TestNodeScopedCompilesLocalPodsOnly(t *testing.T) {
 	cluster := clustergen.Generate(clustergen.Config{Nodes: 10, Namespaces: 40, Pods: 400, NetworkPolicies: 280, ClusterPolicies: 20, Seed: 5, Workloads: true}).ToCluster()
-	all, _, _, fullPeers := policy.CompileStats(cluster, policy.Options{})
-	subjects, classified, stray, peers := policy.CompileStats(cluster, policy.Options{Node: "node-003"})
+	all, _, _, fullPeers, fullNPs := policy.CompileStats(cluster, policy.Options{})
+	subjects, classified, stray, peers, nps := policy.CompileStats(cluster, policy.Options{Node: "node-003"})
+	if fullNPs == 0 || nps == 0 || nps >= fullNPs/2 {
+		t.Errorf("node-scoped compile compiled the rules of %d NetworkPolicies, the full one %d", nps, fullNPs)
+	}
 	if subjects == 0 || subjects >= all/5 || classified != subjects || stray != 0 {
 		t.Errorf("%d of %d pods local, %d classified, %d namespaces classified without a local pod", subjects, all, classified, stray)
 	}

@@ -192,7 +192,7 @@ func (s *state) buildNPDir(l *npList, dir Direction, sig int32) *npDir {
 			t = &NPTier{}
 		}
 		t.Policies = append(t.Policies, np.ref)
-		for _, r := range np.rules[dir] {
+		for _, r := range s.rulesOf(np)[dir] {
 			if m := s.ruleMatch(r, sig); len(m) > 0 {
 				t.Rules = append(t.Rules, NPRule{Policy: np.ref, Index: r.index, Match: m})
 			}
