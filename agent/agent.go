@@ -145,14 +145,24 @@ func (a *Agent) Run(ctx context.Context) error {
 
 	a.status.startEvents(ctx)
 	defer a.status.stopEvents()
-	for _, inf := range a.inf.all() {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			inf.RunWithContext(ctx)
-		}()
+	run := func(infs ...cache.SharedIndexInformer) {
+		for _, inf := range infs {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				inf.RunWithContext(ctx)
+			}()
+		}
 	}
+	// Policies first: the label keys their selectors read decide which
+	// labels the pod cache keeps in a form to share (labelproj.go).
 	a.log.Info("Waiting for caches to sync")
+	run(a.inf.nps, a.inf.cnps)
+	if !cache.WaitForCacheSync(ctx.Done(), a.inf.nps.HasSynced, a.inf.cnps.HasSynced) {
+		return nil
+	}
+	a.updateSelectorKeys()
+	run(a.inf.pods, a.inf.namespaces, a.inf.nodes)
 	if !cache.WaitForCacheSync(ctx.Done(), a.inf.pods.HasSynced, a.inf.namespaces.HasSynced, a.inf.nodes.HasSynced, a.inf.nps.HasSynced, a.inf.cnps.HasSynced) {
 		// Stopped before the caches synced: nothing was programmed, the
 		// node keeps whatever table it had.

@@ -37,6 +37,11 @@ type cachedPod struct {
 	finished bool
 	// diags are conversion problems (an unparsable IP or port).
 	diags []policy.Diagnostic
+	// keys are the label keys policies read when the pod was cached; nil
+	// when unknown then. Pod.Labels holds the labels with those keys (all
+	// labels when keys is nil), rest the others, packed (labelproj.go).
+	keys *keySet
+	rest string
 }
 
 func (p *cachedPod) GetObjectMeta() metav1.Object {
@@ -46,13 +51,16 @@ func (p *cachedPod) GetObjectMeta() metav1.Object {
 // uidSeed seeds the hashes of pod UIDs (only compared within a process).
 var uidSeed = maphash.MakeSeed()
 
-// toCachedPod converts a pod without sharing its labels.
-func toCachedPod(o any) (any, error) { return (*labelSets)(nil).toCachedPod(o) }
+// toCachedPod converts a pod without sharing its labels or packing any.
+func toCachedPod(o any) (any, error) { return (*labelSets)(nil).toCachedPod(o, nil) }
 
 // toCachedPod is the pod informer's transform: the pod in the policy
 // model's form, its labels shared with equal ones (t may be nil: not
 // shared).
-func (t *labelSets) toCachedPod(o any) (any, error) {
+//
+// Labels whose keys are not in keys (the keys policies read) are packed
+// away (labelproj.go); keys nil keeps them all.
+func (t *labelSets) toCachedPod(o any, keys *keySet) (any, error) {
 	p, ok := o.(*corev1.Pod)
 	if !ok {
 		return o, nil // already converted, or a tombstone
@@ -70,8 +78,12 @@ func (t *labelSets) toCachedPod(o any) (any, error) {
 		finished: p.Status.Phase == corev1.PodSucceeded || p.Status.Phase == corev1.PodFailed,
 		diags:    diags,
 	}
+	if keys != nil {
+		c.keys = keys
+		c.Labels, c.rest = keys.split(c.Labels)
+	}
 	if t != nil {
-		if c.labels = t.intern(pod.Labels); c.labels != nil {
+		if c.labels = t.intern(c.Labels); c.labels != nil {
 			c.Labels = c.labels.m
 		}
 	}
@@ -115,7 +127,22 @@ func toCachedNode(o any) (any, error) {
 func podChanged(old, cur any) bool {
 	a, ok1 := old.(*cachedPod)
 	b, ok2 := cur.(*cachedPod)
-	return !ok1 || !ok2 || !maps.Equal(a.Labels, b.Labels) || !samePodButLabels(a, b)
+	return !ok1 || !ok2 || !sameLabels(a, b) || !samePodButLabels(a, b)
+}
+
+// sameKeys reports whether two versions of a pod were cached under the
+// same label keys, so that their labels compare.
+func sameKeys(old, cur any) bool {
+	a, ok1 := old.(*cachedPod)
+	b, ok2 := cur.(*cachedPod)
+	return ok1 && ok2 && a.keys == b.keys
+}
+
+// sameLabels reports whether two versions of a pod have the same labels.
+// Cached under different key sets they count as different: what was
+// packed away may be read now.
+func sameLabels(a, b *cachedPod) bool {
+	return a.keys == b.keys && a.rest == b.rest && maps.Equal(a.Labels, b.Labels)
 }
 
 func samePodButLabels(a, b *cachedPod) bool {

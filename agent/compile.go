@@ -55,7 +55,7 @@ func (a *Agent) compile() (prog *policy.Program, full, changed bool) {
 	for key := range changes[kindPod] {
 		o, exists, _ := a.inf.pods.GetStore().GetByKey(key)
 		if p, ok := o.(*cachedPod); exists && ok && !p.finished {
-			a.compiler.UpsertPod(p.Pod)
+			a.compiler.UpsertPod(p.podFor(a.selectorKeys.Load()))
 		} else {
 			a.compiler.DeletePod(key)
 		}

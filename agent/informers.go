@@ -80,7 +80,8 @@ func (a *Agent) newInformers() (*informers, error) {
 		cnps: a.dynamicInformer(clusterNetworkPolicyGVR),
 	}
 	transforms := []cache.TransformFunc{
-		a.labelSets.toCachedPod, toCachedNamespace, toCachedNode,
+		func(o any) (any, error) { return a.labelSets.toCachedPod(o, a.selectorKeys.Load()) },
+		toCachedNamespace, toCachedNode,
 		func(o any) (any, error) {
 			if u, ok := o.(*unstructured.Unstructured); ok {
 				return a.labelSets.decodeNP(u), nil
@@ -107,7 +108,7 @@ func (a *Agent) newInformers() (*informers, error) {
 					return
 				}
 				if kind == kindPod {
-					if _, ok := relabelOnly(old, cur); ok && !a.selectorKeys.Load().mentions(old.(*cachedPod).Labels, cur.(*cachedPod).Labels) {
+					if _, ok := relabelOnly(old, cur); ok && sameKeys(old, cur) && !a.selectorKeys.Load().mentions(old.(*cachedPod).Labels, cur.(*cachedPod).Labels) {
 						a.metrics.ignoredRelabels.Inc()
 						return
 					}

@@ -140,6 +140,11 @@ func (a *Agent) updateSelectorKeys() (grown bool) {
 		_, known := (*prev)[k]
 		grown = !known
 	}
-	a.selectorKeys.Store(&set)
+	// Without a new key the set stays as it was, a superset of what is
+	// read, which is safe: pods cached under it need not be projected
+	// again (labelproj.go), and the filter above only drops less.
+	if grown {
+		a.selectorKeys.Store(&set)
+	}
 	return grown
 }

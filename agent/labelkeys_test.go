@@ -187,6 +187,11 @@ func TestAgentIgnoresUnreadLabelChanges(t *testing.T) {
 	if a.syncs.Load() != syncs {
 		t.Errorf("a change of an unread label caused %d syncs", a.syncs.Load()-syncs)
 	}
+	// The cache packed role away (labelproj.go): what follows proves it
+	// comes back.
+	if o, ok, _ := a.inf.pods.GetStore().GetByKey("a/y"); !ok || o.(*cachedPod).Labels["role"] != "" || o.(*cachedPod).rest == "" {
+		t.Fatalf("cached y: %+v", o)
+	}
 	// A policy that reads role arrives: y, a client by its current labels,
 	// may reach x on 81.
 	if _, err := c.dyn.Resource(networkPolicyGVR).Namespace("a").Create(ctx, fixture.YAML(t, `

@@ -16,7 +16,7 @@ func TestLabelSetsShareAndForget(t *testing.T) {
 	pods := make([]*cachedPod, 0, 200)
 	for i := range 200 {
 		p := fixture.Pod("a", fmt.Sprint("p", i), "n1", map[string]string{"app": fmt.Sprint("app-", i%4), "tier": "web"}, nil, fmt.Sprintf("10.0.%d.%d", i/250, i%250+1))
-		o, err := ls.toCachedPod(p)
+		o, err := ls.toCachedPod(p, nil)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -33,7 +33,7 @@ func TestLabelSetsShareAndForget(t *testing.T) {
 			t.Fatalf("pod %d does not share the set of pod %d", i, i%4)
 		}
 	}
-	noLabels, _ := ls.toCachedPod(&corev1.Pod{})
+	noLabels, _ := ls.toCachedPod(&corev1.Pod{}, nil)
 	if noLabels.(*cachedPod).labels != nil {
 		t.Error("a pod without labels got a set")
 	}

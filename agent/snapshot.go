@@ -52,9 +52,10 @@ func (a *Agent) takeSnapshot() *snapshot {
 			c.Nodes = append(c.Nodes, n.Node)
 		}
 	}
+	keys := a.selectorKeys.Load()
 	for _, o := range a.inf.pods.GetStore().List() {
 		if p, ok := o.(*cachedPod); ok && !p.finished {
-			c.Pods = append(c.Pods, p.Pod)
+			c.Pods = append(c.Pods, p.podFor(keys))
 		}
 	}
 	for _, o := range a.inf.nps.GetStore().List() {
