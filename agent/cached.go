@@ -130,12 +130,16 @@ func podChanged(old, cur any) bool {
 	return !ok1 || !ok2 || !sameLabels(a, b) || !samePodButLabels(a, b)
 }
 
-// sameKeys reports whether two versions of a pod were cached under the
-// same label keys, so that their labels compare.
-func sameKeys(old, cur any) bool {
+// cachedUnder reports whether two versions of a pod were both cached
+// under keys, the label keys policies read now, so that comparing their
+// maps tells whether a read label changed. A version cached under an
+// earlier (smaller) key set may have packed away a key read now, and a
+// compilation may have read the caches before the update arrived: such
+// updates always reach the compiler.
+func cachedUnder(old, cur any, keys *keySet) bool {
 	a, ok1 := old.(*cachedPod)
 	b, ok2 := cur.(*cachedPod)
-	return ok1 && ok2 && a.keys == b.keys
+	return ok1 && ok2 && a.keys == keys && b.keys == keys
 }
 
 // sameLabels reports whether two versions of a pod have the same labels.

@@ -108,7 +108,8 @@ func (a *Agent) newInformers() (*informers, error) {
 					return
 				}
 				if kind == kindPod {
-					if _, ok := relabelOnly(old, cur); ok && sameKeys(old, cur) && !a.selectorKeys.Load().mentions(old.(*cachedPod).Labels, cur.(*cachedPod).Labels) {
+					keys := a.selectorKeys.Load()
+					if _, ok := relabelOnly(old, cur); ok && cachedUnder(old, cur, keys) && !keys.mentions(old.(*cachedPod).Labels, cur.(*cachedPod).Labels) {
 						a.metrics.ignoredRelabels.Inc()
 						return
 					}

@@ -58,15 +58,22 @@ func TestUpdateUnderNewKeysIsNotDropped(t *testing.T) {
 	cur1, _ := ls.toCachedPod(fixture.Pod("ns", "p", "n1", maps.Clone(labels), nil, "10.0.0.1"), k1)
 	cur2, _ := ls.toCachedPod(fixture.Pod("ns", "p", "n1", maps.Clone(labels), nil, "10.0.0.1"), k2)
 	// What the pod informer's update handler asks (informers.go): a
-	// change, of labels only, under the same keys, none of them read.
-	ignored := func(old, cur any) bool {
+	// change, of labels only, of versions cached under the current keys,
+	// none of them read.
+	ignored := func(old, cur any, now *keySet) bool {
 		_, relabel := relabelOnly(old, cur)
-		return podChanged(old, cur) && relabel && sameKeys(old, cur) && !k1.mentions(old.(*cachedPod).Labels, cur.(*cachedPod).Labels)
+		return podChanged(old, cur) && relabel && cachedUnder(old, cur, now) && !now.mentions(old.(*cachedPod).Labels, cur.(*cachedPod).Labels)
 	}
-	if !ignored(old, cur1) {
+	if !ignored(old, cur1, k1) {
 		t.Error("a change of a key no policy reads is not ignored")
 	}
-	if !podChanged(old, cur2) || ignored(old, cur2) {
+	if !podChanged(old, cur2) || ignored(old, cur2, k2) || ignored(old, cur2, k1) {
 		t.Error("versions cached under different keys compare as the same")
+	}
+	// Both versions cached before the keys grew to read team: a
+	// compilation may have read the old version after the keys grew, so
+	// the update must reach it.
+	if ignored(old, cur1, k2) {
+		t.Error("a change of a key read now, of versions cached before it was, is ignored")
 	}
 }
