@@ -154,15 +154,15 @@ func (a *Agent) Run(ctx context.Context) error {
 			}()
 		}
 	}
-	// Policies first: the label keys their selectors read decide which
+	// Pods last: the label keys the policies' selectors read decide which
 	// labels the pod cache keeps in a form to share (labelproj.go).
 	a.log.Info("Waiting for caches to sync")
-	run(a.inf.nps, a.inf.cnps)
+	run(a.inf.nps, a.inf.cnps, a.inf.namespaces, a.inf.nodes)
 	if !cache.WaitForCacheSync(ctx.Done(), a.inf.nps.HasSynced, a.inf.cnps.HasSynced) {
 		return nil
 	}
 	a.updateSelectorKeys()
-	run(a.inf.pods, a.inf.namespaces, a.inf.nodes)
+	run(a.inf.pods)
 	if !cache.WaitForCacheSync(ctx.Done(), a.inf.pods.HasSynced, a.inf.namespaces.HasSynced, a.inf.nodes.HasSynced, a.inf.nps.HasSynced, a.inf.cnps.HasSynced) {
 		// Stopped before the caches synced: nothing was programmed, the
 		// node keeps whatever table it had.
