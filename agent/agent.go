@@ -163,7 +163,7 @@ func (a *Agent) Run(ctx context.Context) error {
 	}
 	a.updateSelectorKeys()
 	run(a.inf.pods)
-	if !cache.WaitForCacheSync(ctx.Done(), a.inf.pods.HasSynced, a.inf.namespaces.HasSynced, a.inf.nodes.HasSynced, a.inf.nps.HasSynced, a.inf.cnps.HasSynced) {
+	if !cache.WaitForCacheSync(ctx.Done(), a.inf.pods.HasSynced, a.inf.namespaces.HasSynced, a.inf.nodes.HasSynced, a.inf.nps.HasSynced, a.inf.cnps.HasSynced, a.inf.handlersSynced) {
 		// Stopped before the caches synced: nothing was programmed, the
 		// node keeps whatever table it had.
 		return nil
