@@ -375,14 +375,32 @@ func testutilValue(t *testing.T, a *Agent, name, labels string) string {
 // TestStartTakesNoInitialAddAsChange: the first sync compiles everything
 // in full; the initial list's adds must not reach a later sync as changes
 // (at 30,000 pods that was seconds of recompiling nothing right after
-// the agent turned ready, delaying the first real change).
+// the agent turned ready, delaying the first real change). The change
+// handler is held back while the informers list, as a busy process holds
+// it back, so that it lags the informers' own sync.
 func TestStartTakesNoInitialAddAsChange(t *testing.T) {
 	objs := []runtime.Object{fixture.Namespace("a", nil), fixture.Node("n1", nil, "192.168.0.1"), fixture.YAML(t, npAllowYtoX)}
 	for i := range 3000 {
 		objs = append(objs, fixture.Pod("a", fmt.Sprint("p", i), fmt.Sprint("n", i%3+1), map[string]string{"app": fmt.Sprint("app-", i%7)}, nil, fmt.Sprintf("10.%d.%d.%d", i/62500, i/250%250, i%250+1)))
 	}
 	c := newFakeCluster(t, objs...)
-	a, _ := startAgent(t, c, Config{}, newTestDP("n1"))
+	a, err := New(Config{NodeName: "n1"}, Clients{Kube: c.kube, Dynamic: c.dyn}, newTestDP("n1"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	a.pending.mu.Lock()
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		if err := a.Run(ctx); err != nil {
+			t.Errorf("Run: %v", err)
+		}
+	}()
+	t.Cleanup(func() { cancel(); <-done })
+	fixture.Eventually(t, 20*time.Second, "informers synced", func() (bool, string) { return a.inf.synced(), "not synced" })
+	time.Sleep(300 * time.Millisecond)
+	a.pending.mu.Unlock()
 	fixture.Eventually(t, 20*time.Second, "ready", func() (bool, string) { return a.Ready() == nil, "not ready" })
 	time.Sleep(500 * time.Millisecond)
 	if v := testutilValue(t, a, "moat_agent_changes_applied_total", ""); v != "0" {

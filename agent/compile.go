@@ -52,10 +52,11 @@ func (a *Agent) compile() (prog *policy.Program, full, changed bool) {
 		return a.compiler.Program(), true, true
 	}
 	n := 0
+	keys := a.selectorKeys.Load()
 	for key := range changes[kindPod] {
 		o, exists, _ := a.inf.pods.GetStore().GetByKey(key)
 		if p, ok := o.(*cachedPod); exists && ok && !p.finished {
-			a.compiler.UpsertPod(p.podFor(a.selectorKeys.Load()))
+			a.compiler.UpsertPod(p.podFor(keys))
 		} else {
 			a.compiler.DeletePod(key)
 		}

@@ -226,13 +226,18 @@ func (s *state) compileNPRule(np *npState, dir Direction, index int, path, peerF
 		case p.Port == nil:
 			r.ports.numeric = append(r.ports.numeric, protoRange{proto, AllPorts})
 		case p.Port.Type == intstr.String:
-			r.ports.named = append(r.ports.named, namedPort{proto, p.Port.StrVal, j})
+			// Recorded at validation (addNamedPorts).
 		default:
 			to := p.Port.IntVal
 			if p.EndPort != nil {
 				to = *p.EndPort
 			}
 			r.ports.numeric = append(r.ports.numeric, protoRange{proto, PortRange{uint16(p.Port.IntVal), uint16(to)}})
+		}
+	}
+	for _, n := range np.namedPorts {
+		if n.dir == dir && n.rule == index {
+			r.ports.named = append(r.ports.named, n.namedPort)
 		}
 	}
 	return s.newRule(r)
