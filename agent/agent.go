@@ -310,7 +310,8 @@ func (a *Agent) sync(ctx context.Context) error {
 	}
 	a.metrics.ready.Set(1)
 	a.drops.poke()
-	a.log.V(4).Info("Synced", "kind", kind, "fullCompile", full, "changed", changed, "operations", res.Operations, "compile", compiled.Sub(start), "program", done.Sub(compiled))
+	a.log.V(4).Info("Synced", "kind", kind, "fullCompile", full, "changed", changed, "operations", res.Operations, "compile", compiled.Sub(start), "program", done.Sub(compiled),
+		"reused", res.Reused, "build", res.Build, "diff", res.Diff, "nft", res.Transaction)
 	return nil
 }
 

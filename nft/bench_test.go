@@ -8,6 +8,10 @@ import (
 	"time"
 
 	"github.com/vishvananda/netns"
+	corev1 "k8s.io/api/core/v1"
+	networkingv1 "k8s.io/api/networking/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/intstr"
 
 	"github.com/moat-net/moat/internal/clustergen"
 	"github.com/moat-net/moat/internal/testenv"
@@ -129,80 +133,156 @@ func BenchmarkProgramNode(b *testing.B) {
 // BenchmarkRelabel changes one pod's labels back and forth and brings
 // benchNode's table in the kernel up to date each time: the policy
 // compiler's incremental RelabelPod, then Build (cached), diff and one
-// transaction. It reports both parts; "local" relabels a pod on
-// benchNode, "remote" one elsewhere.
+// transaction. It reports the parts; "local" relabels a pod on
+// benchNode, "remote" one elsewhere whose relabel changes benchNode's
+// rules, "remote-unchanged" one whose relabel changes none of them.
 func BenchmarkRelabel(b *testing.B) {
 	g := scaleCluster()
-	for _, where := range []string{"local", "remote"} {
-		b.Run(where, func(b *testing.B) {
-			cluster := g.ToCluster()
-			comp := policy.NewCompiler(cluster, policy.Options{IngressNetworksAndNodes: true})
-			restore := enterPrivateNetns(b)
-			defer restore()
-			nft, err := NewInterface()
-			if err != nil {
-				b.Fatal(err)
-			}
-			s := New(nft, Options{Node: benchNode})
-			ctx := context.Background()
-			if _, err := s.Sync(ctx, comp.Program()); err != nil {
-				b.Fatal(err)
-			}
-			// The first pod (on benchNode, or elsewhere) whose relabel
-			// changes benchNode's rules.
-			var key string
-			var labels []map[string]string
-			for i := range cluster.Pods {
-				p := &cluster.Pods[i]
-				if (p.NodeName == benchNode) != (where == "local") {
-					continue
-				}
-				ls := []map[string]string{maps.Clone(p.Labels), maps.Clone(p.Labels)}
-				ls[1]["tier"] = "db"
-				if ls[0]["tier"] == "db" {
-					ls[1]["tier"] = "web"
-				}
-				prog, _ := comp.RelabelPod(p.Key(), ls[1])
-				res, err := s.Sync(ctx, prog)
-				if err != nil {
-					b.Fatal(err)
-				}
-				prog, _ = comp.RelabelPod(p.Key(), ls[0])
-				if _, err := s.Sync(ctx, prog); err != nil {
-					b.Fatal(err)
-				}
-				if res.Operations > 0 {
-					key, labels = p.Key(), ls
-					break
-				}
-			}
-			if key == "" {
-				b.Fatal("no relabel changes the node's rules")
-			}
-			var compile, sync time.Duration
-			i, ops := 0, 0
-			for b.Loop() {
-				t0 := time.Now()
-				prog, ok := comp.RelabelPod(key, labels[(i+1)%2])
-				if !ok {
-					b.Fatal("pod not found")
-				}
-				t1 := time.Now()
-				res, err := s.Sync(ctx, prog)
-				if err != nil {
-					b.Fatal(err)
-				}
-				compile += t1.Sub(t0)
-				sync += time.Since(t1)
-				if res.Full {
-					b.Fatal("relabel fell back to a full replace")
-				}
-				ops += res.Operations
-				i++
-			}
-			b.ReportMetric(float64(ops)/float64(i), "nft-ops/relabel")
-			b.ReportMetric(float64(compile.Microseconds())/1000/float64(i), "compile-ms/relabel")
-			b.ReportMetric(float64(sync.Microseconds())/1000/float64(i), "sync-ms/relabel")
+	tier := func(p *policy.Pod) []map[string]string {
+		ls := []map[string]string{maps.Clone(p.Labels), maps.Clone(p.Labels)}
+		ls[1]["tier"] = "db"
+		if ls[0]["tier"] == "db" {
+			ls[1]["tier"] = "web"
+		}
+		return ls
+	}
+	for _, c := range []relabelCase{{"local", true, true}, {"remote", false, true}, {"remote-unchanged", false, false}} {
+		b.Run(c.name, func(b *testing.B) {
+			benchRelabel(b, g.ToCluster(), policy.Options{IngressNetworksAndNodes: true}, c, tier)
 		})
 	}
+}
+
+// BenchmarkRelabelWorkloads is BenchmarkRelabel on the agent scale
+// benchmark's cluster (agent/e2e, issue 8's workload shape) with its
+// toggled NetworkPolicy, compiled for benchNode as the agent does: "local"
+// is the agent benchmark's label update (a pod on benchNode selected or
+// not), "remote-unchanged" the same label on a pod elsewhere, which
+// changes no rule of benchNode.
+func BenchmarkRelabelWorkloads(b *testing.B) {
+	for _, size := range []struct {
+		name string
+		cfg  clustergen.Config
+	}{
+		{"pods=30000", clustergen.Config{Nodes: 300, Namespaces: 3000, Pods: 30000, NetworkPolicies: 19000, ClusterPolicies: 1000, Seed: 1, Workloads: true}},
+	} {
+		g := clustergen.Generate(size.cfg)
+		toggle := func(p *policy.Pod) []map[string]string {
+			ls := []map[string]string{maps.Clone(p.Labels), maps.Clone(p.Labels)}
+			ls[1]["bench"] = "on"
+			return ls
+		}
+		for _, c := range []relabelCase{{"local", true, true}, {"remote-unchanged", false, false}} {
+			b.Run(size.name+"/"+c.name, func(b *testing.B) {
+				// The agent benchmark's NetworkPolicy: it selects the
+				// first pod on benchNode while that pod carries
+				// bench=on (here: every pod that does, in its namespace).
+				cluster := g.ToCluster()
+				var ns string
+				for i := range cluster.Pods {
+					p := &cluster.Pods[i]
+					if (p.NodeName == benchNode) == c.local {
+						ns = p.Namespace
+						break
+					}
+				}
+				tcp := corev1.ProtocolTCP
+				port := intstr.FromInt32(7777)
+				cluster.NetworkPolicies = append(cluster.NetworkPolicies, policy.NetworkPolicy{NetworkPolicy: &networkingv1.NetworkPolicy{
+					ObjectMeta: metav1.ObjectMeta{Name: "bench-toggle", Namespace: ns},
+					Spec: networkingv1.NetworkPolicySpec{
+						PodSelector: metav1.LabelSelector{MatchLabels: map[string]string{"bench": "on"}},
+						Ingress: []networkingv1.NetworkPolicyIngressRule{{
+							From:  []networkingv1.NetworkPolicyPeer{{IPBlock: &networkingv1.IPBlock{CIDR: "198.51.100.7/32"}}},
+							Ports: []networkingv1.NetworkPolicyPort{{Protocol: &tcp, Port: &port}},
+						}},
+					},
+				}})
+				benchRelabel(b, cluster, policy.Options{IngressNetworksAndNodes: true, Node: benchNode}, c, toggle)
+			})
+		}
+	}
+}
+
+// relabelCase says which pod a relabel benchmark changes: the first on
+// benchNode (local) or elsewhere whose relabel changes benchNode's rules
+// or not (changes).
+type relabelCase struct {
+	name           string
+	local, changes bool
+}
+
+// benchRelabel times relabelling one pod picked by c between the two
+// label sets labels gives, syncing benchNode's table in a private network
+// namespace after each.
+func benchRelabel(b *testing.B, cluster *policy.Cluster, opts policy.Options, c relabelCase, labels func(*policy.Pod) []map[string]string) {
+	comp := policy.NewCompiler(cluster, opts)
+	restore := enterPrivateNetns(b)
+	defer restore()
+	nft, err := NewInterface()
+	if err != nil {
+		b.Fatal(err)
+	}
+	s := New(nft, Options{Node: benchNode})
+	ctx := context.Background()
+	if _, err := s.Sync(ctx, comp.Program()); err != nil {
+		b.Fatal(err)
+	}
+	var key string
+	var ls []map[string]string
+	for i := range cluster.Pods {
+		p := &cluster.Pods[i]
+		if (p.NodeName == benchNode) != c.local {
+			continue
+		}
+		try := labels(p)
+		prog, _ := comp.RelabelPod(p.Key(), try[1])
+		res, err := s.Sync(ctx, prog)
+		if err != nil {
+			b.Fatal(err)
+		}
+		prog, _ = comp.RelabelPod(p.Key(), try[0])
+		if _, err := s.Sync(ctx, prog); err != nil {
+			b.Fatal(err)
+		}
+		if (res.Operations > 0) == c.changes {
+			key, ls = p.Key(), try
+			break
+		}
+	}
+	if key == "" {
+		b.Fatal("no pod to relabel")
+	}
+	var compile, sync, build, diff, run time.Duration
+	i, ops := 0, 0
+	for b.Loop() {
+		t0 := time.Now()
+		prog, ok := comp.RelabelPod(key, ls[(i+1)%2])
+		if !ok {
+			b.Fatal("pod not found")
+		}
+		t1 := time.Now()
+		res, err := s.Sync(ctx, prog)
+		if err != nil {
+			b.Fatal(err)
+		}
+		compile += t1.Sub(t0)
+		sync += time.Since(t1)
+		build += res.Build
+		diff += res.Diff
+		run += res.Transaction
+		if res.Full {
+			b.Fatal("relabel fell back to a full replace")
+		}
+		ops += res.Operations
+		i++
+	}
+	n := float64(i)
+	ms := func(d time.Duration) float64 { return float64(d.Microseconds()) / 1000 / n }
+	b.ReportMetric(float64(ops)/n, "nft-ops/relabel")
+	b.ReportMetric(ms(compile), "compile-ms/relabel")
+	b.ReportMetric(ms(sync), "sync-ms/relabel")
+	b.ReportMetric(ms(build), "build-ms/relabel")
+	b.ReportMetric(ms(diff), "diff-ms/relabel")
+	b.ReportMetric(ms(run), "nft-ms/relabel")
 }

@@ -70,6 +70,11 @@ func TestRandomDiffEqualsFull(t *testing.T) {
 		if seed > 1 && res.Full {
 			t.Fatalf("seed %d: sync fell back to a full replace", seed)
 		}
+		for _, c := range s.Applied().chains {
+			if got, want := renderedRules(c), len(renderChainRules(c)); got != want {
+				t.Fatalf("seed %d: chain %s counted as %d rules, renders %d", seed, c.Name, got, want)
+			}
+		}
 		fresh := knftables.NewFake(knftables.InetFamily, Table)
 		if _, err := New(fresh, Options{Node: "node-0"}).Sync(ctx, prog); err != nil {
 			t.Fatal(err)

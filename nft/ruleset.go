@@ -178,7 +178,7 @@ func (rs *Ruleset) Stats() Stats {
 		st.Rules += len(c.rules)
 	}
 	for _, c := range rs.chains {
-		st.Rules += len(renderChainRules(c))
+		st.Rules += renderedRules(c)
 	}
 	for _, s := range rs.sets {
 		st.Elements += s.len()

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"sync"
+	"time"
 
 	"sigs.k8s.io/knftables"
 
@@ -43,6 +44,15 @@ type Result struct {
 	ConntrackDeleted int
 	// Warnings are the ruleset's warnings (input it failed closed on).
 	Warnings []string
+	// Reused is true when nothing the node's ruleset is built from
+	// changed since the ruleset last programmed: Sync kept that one
+	// without building it again (and Operations is 0).
+	Reused bool
+	// Build is how long computing the ruleset from the Program took,
+	// Diff how long comparing it with the one programmed (the
+	// transaction's operations), and Transaction how long the nft
+	// transaction ran: the parts of a sync, for logs and benchmarks.
+	Build, Diff, Transaction time.Duration
 }
 
 // Syncer keeps one node's table in step with successive Programs. It
@@ -56,7 +66,10 @@ type Syncer struct {
 
 	mu      sync.Mutex
 	applied *Ruleset
-	cache   *buildCache
+	// inputs are what applied was built from; nil when it was not built
+	// by Sync.
+	inputs *buildInputs
+	cache  *buildCache
 	// counters describes the drop counters of the last ruleset
 	// programmed. Unlike applied it survives a failure: the names it
 	// holds mean the same in any table Moat wrote.
@@ -83,35 +96,53 @@ func NewInterface() (knftables.Interface, error) {
 	return nft, nil
 }
 
-// Sync programs the node's part of prog.
+// Sync programs the node's part of prog. When nothing the node's
+// ruleset is built from changed since the last sync that programmed one
+// (buildInputs), Sync keeps that ruleset: the kernel holds it already.
 func (s *Syncer) Sync(ctx context.Context, prog *policy.Program) (Result, error) {
+	start := time.Now()
+	in := readInputs(prog, s.opts.Node)
 	s.mu.Lock()
+	if s.applied != nil && in.equal(s.inputs) {
+		rs := s.applied
+		s.mu.Unlock()
+		return Result{Applied: true, Reused: true, Stats: rs.Stats(), Warnings: rs.warnings, Build: time.Since(start)}, nil
+	}
 	rs := buildCached(prog, s.opts.Node, s.cache)
 	s.mu.Unlock()
-	return s.apply(ctx, rs)
+	built := time.Since(start)
+	res, err := s.apply(ctx, rs, in)
+	res.Build = built
+	return res, err
 }
 
-// apply programs a ruleset built by Build. On an nft error the previous
-// rules stay in force, the error is returned and the next apply replaces
-// the whole table. When rules were applied but removing established
-// connections failed, the Result has Applied set and the error says so.
-func (s *Syncer) apply(ctx context.Context, rs *Ruleset) (Result, error) {
+// apply programs a ruleset built by Build from inputs in (nil: not
+// known). On an nft error the previous rules stay in force, the error is
+// returned and the next apply replaces the whole table. When rules were
+// applied but removing established connections failed, the Result has
+// Applied set and the error says so.
+func (s *Syncer) apply(ctx context.Context, rs *Ruleset, in *buildInputs) (Result, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	res := Result{Stats: rs.Stats(), Warnings: rs.warnings}
 	var incErr error
 	if s.applied != nil {
+		start := time.Now()
 		tx := s.nft.NewTransaction()
 		diffTransaction(tx, s.applied, rs)
 		res.Operations = tx.NumOperations()
+		res.Diff = time.Since(start)
 		if res.Operations == 0 {
-			s.applied = rs
+			s.applied, s.inputs = rs, in
 			s.counters = rs.counters
 			res.Applied = true
 			return res, nil
 		}
-		if incErr = s.nft.Run(ctx, tx); incErr == nil {
-			s.applied = rs
+		start = time.Now()
+		incErr = s.nft.Run(ctx, tx)
+		res.Transaction = time.Since(start)
+		if incErr == nil {
+			s.applied, s.inputs = rs, in
 			s.counters = rs.counters
 			res.Applied = true
 		}
@@ -119,22 +150,27 @@ func (s *Syncer) apply(ctx context.Context, rs *Ruleset) (Result, error) {
 	if !res.Applied {
 		// The kernel may not hold what we think (someone edited the
 		// table, or this is the first sync): start from nothing.
-		s.applied = nil
+		s.applied, s.inputs = nil, nil
 		// What the old table counted carries over. Reading it is best
 		// effort: without it the counters start from zero, which
 		// readers of counters must expect after a reboot anyway.
 		prev, _ := listCounters(ctx, s.nft, true)
+		start := time.Now()
 		tx := s.nft.NewTransaction()
 		fullTransaction(tx, rs, prev)
 		res.Full = true
 		res.Operations = tx.NumOperations()
-		if err := s.nft.Run(ctx, tx); err != nil {
+		res.Diff += time.Since(start)
+		start = time.Now()
+		err := s.nft.Run(ctx, tx)
+		res.Transaction += time.Since(start)
+		if err != nil {
 			if incErr != nil {
 				err = errors.Join(fmt.Errorf("patch: %w", incErr), fmt.Errorf("replace: %w", err))
 			}
 			return res, fmt.Errorf("program table inet %s on node %s: %w", Table, s.opts.Node, err)
 		}
-		s.applied = rs
+		s.applied, s.inputs = rs, in
 		s.counters = rs.counters
 		res.Applied = true
 		s.reopen()
@@ -172,7 +208,7 @@ func (s *Syncer) Applied() *Ruleset {
 // resyncs that must repair edits made behind Moat's back.
 func (s *Syncer) Invalidate() {
 	s.mu.Lock()
-	s.applied = nil
+	s.applied, s.inputs = nil, nil
 	s.mu.Unlock()
 }
 
@@ -187,7 +223,7 @@ func (s *Syncer) remove(ctx context.Context) error {
 	if err := s.nft.Run(ctx, tx); err != nil {
 		return fmt.Errorf("delete table inet %s on node %s: %w", Table, s.opts.Node, err)
 	}
-	s.applied = nil
+	s.applied, s.inputs = nil, nil
 	s.counters = nil
 	return nil
 }
