@@ -26,6 +26,10 @@ type builder struct {
 	hashOf  map[string]string
 	setName map[string]string
 	chainOf map[*policy.DirPolicy]entry
+	names   []string // scratch for memoChains
+	// counted are the counters chain registered for the DirPolicy it
+	// builds (see keepChains).
+	counted []*DropCounter
 }
 
 // entry is how a DirPolicy's chains are reached: the chain its pods'
@@ -267,6 +271,11 @@ func (b *builder) chain(dp *policy.DirPolicy) entry {
 	if e, ok := b.chainOf[dp]; ok {
 		return e
 	}
+	if e, ok := b.memoChains(dp); ok {
+		b.chainOf[dp] = e
+		return e
+	}
+	b.counted = b.counted[:0]
 	p := b.plans[dp]
 	var rest []chainRule
 	if p.hasNP {
@@ -294,6 +303,7 @@ func (b *builder) chain(dp *policy.DirPolicy) entry {
 		e = entry{chain: b.addChain(p.dir, admin), next: e.chain, admin: true}
 	}
 	b.chainOf[dp] = e
+	b.keepChains(dp, e)
 	return e
 }
 
@@ -328,5 +338,6 @@ func (b *builder) counter(c *DropCounter) string {
 		return ""
 	}
 	b.rs.counters[c.Name] = c
+	b.counted = append(b.counted, c)
 	return c.Name
 }

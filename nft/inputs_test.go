@@ -219,7 +219,9 @@ func TestNoReuseAfterInvalidate(t *testing.T) {
 // TestRandomReuseIsExact applies random changes to random clusters
 // through a Compiler (relabels, new addresses, addresses taken from other
 // pods, moves, deletions, new pods) and checks after each that the table
-// Sync left, reused or not, is the one a fresh sync programs.
+// Sync left, reused or not, is the one a fresh sync programs. The
+// Syncer's build cache lives through the changes, a fresh one has none:
+// the test also checks the chains the cache keeps (chainMemo).
 func TestRandomReuseIsExact(t *testing.T) {
 	cfg := randcluster.Default()
 	ctx := context.Background()

@@ -49,7 +49,9 @@ type cachedRule struct {
 
 type cachedPlan struct {
 	plan *dirPlan
-	used bool
+	// chains are the chains last built for the plan.
+	chains *chainMemo
+	used   bool
 }
 
 type cachedKey struct {
