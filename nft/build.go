@@ -3,7 +3,6 @@ package nft
 import (
 	"fmt"
 	"net/netip"
-	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -226,19 +225,9 @@ func (b *builder) duplicates(prog *policy.Program) map[netip.Addr]bool {
 	if len(dups) == 0 {
 		return conflict
 	}
-	claimants := make(map[netip.Addr][]string, len(dups))
 	for _, a := range dups {
 		conflict[a] = true
-	}
-	for i := range prog.Pods {
-		for _, a := range prog.Pods[i].IPs {
-			if a = a.Unmap(); conflict[a] && !slices.Contains(claimants[a], prog.Pods[i].Key()) {
-				claimants[a] = append(claimants[a], prog.Pods[i].Key())
-			}
-		}
-	}
-	for _, a := range dups {
-		b.rs.warnings = append(b.rs.warnings, fmt.Sprintf("pods %s both have address %s: all its new connections are dropped", strings.Join(claimants[a], " and "), a))
+		b.rs.warnings = append(b.rs.warnings, fmt.Sprintf("pods %s both have address %s: all its new connections are dropped", strings.Join(prog.Claimants(a), " and "), a))
 	}
 	return conflict
 }

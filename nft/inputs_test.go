@@ -27,14 +27,30 @@ func loadCluster(t testing.TB, yaml string) *policy.Cluster {
 	return &res.Cluster
 }
 
-// podOf returns a copy of pod key in prog that the caller may change.
+// podOf returns a copy of pod key in prog that the caller may change (a
+// node-scoped Program lists only its node's pods: see podIn).
 func podOf(t testing.TB, prog *policy.Program, key string) policy.Pod {
 	t.Helper()
 	i, ok := prog.PodByKey(key)
 	if !ok {
 		t.Fatalf("no pod %s", key)
 	}
-	p := prog.Pods[i]
+	return editable(prog.Pods[i])
+}
+
+// podIn returns a copy of pod key in a cluster that the caller may change.
+func podIn(t testing.TB, c *policy.Cluster, key string) policy.Pod {
+	t.Helper()
+	for _, p := range c.Pods {
+		if p.Key() == key {
+			return editable(p)
+		}
+	}
+	t.Fatalf("no pod %s", key)
+	return policy.Pod{}
+}
+
+func editable(p policy.Pod) policy.Pod {
 	p.Labels = maps.Clone(p.Labels)
 	p.IPs = slices.Clone(p.IPs)
 	p.Ports = slices.Clone(p.Ports)
@@ -71,6 +87,7 @@ status: {podIPs: [{ip: 10.0.2.20}]}
 // way the table must equal a fresh sync's.
 func TestReuseIsExact(t *testing.T) {
 	base := mustRead(t, "testdata/tiers.yaml") + idle
+	cluster := loadCluster(t, base) // never changed: pods to edit come from it
 	type change func(t *testing.T, c *policy.Compiler, prog *policy.Program) *policy.Program
 	relabel := func(key string, labels map[string]string) change {
 		return func(t *testing.T, c *policy.Compiler, _ *policy.Program) *policy.Program {
@@ -83,7 +100,7 @@ func TestReuseIsExact(t *testing.T) {
 	}
 	upsert := func(key string, edit func(*policy.Pod)) change {
 		return func(t *testing.T, c *policy.Compiler, prog *policy.Program) *policy.Program {
-			p := podOf(t, prog, key)
+			p := podIn(t, cluster, key)
 			edit(&p)
 			c.UpsertPod(p)
 			return c.Program()
@@ -106,7 +123,7 @@ func TestReuseIsExact(t *testing.T) {
 		// node's DirPolicies are new, though the table does not use
 		// that peer (a Pass ending the Admin tier): built, to no change.
 		{"new remote pod", func(t *testing.T, c *policy.Compiler, prog *policy.Program) *policy.Program {
-			p := podOf(t, prog, "shop/idle")
+			p := podIn(t, cluster, "shop/idle")
 			p.Name, p.IPs = "idle2", []netip.Addr{addr("10.0.2.21")}
 			c.UpsertPod(p)
 			return c.Program()
@@ -252,19 +269,28 @@ func TestRandomReuseIsExact(t *testing.T) {
 		if _, err := s.Sync(ctx, prog); err != nil {
 			t.Fatal(err)
 		}
+		// The cluster's pods as the compiler has them: a node-scoped
+		// Program lists only its node's.
+		pods := map[string]policy.Pod{}
+		for _, p := range cl.Pods {
+			pods[p.Key()] = p
+		}
+		anyPod := func() policy.Pod { return editable(pods[slices.Sorted(maps.Keys(pods))[r.Intn(len(pods))]]) }
 		fresh := 0
 		for step := 0; step < 30; step++ {
-			if len(prog.Pods) == 0 {
+			if len(pods) == 0 {
 				break
 			}
-			p := podOf(t, prog, prog.Pods[r.Intn(len(prog.Pods))].Key())
+			p := anyPod()
 			var what string
 			switch k := r.Intn(10); {
 			case k < 5:
 				p.Labels["app"], p.Labels["tier"] = pick(apps), pick(tiers)
 				what = "relabel " + p.Key()
 			case k == 5 && len(p.IPs) > 0:
-				p.IPs[0] = prog.Pods[r.Intn(len(prog.Pods))].IPs[0]
+				if o := anyPod(); len(o.IPs) > 0 {
+					p.IPs[0] = o.IPs[0]
+				}
 				what = "address of another pod to " + p.Key()
 			case k == 6 && len(p.IPs) > 0:
 				fresh++
@@ -282,8 +308,11 @@ func TestRandomReuseIsExact(t *testing.T) {
 				p.IPs = []netip.Addr{netip.AddrFrom4([4]byte{10, 98, byte(seed), byte(fresh)})}
 				what = "new pod " + p.Key()
 			}
-			if !strings.HasPrefix(what, "delete") {
+			if strings.HasPrefix(what, "delete") {
+				delete(pods, p.Key())
+			} else {
 				c.UpsertPod(p)
+				pods[p.Key()] = p
 			}
 			prog = c.Program()
 			res, err := s.Sync(ctx, prog)
@@ -354,14 +383,15 @@ func TestReuseSeesClaimants(t *testing.T) {
 	base := mustRead(t, "testdata/tiers.yaml") + strings.ReplaceAll(idle, "10.0.2.20", "10.0.1.10")
 	ctx := context.Background()
 	for _, scope := range []string{"node-1", ""} {
-		c := policy.NewCompiler(loadCluster(t, base), policy.Options{Node: scope})
+		cluster := loadCluster(t, base)
+		c := policy.NewCompiler(cluster, policy.Options{Node: scope})
 		fake := knftables.NewFake(knftables.InetFamily, Table)
 		s := New(fake, Options{Node: "node-1"})
 		prog := c.Program()
 		if _, err := s.Sync(ctx, prog); err != nil {
 			t.Fatal(err)
 		}
-		p := podOf(t, prog, "shop/idle")
+		p := podIn(t, cluster, "shop/idle")
 		p.Name = "idle2"
 		c.UpsertPod(p)
 		prog = c.Program()

@@ -2,6 +2,7 @@ package policy
 
 import (
 	"fmt"
+	"maps"
 	"net/netip"
 	"slices"
 	"sort"
@@ -11,47 +12,74 @@ import (
 // Building the next Program from the state, sharing with the last one
 // what did not change.
 
+// listable reports whether a pod belongs in the Program's Pods: every
+// pod, or with Options.Node only that node's. A node-scoped Program has
+// no use for the other pods' entries (their PodPolicy is nil, and peers
+// reach its rules as addresses), and at 100,000 pods they would cost
+// ~25 MB per Program and a copy of the list whenever any pod changes.
+func (s *state) listable(ps *podState) bool {
+	return !ps.gone && (s.opts.Node == "" || ps.pod.NodeName == s.opts.Node)
+}
+
 // program makes the next Program, sharing with the last one what did not
 // change.
 func (s *state) program() *Program {
 	d := &s.dirty
 	old := s.prog
 	p := &Program{Options: s.opts}
-	switch {
-	case old == nil:
-		p.Pods = make([]Pod, len(s.order))
-		p.Policies = make([]*PodPolicy, len(s.order))
-		p.podSlot = make([]uint32, len(s.order))
-		byKey := make(map[string]uint32, len(s.order))
-		for i, ps := range s.order {
-			p.Pods[i] = ps.pod
-			p.podSlot[i] = ps.slot
-			byKey[ps.pod.Key()] = ps.slot
-			if ps.combo != nil {
-				p.Policies[i] = ps.combo.pp
+	if old == nil {
+		n := 0
+		for _, ps := range s.order {
+			if ps.listed = s.listable(ps); ps.listed {
+				n++
 			}
+		}
+		p.Pods = make([]Pod, 0, n)
+		p.Policies = make([]*PodPolicy, 0, n)
+		p.podSlot = make([]uint32, 0, n)
+		byKey := make(map[string]uint32, n)
+		for _, ps := range s.order {
+			if !ps.listed {
+				continue
+			}
+			var pp *PodPolicy
+			if ps.combo != nil {
+				pp = ps.combo.pp
+			}
+			p.Pods = append(p.Pods, ps.pod)
+			p.Policies = append(p.Policies, pp)
+			p.podSlot = append(p.podSlot, ps.slot)
+			byKey[ps.pod.Key()] = ps.slot
 		}
 		p.podByKey = newCOWMap(byKey)
 		p.slotIndex = slotIndex(p.podSlot, len(s.slots))
 		return s.finishProgram(p, old)
-	case d.podSet:
-		s.reorder(p, old)
-	default:
+	}
+	added, removed := s.listChanges()
+	if len(added)+len(removed) > 0 {
+		s.reorder(p, old, added, removed)
+	} else {
 		p.Pods, p.Policies, p.podSlot, p.slotIndex, p.podByKey = old.Pods, old.Policies, old.podSlot, old.slotIndex, old.podByKey
-		if len(d.podData) > 0 {
-			p.Pods = slices.Clone(old.Pods)
+		for ps := range d.podData {
+			if ps.listed {
+				p.Pods = slices.Clone(old.Pods)
+				break
+			}
 		}
-		if len(d.pods) > 0 {
-			p.Policies = slices.Clone(old.Policies)
+		for _, ps := range d.pods {
+			if ps.listed {
+				p.Policies = slices.Clone(old.Policies)
+				break
+			}
 		}
 	}
 	for ps := range d.podData {
-		if !ps.gone {
+		if ps.listed {
 			p.Pods[p.slotIndex[ps.slot]] = ps.pod
 		}
 	}
 	for _, ps := range d.pods {
-		if ps.gone {
+		if !ps.listed {
 			continue
 		}
 		i := p.slotIndex[ps.slot]
@@ -61,6 +89,33 @@ func (s *state) program() *Program {
 		}
 	}
 	return s.finishProgram(p, old)
+}
+
+// listChanges finds the pods that join the Program's Pods (new pods, and
+// pods that became listable: scheduled to the node) and those that leave
+// it, and updates their listed marks.
+func (s *state) listChanges() (added, removed []*podState) {
+	d := &s.dirty
+	for _, ps := range d.removed {
+		if ps.listed {
+			removed = append(removed, ps)
+		}
+	}
+	for ps := range d.podData {
+		switch now := s.listable(ps); {
+		case now && !ps.listed:
+			added = append(added, ps)
+		case !now && ps.listed:
+			removed = append(removed, ps)
+		}
+	}
+	for _, ps := range added {
+		ps.listed = true
+	}
+	for _, ps := range removed {
+		ps.listed = false
+	}
+	return added, removed
 }
 
 // slotIndex inverts podSlot.
@@ -78,11 +133,10 @@ func slotIndex(podSlot []uint32, slots int) []int32 {
 // reorder makes the per-pod slices after pods were added or removed, by
 // copying the unchanged runs of the last Program's: the cost is a copy of
 // the slices, not a walk over the pods.
-func (s *state) reorder(p, old *Program) {
-	d := &s.dirty
+func (s *state) reorder(p, old *Program, addedPods, removedPods []*podState) {
 	var removed []int
 	changes := map[string]*uint32{}
-	for _, ps := range d.removed {
+	for _, ps := range removedPods {
 		if int(ps.slot) < len(old.slotIndex) && old.slotIndex[ps.slot] >= 0 && old.podSlot[old.slotIndex[ps.slot]] == ps.slot {
 			removed = append(removed, int(old.slotIndex[ps.slot]))
 			changes[ps.pod.Key()] = nil
@@ -94,10 +148,7 @@ func (s *state) reorder(p, old *Program) {
 		ps *podState
 	}
 	var added []insert
-	for _, ps := range d.added {
-		if ps.gone {
-			continue
-		}
+	for _, ps := range addedPods {
 		key := ps.pod.Key()
 		at, _ := slices.BinarySearchFunc(old.Pods, key, func(o Pod, k string) int { return cmpKey(&o, k) })
 		added = append(added, insert{at, ps})
@@ -214,18 +265,19 @@ func (s *state) statuses() []PolicyStatus {
 	return out
 }
 
-// addressTables finds pods by address: the owner of each address one pod
-// claims, and the addresses several claim.
+// addressTables finds pods by address: the slot of the pod that alone
+// claims each address, and the addresses several pods claim. Both cover
+// every pod, listed or not: the evaluator finds remote peers by slot.
 func (s *state) addressTables(p, old *Program) {
 	d := &s.dirty
 	if old == nil {
 		byIP := make(map[netip.Addr]uint32, len(s.ipOwners))
-		p.dupAddrs = map[netip.Addr]bool{}
+		p.dupAddrs = map[netip.Addr][]string{}
 		for a, owners := range s.ipOwners {
 			if len(owners) == 1 {
 				byIP[a] = owners[0].slot
 			} else {
-				p.dupAddrs[a] = true
+				p.dupAddrs[a] = claimants(owners)
 			}
 		}
 		p.podByIP = newCOWMap(byIP)
@@ -245,19 +297,31 @@ func (s *state) addressTables(p, old *Program) {
 		} else {
 			changes[a] = nil
 		}
-		if (len(owners) > 1) != old.dupAddrs[a] {
+		if len(owners) > 1 || old.dupAddrs[a] != nil {
 			dupChanged = true
 		}
 	}
 	p.podByIP = old.podByIP.with(changes)
 	if dupChanged {
-		p.dupAddrs = map[netip.Addr]bool{}
-		for a, owners := range s.ipOwners {
-			if len(owners) > 1 {
-				p.dupAddrs[a] = true
+		p.dupAddrs = maps.Clone(old.dupAddrs)
+		for a := range d.addrs {
+			if owners := s.ipOwners[a]; len(owners) > 1 {
+				p.dupAddrs[a] = claimants(owners)
+			} else {
+				delete(p.dupAddrs, a)
 			}
 		}
 	}
+}
+
+// claimants are the keys of the pods that claim one address, sorted.
+func claimants(owners []*podState) []string {
+	out := make([]string, len(owners))
+	for i, ps := range owners {
+		out[i] = ps.pod.Key()
+	}
+	slices.Sort(out)
+	return out
 }
 
 // nodeTables indexes nodes by name and address.

@@ -25,8 +25,6 @@ func (s *state) upsertPod(p Pod) {
 		s.pods[p.Key()] = ps
 		i := sort.Search(len(s.order), func(i int) bool { return s.order[i].pod.Key() >= p.Key() })
 		s.order = slices.Insert(s.order, i, ps)
-		s.dirty.podSet = true
-		s.dirty.added = append(s.dirty.added, ps)
 		s.updatePod(ps, nil)
 		return
 	}
@@ -57,7 +55,6 @@ func (s *state) deletePod(key string) bool {
 	s.slots[ps.slot] = nil
 	ps.ns.refs--
 	s.dropNamespace(ps.ns)
-	s.dirty.podSet = true
 	s.dirty.removed = append(s.dirty.removed, ps)
 	return true
 }

@@ -179,7 +179,7 @@ func (s *state) loadPods(pods []Pod, keys []string) {
 			}
 		}
 	}
-	s.dirty.podSet, s.dirty.diags = true, true
+	s.dirty.diags = true
 }
 
 // addLoaded adds one pod of a full compile.

@@ -85,7 +85,7 @@ type outcome struct {
 }
 
 func (p *Program) judgeBoth(f Flow) (outcome, outcome) {
-	if p.dupAddrs[f.Src.Addr.Unmap()] || p.dupAddrs[f.Dst.Addr.Unmap()] {
+	if p.dupAddrs[f.Src.Addr.Unmap()] != nil || p.dupAddrs[f.Dst.Addr.Unmap()] != nil {
 		o := outcome{tier: TierNotPoliced, duplicate: true}
 		return o, o
 	}

@@ -218,7 +218,7 @@ func TestIncrementalMatchesFullCompile(t *testing.T) {
 				inc := comp.Program()
 				full := policy.Compile(cluster, tc.opts)
 				what := fmt.Sprintf("step %d (%s)", step, strings.Join(did, "; "))
-				sameProgram(t, what, inc, full)
+				sameProgram(t, what, inc, full, addrFlows(full, cluster, 300)...)
 				for i, f := range flows {
 					if v := before.Evaluate(f); !sameVerdict(v, was[i]) {
 						t.Fatalf("%s: the previous Program changed its answer for %+v", what, f)
@@ -267,14 +267,16 @@ func TestIncrementalMatchesFullCompileRandom(t *testing.T) {
 			for range 1 + r.IntN(3) {
 				did = append(did, mutators[r.IntN(len(mutators))](r, cluster, comp, spare))
 			}
-			sameProgram(t, fmt.Sprintf("seed %d step %d (%s)", seed, step, strings.Join(did, "; ")), comp.Program(), policy.Compile(cluster, opts))
+			full := policy.Compile(cluster, opts)
+			sameProgram(t, fmt.Sprintf("seed %d step %d (%s)", seed, step, strings.Join(did, "; ")), comp.Program(), full, addrFlows(full, cluster, 200)...)
 		}
 	}
 }
 
 // sameProgram compares two Programs of the same snapshot: pods, statuses,
-// diagnostics, and the verdict and explanation of sampled flows.
-func sameProgram(t *testing.T, what string, inc, full *policy.Program) {
+// diagnostics, and the verdict and explanation of sampled flows and of
+// extra ones.
+func sameProgram(t *testing.T, what string, inc, full *policy.Program, extra ...policy.Flow) {
 	t.Helper()
 	if len(inc.Pods) != len(full.Pods) {
 		t.Fatalf("%s: %d pods, full compile %d", what, len(inc.Pods), len(full.Pods))
@@ -308,7 +310,17 @@ func sameProgram(t *testing.T, what string, inc, full *policy.Program) {
 	if a, b := diags(inc), diags(full); !slices.Equal(a, b) {
 		t.Fatalf("%s: diagnostics\n%s\nfull compile\n%s", what, strings.Join(a, "\n"), strings.Join(b, "\n"))
 	}
-	for _, f := range append(append(sampleFlows(full, 500), outsideFlows(full)...), lastAddrFlows(full)...) {
+	for _, f := range extra {
+		for _, a := range []netip.Addr{f.Src.Addr, f.Dst.Addr} {
+			j1, ok1 := inc.PodByIP(a)
+			j2, ok2 := full.PodByIP(a)
+			if j1 != j2 || ok1 != ok2 {
+				t.Fatalf("%s: PodByIP(%s) = %d, %v; full compile %d, %v", what, a, j1, ok1, j2, ok2)
+			}
+		}
+	}
+	flows := append(append(sampleFlows(full, 500), outsideFlows(full)...), lastAddrFlows(full)...)
+	for _, f := range append(flows, extra...) {
 		if a, b := inc.Evaluate(f), full.Evaluate(f); !sameVerdict(a, b) {
 			t.Fatalf("%s: flow %s -> %s %s/%d:\nincremental %+v\nfull compile %+v", what, f.Src.Addr, f.Dst.Addr, f.Proto, f.Port, a, b)
 		}
@@ -349,6 +361,29 @@ func lastAddrFlows(p *policy.Program) []policy.Flow {
 				out = append(out, policy.Flow{Src: eps[i], Dst: eps[j], Proto: policy.ProtoTCP, Port: port})
 			}
 		}
+	}
+	return out
+}
+
+// addrFlows pairs the cluster's pods with each other by address, as a
+// node-scoped Program sees them: pods it does not list (those on other
+// nodes) are addresses only (Pod -1).
+func addrFlows(p *policy.Program, c *policy.Cluster, n int) []policy.Flow {
+	var eps []policy.Endpoint
+	for i := range c.Pods {
+		if len(c.Pods[i].IPs) == 0 {
+			continue
+		}
+		j, ok := p.PodByKey(c.Pods[i].Key())
+		if !ok {
+			j = -1
+		}
+		eps = append(eps, policy.Endpoint{Pod: j, Addr: c.Pods[i].IPs[0]})
+	}
+	var out []policy.Flow
+	for i := 0; len(eps) > 0 && len(out) < n; i++ {
+		s, d := eps[(i*7919)%len(eps)], eps[(i*104729+1)%len(eps)]
+		out = append(out, policy.Flow{Src: s, Dst: d, Proto: policy.ProtoTCP, Port: []uint16{80, 443, 8080, 5432}[i%4]})
 	}
 	return out
 }

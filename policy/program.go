@@ -251,7 +251,9 @@ type Options struct {
 // evaluator and the nftables backend both read it; it is immutable.
 type Program struct {
 	Options Options
-	// Pods are all pods with their index as ID, sorted by namespace/name.
+	// Pods are all pods with their index as ID, sorted by namespace/name;
+	// with Options.Node, only that node's pods (pods elsewhere are
+	// addresses to it: PodByKey and PodByIP do not find them).
 	Pods []Pod
 	// Policies holds one PodPolicy per pod, nil for host-network pods and
 	// pods without IPs (they are not policed), and with Options.Node for
@@ -264,14 +266,17 @@ type Program struct {
 
 	// podByKey and podByIP find a pod's slot (its stable number in the
 	// Compiler, which the evaluator's index uses); slotIndex maps a slot
-	// to the pod's index in Pods.
+	// to the pod's index in Pods, -1 for a pod not listed, and may be
+	// shorter than the slots podByIP knows (pods added elsewhere since).
+	// podByIP covers every pod, listed or not: the evaluator finds a
+	// remote peer's slot through it.
 	podByKey  *cowMap[string, uint32]
 	podByIP   *cowMap[netip.Addr, uint32]
 	slotIndex []int32
 	podSlot   []uint32 // index in Pods -> slot
-	// dupAddrs are addresses more than one pod claims; traffic on them is
-	// denied.
-	dupAddrs  map[netip.Addr]bool
+	// dupAddrs are addresses more than one pod claims, with the keys of
+	// the pods that claim them; traffic on them is denied.
+	dupAddrs  map[netip.Addr][]string
 	nodeByIP  map[netip.Addr]int
 	nodeIndex map[string]int
 }
@@ -288,14 +293,18 @@ func (p *Program) PodByKey(key string) (int, bool) {
 // PodByIP finds the pod-network pod that owns an address.
 func (p *Program) PodByIP(a netip.Addr) (int, bool) {
 	s, ok := p.podByIP.get(a.Unmap())
-	if !ok {
-		return 0, false
+	if !ok || int(s) >= len(p.slotIndex) || p.slotIndex[s] < 0 {
+		return 0, false // no pod, or one a node-scoped Program does not list
 	}
 	return int(p.slotIndex[s]), true
 }
 
 // DuplicateAddr reports whether more than one pod claims the address.
-func (p *Program) DuplicateAddr(a netip.Addr) bool { return p.dupAddrs[a.Unmap()] }
+func (p *Program) DuplicateAddr(a netip.Addr) bool { return p.dupAddrs[a.Unmap()] != nil }
+
+// Claimants lists, sorted, the keys ("namespace/name") of the pods that
+// claim a duplicate address, wherever they run; nil if it is not one.
+func (p *Program) Claimants(a netip.Addr) []string { return p.dupAddrs[a.Unmap()] }
 
 // DuplicateAddrs lists, sorted, the addresses more than one pod claims:
 // traffic from or to them is denied, and a dataplane must drop it on every

@@ -4,15 +4,17 @@ import (
 	"fmt"
 	"maps"
 	"net/netip"
+	"slices"
 	"testing"
 
 	"github.com/moat-net/moat/internal/clustergen"
 	"github.com/moat-net/moat/policy"
 )
 
-// A Program scoped to a node (Options.Node) gives a PodPolicy to that
-// node's pod-network pods only, and judges them exactly as the whole
-// cluster's Program does: peers are resolved cluster-wide.
+// A Program scoped to a node (Options.Node) lists that node's pods only,
+// gives a PodPolicy to its pod-network pods, and judges them exactly as
+// the whole cluster's Program does: peers are resolved cluster-wide, and
+// pods elsewhere are addresses to it.
 func TestNodeScopedProgram(t *testing.T) {
 	for _, cfg := range []clustergen.Config{
 		{Nodes: 4, Namespaces: 12, Pods: 150, NetworkPolicies: 30, ClusterPolicies: 12, Seed: 3},
@@ -25,30 +27,55 @@ func TestNodeScopedProgram(t *testing.T) {
 		for _, node := range []string{"node-000", "node-002", "no-such-node"} {
 			opts.Node = node
 			scoped := policy.Compile(cluster, opts)
+			var want []string
 			local := 0
-			for i, p := range scoped.Pods {
-				onNode := p.NodeName == node && full.Policies[i] != nil
-				if (scoped.Policies[i] != nil) != onNode {
-					t.Fatalf("%s: pod %s on %s: policed %v", node, p.Key(), p.NodeName, scoped.Policies[i] != nil)
+			for i, p := range full.Pods {
+				if p.NodeName != node {
+					continue
 				}
-				if onNode {
+				want = append(want, p.Key())
+				j, ok := scoped.PodByKey(p.Key())
+				if !ok || scoped.Pods[j].Key() != p.Key() || (scoped.Policies[j] != nil) != (full.Policies[i] != nil) {
+					t.Fatalf("%s: pod %s: listed %v, policed %v", node, p.Key(), ok, ok && scoped.Policies[j] != nil)
+				}
+				if full.Policies[i] != nil {
 					local++
 				}
+			}
+			var got []string
+			for _, p := range scoped.Pods {
+				got = append(got, p.Key())
+			}
+			if !slices.Equal(got, want) {
+				t.Fatalf("%s: scoped Program lists %v, want the node's pods %v", node, got, want)
 			}
 			if node != "no-such-node" && local == 0 {
 				t.Fatalf("%s: no local pod", node)
 			}
+			// The full Program's flows as the scoped one sees them.
+			scope := func(e policy.Endpoint) policy.Endpoint {
+				if e.Pod >= 0 {
+					j, ok := scoped.PodByKey(full.Pods[e.Pod].Key())
+					if !ok {
+						j = -1
+					}
+					e.Pod = j
+				}
+				return e
+			}
 			judged := 0
 			for _, f := range flows {
+				sf := f
+				sf.Src, sf.Dst = scope(f.Src), scope(f.Dst)
 				for _, d := range []struct {
 					ep  policy.Endpoint
 					dir policy.Direction
-				}{{f.Src, policy.Egress}, {f.Dst, policy.Ingress}} {
+				}{{sf.Src, policy.Egress}, {sf.Dst, policy.Ingress}} {
 					if d.ep.Pod < 0 || scoped.Policies[d.ep.Pod] == nil {
 						continue
 					}
 					judged++
-					a, b := scoped.Evaluate(f), full.Evaluate(f)
+					a, b := scoped.Evaluate(sf), full.Evaluate(f)
 					da, db := a.Egress, b.Egress
 					if d.dir == policy.Ingress {
 						da, db = a.Ingress, b.Ingress
@@ -57,6 +84,9 @@ func TestNodeScopedProgram(t *testing.T) {
 						t.Fatalf("%s: %s of %+v: scoped %+v, full %+v", node, d.dir, f, da, db)
 					}
 				}
+			}
+			if node != "no-such-node" && judged == 0 {
+				t.Fatalf("%s: no decision compared", node)
 			}
 			t.Logf("seed %d %s: %d local pods, %d decisions compared", cfg.Seed, node, local, judged)
 		}

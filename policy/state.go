@@ -97,9 +97,7 @@ type dirtySet struct {
 	relistNS  map[*npTier]struct{}
 	relistCNP [2]bool // admin, baseline
 	addrs     map[netip.Addr]struct{}
-	// podSet: pods were added or removed, so the Program's order changes.
-	podSet  bool
-	added   []*podState
+	// removed are the pods deleted (the Program's order changes).
 	removed []*podState
 	// pods need their Program entry updated; podData their Pod.
 	pods    []*podState
@@ -154,8 +152,10 @@ type podState struct {
 	// compile (the Program finds pods by slot: Program.slotIndex).
 	index int
 	// projs caches the pod's label projections by key list (see projOf).
-	projs    [2]podProj
-	gone     bool // deleted
+	projs [2]podProj
+	gone  bool // deleted
+	// listed: the pod is in the last Program's Pods (see listable).
+	listed   bool
 	fullSig  int32
 	admin    *cnpClass
 	baseline *cnpClass

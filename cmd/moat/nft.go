@@ -37,11 +37,15 @@ Counts of chains, rules, sets and elements and any warnings go to stderr.`,
 			}
 			// Compile for the node alone, as the agent does.
 			in.node = node
-			prog, err := in.compile(cmd)
+			l, err := in.load(cmd)
 			if err != nil {
 				return err
 			}
-			if err := knownNode(prog, node); err != nil {
+			if err := knownNode(&l.Cluster, node); err != nil {
+				return err
+			}
+			prog, err := in.compileLoaded(cmd, l.Result)
+			if err != nil {
 				return err
 			}
 			return printNodeRuleset(cmd, prog, node)
@@ -74,13 +78,13 @@ func printNodeRuleset(cmd *cobra.Command, prog *policy.Program, node string) err
 
 // knownNode refuses a node the snapshot does not mention: a misspelt name
 // would print an empty ruleset.
-func knownNode(prog *policy.Program, node string) error {
+func knownNode(c *policy.Cluster, node string) error {
 	names := map[string]bool{}
-	for _, n := range prog.Nodes {
+	for _, n := range c.Nodes {
 		names[n.Name] = true
 	}
-	for i := range prog.Pods {
-		if n := prog.Pods[i].NodeName; n != "" {
+	for i := range c.Pods {
+		if n := c.Pods[i].NodeName; n != "" {
 			names[n] = true
 		}
 	}
