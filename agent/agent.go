@@ -74,10 +74,9 @@ type Agent struct {
 	problemsScanned time.Time
 	problemsDirty   bool
 	lastWarnings    []string
-	// selectorKeys are the label keys some policy's selector reads;
-	// keyMemo keeps them per decoded policy (see labelkeys.go).
+	// selectorKeys are the label keys some policy's selector reads
+	// (see labelkeys.go).
 	selectorKeys atomic.Pointer[keySet]
-	keyMemo      map[any][]string
 
 	status *statusWriter
 	drops  *drops
@@ -104,7 +103,6 @@ func New(cfg Config, clients Clients, dp Dataplane) (*Agent, error) {
 		log:       klog.Background().WithName("moat-agent").WithValues("node", cfg.NodeName),
 		metrics:   newMetrics(),
 		reported:  map[string]string{},
-		keyMemo:   map[any][]string{},
 		labelSets: newLabelSets(),
 	}
 	// Failed syncs back off exponentially (100 ms to 30 s); the bucket

@@ -29,18 +29,26 @@ type decodedNP struct {
 	// labels keeps its selectors' shared matchLabels maps alive
 	// (selectors.go).
 	labels []*labelSet
+	// keys are the label keys its selectors read (labelkeys.go), found
+	// once when it is decoded; policies reading the same keys share them.
+	keys keyList
 }
 
 // decodedCNP is a ClusterNetworkPolicy as the informer cache stores it.
 type decodedCNP struct {
 	policy.ClusterNetworkPolicy
 	labels []*labelSet
+	keys   keyList
 }
+
+// readKeys are the label keys a cached policy's selectors read.
+func (d *decodedNP) readKeys() keyList  { return d.keys }
+func (d *decodedCNP) readKeys() keyList { return d.keys }
 
 // DeepCopyObject keeps the decoding results with the copy (the embedded
 // type's method would drop them).
 func (d *decodedNP) DeepCopyObject() runtime.Object {
-	out := &decodedNP{NetworkPolicy: d.NetworkPolicy}
+	out := &decodedNP{NetworkPolicy: d.NetworkPolicy, keys: d.keys}
 	out.NetworkPolicy.NetworkPolicy = d.NetworkPolicy.NetworkPolicy.DeepCopy()
 	out.UnknownFields = slices.Clone(d.UnknownFields)
 	out.Invalid = copyErrors(d.Invalid)
@@ -49,7 +57,7 @@ func (d *decodedNP) DeepCopyObject() runtime.Object {
 
 // DeepCopyObject: see decodedNP.DeepCopyObject.
 func (d *decodedCNP) DeepCopyObject() runtime.Object {
-	out := &decodedCNP{ClusterNetworkPolicy: d.ClusterNetworkPolicy}
+	out := &decodedCNP{ClusterNetworkPolicy: d.ClusterNetworkPolicy, keys: d.keys}
 	out.ClusterNetworkPolicy.ClusterNetworkPolicy = d.ClusterNetworkPolicy.ClusterNetworkPolicy.DeepCopy()
 	out.UnknownFields = slices.Clone(d.UnknownFields)
 	out.Invalid = copyErrors(d.Invalid)
@@ -79,6 +87,8 @@ func (t *labelSets) decodeNP(u *unstructured.Unstructured) *decodedNP {
 	o := decodeObject(u, "NetworkPolicy", networkingv1.SchemeGroupVersion.String())
 	d := &decodedNP{NetworkPolicy: *o.NetworkPolicy}
 	d.labels = t.internSelectors(npSelectors(d.NetworkPolicy.NetworkPolicy))
+	t.sharePorts(d.NetworkPolicy.NetworkPolicy)
+	d.keys = makeKeyList(selectorKeys(d.NetworkPolicy.NetworkPolicy))
 	return d
 }
 
@@ -89,6 +99,7 @@ func (t *labelSets) decodeCNP(u *unstructured.Unstructured) *decodedCNP {
 	o := decodeObject(u, "ClusterNetworkPolicy", v1alpha2.SchemeGroupVersion.String())
 	d := &decodedCNP{ClusterNetworkPolicy: *o.ClusterNetworkPolicy}
 	d.labels = t.internSelectors(cnpSelectors(d.ClusterNetworkPolicy.ClusterNetworkPolicy))
+	d.keys = makeKeyList(selectorKeys(d.ClusterNetworkPolicy.ClusterNetworkPolicy))
 	return d
 }
 

@@ -1,7 +1,11 @@
 package agent
 
 import (
+	"iter"
 	"reflect"
+	"slices"
+	"strings"
+	"unique"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/tools/cache"
@@ -48,6 +52,34 @@ func (s *keySet) mentions(old, cur map[string]string) bool {
 		}
 	}
 	return false
+}
+
+// keyList is a list of label keys, stored once per distinct list however
+// many policies read it (the unique package drops it with the last).
+type keyList struct{ h unique.Handle[string] }
+
+// makeKeyList sorts keys (equal sets share one list) and joins them with
+// NUL, which no label key contains.
+func makeKeyList(keys []string) keyList {
+	if len(keys) == 0 {
+		return keyList{}
+	}
+	slices.Sort(keys)
+	return keyList{unique.Make(strings.Join(keys, "\x00"))}
+}
+
+// all yields the keys.
+func (l keyList) all() iter.Seq[string] {
+	return func(yield func(string) bool) {
+		if l == (keyList{}) {
+			return
+		}
+		for k := range strings.SplitSeq(l.h.Value(), "\x00") {
+			if !yield(k) {
+				return
+			}
+		}
+	}
 }
 
 var labelSelectorType = reflect.TypeFor[metav1.LabelSelector]()
@@ -108,27 +140,23 @@ func selectorKeys(v any) []string {
 // read; the sync worker calls it before it reads pods from the caches for
 // a compilation. It reports whether a key is read that was not before (or
 // none were known): label changes on it may have been dropped, so only a
-// compilation from the caches is sure to see them. Keys are kept per
-// decoded object (a new version is a new object).
+// compilation from the caches is sure to see them. Each decoded policy
+// carries its keys, found when it was decoded (a new version is a new
+// object).
 func (a *Agent) updateSelectorKeys() (grown bool) {
 	set := keySet{}
-	seen := make(map[any]bool, len(a.keyMemo))
 	for _, store := range []cache.Store{a.inf.nps.GetStore(), a.inf.cnps.GetStore()} {
 		for _, o := range store.List() {
-			keys, ok := a.keyMemo[o]
+			d, ok := o.(interface{ readKeys() keyList })
 			if !ok {
-				keys = selectorKeys(o)
-				a.keyMemo[o] = keys
+				for _, k := range selectorKeys(o) { // not decoded by the agent's transform
+					set[k] = struct{}{}
+				}
+				continue
 			}
-			seen[o] = true
-			for _, k := range keys {
+			for k := range d.readKeys().all() {
 				set[k] = struct{}{}
 			}
-		}
-	}
-	for o := range a.keyMemo {
-		if !seen[o] {
-			delete(a.keyMemo, o)
 		}
 	}
 	prev := a.selectorKeys.Load()

@@ -7,6 +7,8 @@ import (
 	"slices"
 	"sync"
 	"weak"
+
+	"k8s.io/apimachinery/pkg/util/intstr"
 )
 
 // labelSets shares one labels map among the cached pods whose labels are
@@ -25,6 +27,9 @@ type labelSets struct {
 	// byHash finds the sets by a hash of their content (colliding sets
 	// share a slot); no key strings are kept.
 	byHash map[uint64][]weak.Pointer[labelSet]
+	// ports holds one shared value per numeric port policies name
+	// (selectors.go); at most one per port number.
+	ports map[int32]*intstr.IntOrString
 }
 
 // labelSet is one interned labels map. Pods keep a pointer to it so that
@@ -34,7 +39,7 @@ type labelSet struct {
 }
 
 func newLabelSets() *labelSets {
-	return &labelSets{seed: maphash.MakeSeed(), byHash: map[uint64][]weak.Pointer[labelSet]{}}
+	return &labelSets{seed: maphash.MakeSeed(), byHash: map[uint64][]weak.Pointer[labelSet]{}, ports: map[int32]*intstr.IntOrString{}}
 }
 
 // intern returns the shared set equal to l, making l the shared one if

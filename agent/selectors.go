@@ -3,6 +3,7 @@ package agent
 import (
 	networkingv1 "k8s.io/api/networking/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/intstr"
 
 	"github.com/moat-net/moat/api/v1alpha2"
 )
@@ -31,6 +32,37 @@ func (t *labelSets) internSelectors(sels []*metav1.LabelSelector) []*labelSet {
 		}
 	}
 	return keep
+}
+
+// sharePorts makes a NetworkPolicy's numeric ports point to values shared
+// with every other policy naming the same port: a cluster's policies name
+// a few dozen ports thousands of times. The values are never changed in
+// place (a copy is deep).
+func (t *labelSets) sharePorts(np *networkingv1.NetworkPolicy) {
+	if t == nil || np == nil {
+		return
+	}
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	share := func(ports []networkingv1.NetworkPolicyPort) {
+		for i := range ports {
+			p := ports[i].Port
+			if p == nil || p.Type != intstr.Int || p.StrVal != "" || p.IntVal < 0 || p.IntVal > 65535 {
+				continue // only valid port numbers: the map stays bounded
+			}
+			if v, ok := t.ports[p.IntVal]; ok {
+				ports[i].Port = v
+			} else {
+				t.ports[p.IntVal] = p
+			}
+		}
+	}
+	for i := range np.Spec.Ingress {
+		share(np.Spec.Ingress[i].Ports)
+	}
+	for i := range np.Spec.Egress {
+		share(np.Spec.Egress[i].Ports)
+	}
 }
 
 // npSelectors lists the label selectors of a NetworkPolicy.

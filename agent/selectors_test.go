@@ -2,6 +2,7 @@ package agent
 
 import (
 	"reflect"
+	"slices"
 	"testing"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -77,5 +78,44 @@ spec:
 	}
 	if got := ls.len(); got != 1 {
 		t.Errorf("%d label sets for one distinct map", got)
+	}
+}
+
+// TestPortsShared: NetworkPolicies naming the same port number point to
+// one shared value, which reads the same; named ports and out-of-range
+// numbers are left alone, and a deep copy does not share. The decoded
+// policy carries the label keys its selectors read.
+func TestPortsShared(t *testing.T) {
+	ls := newLabelSets()
+	decode := func(name string) *decodedNP {
+		return ls.decodeNP(unstructuredFrom(t, `
+apiVersion: networking.k8s.io/v1
+kind: NetworkPolicy
+metadata: {name: `+name+`, namespace: a}
+spec:
+  podSelector: {matchLabels: {app: web}}
+  ingress:
+  - ports: [{port: 80}, {port: http}, {port: 70000}]
+    from: [{podSelector: {matchExpressions: [{key: tier, operator: Exists}]}}]
+  egress:
+  - ports: [{port: 80, endPort: 90}]
+`))
+	}
+	a, b := decode("a"), decode("b")
+	in, out := a.Spec.Ingress[0].Ports, b.Spec.Ingress[0].Ports
+	if in[0].Port != out[0].Port || a.Spec.Egress[0].Ports[0].Port != in[0].Port {
+		t.Error("port 80 is not shared between policies and rules")
+	}
+	if in[0].Port.IntValue() != 80 || in[1].Port.String() != "http" || in[2].Port.IntValue() != 70000 {
+		t.Errorf("ports read %v, %v, %v after sharing", in[0].Port, in[1].Port, in[2].Port)
+	}
+	if in[1].Port == out[1].Port || in[2].Port == out[2].Port {
+		t.Error("a named port or an out-of-range number is shared")
+	}
+	if c := a.DeepCopyObject().(*decodedNP); c.Spec.Ingress[0].Ports[0].Port == in[0].Port || c.readKeys() != a.readKeys() {
+		t.Error("a deep copy shares the port or lost the keys")
+	}
+	if got := slices.Collect(a.readKeys().all()); !slices.Equal(got, []string{"app", "tier"}) || a.readKeys() != b.readKeys() {
+		t.Errorf("keys %v (shared: %v), want [app tier], shared", got, a.readKeys() == b.readKeys())
 	}
 }
