@@ -82,7 +82,8 @@ var scaleCases = []struct {
 //     pod in or out of selections and is compiled;
 //
 //   - rss-MB, hwm-MB, heap-MB: the agent's resident and peak memory and Go
-//     heap in use at the end.
+//     heap in use at the end; rss-file-MB: the part of rss-MB that maps
+//     files (the binary), the rest being the agent's own memory.
 //
 //     go test -run '^$' -bench 'BenchmarkAgentScale/pods=30000' -benchtime 1x -timeout 90m ./agent/e2e
 //
@@ -211,6 +212,7 @@ func benchScale(b *testing.B, cfg clustergen.Config) {
 	b.ReportMetric(sum.bytesPerEvent/n, "bytes/event")
 	b.ReportMetric(sum.rss/n, "rss-MB")
 	b.ReportMetric(sum.hwm/n, "hwm-MB")
+	b.ReportMetric(sum.rssFile/n, "rss-file-MB")
 	b.ReportMetric(sum.heap/n, "heap-MB")
 	b.Logf("%d label updates: min %.1f ms, p50 %.1f ms, p99 %.1f ms, max %.1f ms", len(lat), pct(lat, 0), pct(lat, 50), pct(lat, 99), pct(lat, 100))
 	slices.Sort(apiLat)
@@ -238,6 +240,7 @@ type scaleResult struct {
 	readCPUPerEvent            float64
 	bytesPerEvent              float64
 	rss, hwm, heap             float64
+	rssFile                    float64 // of rss: file-backed (the binary)
 	latencies                  []time.Duration
 	// apiLatencies: how long each label update took the API server to
 	// accept (part of latencies; the agent is not involved).
@@ -258,6 +261,7 @@ func (s *scaleResult) add(r scaleResult) {
 	s.bytesPerEvent += r.bytesPerEvent
 	s.rss += r.rss
 	s.hwm += r.hwm
+	s.rssFile += r.rssFile
 	s.heap += r.heap
 }
 
@@ -408,7 +412,7 @@ func runScaleIteration(ctx context.Context, b *testing.B, env *kubetest.Env, pro
 		}
 	}
 
-	res.rss, res.hwm = procMemMB(b, cmd.Process.Pid)
+	res.rss, res.hwm, res.rssFile = procMemMB(b, cmd.Process.Pid)
 	res.heap = scrape(b, metricsURL).get("go_memstats_heap_inuse_bytes") / (1 << 20)
 	return res
 }
@@ -553,21 +557,22 @@ func (m *monitor) stop() {
 	_ = m.cmd.Wait()
 }
 
-// procMemMB reads VmRSS and VmHWM from /proc.
-func procMemMB(b *testing.B, pid int) (rss, hwm float64) {
+// procMemMB reads VmRSS, VmHWM and RssFile (the part of VmRSS that maps
+// files: the binary's pages, not the agent's data) from /proc.
+func procMemMB(b *testing.B, pid int) (rss, hwm, file float64) {
 	data, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/status")
 	if err != nil {
 		b.Fatal(err)
 	}
 	for line := range strings.SplitSeq(string(data), "\n") {
-		for key, dst := range map[string]*float64{"VmRSS:": &rss, "VmHWM:": &hwm} {
+		for key, dst := range map[string]*float64{"VmRSS:": &rss, "VmHWM:": &hwm, "RssFile:": &file} {
 			if v, ok := strings.CutPrefix(line, key); ok {
 				kb, _ := strconv.ParseFloat(strings.TrimSuffix(strings.TrimSpace(v), " kB"), 64)
 				*dst = kb / 1024
 			}
 		}
 	}
-	return rss, hwm
+	return rss, hwm, file
 }
 
 // fetch saves a URL's body to a file.
