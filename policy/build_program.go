@@ -243,7 +243,7 @@ func (s *state) statuses() []PolicyStatus {
 	}
 	keys := make([]keyed, 0, len(s.nps)+len(s.cnps))
 	for i, np := range s.nps {
-		keys = append(keys, keyed{np.ref.String(), i})
+		keys = append(keys, keyed{np.ref().String(), i})
 	}
 	for i, c := range s.cnps {
 		keys = append(keys, keyed{c.ref.String(), len(s.nps) + i})

@@ -129,7 +129,7 @@ func (s *state) nodesChanged() {
 func (s *state) upsertNP(np *NetworkPolicy) {
 	pos := -1
 	for i, o := range s.nps {
-		if o != nil && o.ref.Namespace == np.Namespace && o.ref.Name == np.Name {
+		if o != nil && o.ref().Namespace == np.Namespace && o.ref().Name == np.Name {
 			if pos < 0 {
 				pos = i
 			}
@@ -145,7 +145,7 @@ func (s *state) upsertNP(np *NetworkPolicy) {
 
 func (s *state) deleteNP(namespace, name string) {
 	for i, o := range s.nps {
-		if o != nil && o.ref.Namespace == namespace && o.ref.Name == name {
+		if o != nil && o.ref().Namespace == namespace && o.ref().Name == name {
 			s.removeNP(i)
 		}
 	}

@@ -17,7 +17,6 @@ import (
 // types and its rules with their peers interned.
 type npState struct {
 	src *NetworkPolicy
-	ref PolicyRef
 	ns  *nsState
 	// seq is the position in input order, for diagnostics.
 	seq int
@@ -27,11 +26,10 @@ type npState struct {
 	subjKey string
 	types   [2]bool
 	// rules by direction and index; a rule that failed closed has no set.
-	// They are compiled on first use (rulesOf): a node-scoped Compiler
-	// never compiles the rules of the many policies that select none of
-	// its pods, and peers of theirs stay unresolved.
-	rules      [2][]*rule
-	rulesBuilt bool
+	// They are compiled on first use (rulesOf), nil until then: a
+	// node-scoped Compiler never compiles the rules of the many policies
+	// that select none of its pods, and peers of theirs stay unresolved.
+	rules *[2][]*rule
 	// What compiling the rules needs: the validation problems, whether
 	// the whole spec is voided, and in which directions rules count.
 	bad     badPaths
@@ -40,7 +38,7 @@ type npState struct {
 	// namedPorts are the named ports of the rules that are not voided,
 	// known without compiling the rules (named-port warnings, classes).
 	namedPorts []npNamedPort
-	status     PolicyStatus
+	status     PolicyStatus // names the policy (ref)
 	diags      []Diagnostic
 	// named are the warnings about named ports that resolve nowhere.
 	named []Diagnostic
@@ -48,6 +46,9 @@ type npState struct {
 	names []string // port names the ingress rules use
 	lists map[*npList]struct{}
 }
+
+// ref names the policy.
+func (np *npState) ref() PolicyRef { return np.status.Policy }
 
 func (np *npState) dropTiers(s *state, dir Direction) {
 	for l := range np.lists {
@@ -61,7 +62,7 @@ func (s *state) compileNP(np *NetworkPolicy, errs field.ErrorList) *npState {
 	bad, status, diags := s.check(ref, np.Source, errs, np.UnknownFields)
 	ns := s.namespace(np.Namespace)
 	ns.refs++
-	out := &npState{src: np, ref: ref, ns: ns, status: status, diags: diags}
+	out := &npState{src: np, ns: ns, status: status, diags: diags}
 	spec := &np.Spec
 
 	// Pod selection. An invalid selector isolates the whole namespace and
@@ -145,10 +146,10 @@ func (np *npState) addNamedPorts(dir Direction, rule int, path string, ports []n
 
 // rulesOf compiles the policy's rules the first time they are needed.
 func (s *state) rulesOf(np *npState) *[2][]*rule {
-	if np.rulesBuilt {
-		return &np.rules
+	if np.rules != nil {
+		return np.rules
 	}
-	np.rulesBuilt = true
+	np.rules = new([2][]*rule)
 	spec := &np.src.Spec
 	for i, r := range spec.Ingress {
 		path := "spec.ingress[" + strconv.Itoa(i) + "]"
@@ -158,7 +159,7 @@ func (s *state) rulesOf(np *npState) *[2][]*rule {
 		path := "spec.egress[" + strconv.Itoa(i) + "]"
 		np.rules[Egress] = append(np.rules[Egress], s.compileNPRule(np, Egress, i, path, "to", r.To, r.Ports, np.bad, np.specBad || !np.ruleOK[Egress]))
 	}
-	return &np.rules
+	return np.rules
 }
 
 // npRuleVoid reports whether a rule matches nothing: a problem on the rule
@@ -306,9 +307,11 @@ func protocolOf(p *corev1.Protocol) Protocol {
 
 // dropNP forgets a compiled NetworkPolicy's rules and peers.
 func (s *state) dropNP(np *npState) {
-	for d := range np.rules {
-		for _, r := range np.rules[d] {
-			s.dropRule(r)
+	if np.rules != nil {
+		for _, rs := range np.rules {
+			for _, r := range rs {
+				s.dropRule(r)
+			}
 		}
 	}
 	np.ns.refs--

@@ -22,7 +22,7 @@ func CompileStats(c *Cluster, opts Options) (subjects, classified, strayNamespac
 		}
 	}
 	for _, np := range s.nps {
-		if np.rulesBuilt {
+		if np.rules != nil {
 			compiledNPs++
 		}
 	}

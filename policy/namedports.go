@@ -182,7 +182,7 @@ func (s *state) npNamedDiags(np *npState, podSels map[string]*roaring.Bitmap) []
 			}
 			msg = fmt.Sprintf("named port %q (%s) is declared by no pod in the cluster: the rule allows no traffic on it", n.name, n.proto)
 		}
-		out = append(out, Diagnostic{Severity: SeverityWarning, Object: np.ref.String(), Field: fmt.Sprintf("spec.%s[%d].ports[%d].port", n.dir, n.rule, n.index), Message: msg, Source: np.src.Source})
+		out = append(out, Diagnostic{Severity: SeverityWarning, Object: np.ref().String(), Field: fmt.Sprintf("spec.%s[%d].ports[%d].port", n.dir, n.rule, n.index), Message: msg, Source: np.src.Source})
 	}
 	return out
 }

@@ -118,7 +118,7 @@ func (s *state) npListFor(t *npTier, proj int32) *npList {
 		}
 	}
 	slices.SortFunc(nps, func(a, b *npState) int {
-		if c := strings.Compare(a.ref.Name, b.ref.Name); c != 0 {
+		if c := strings.Compare(a.ref().Name, b.ref().Name); c != 0 {
 			return c
 		}
 		return cmp.Compare(a.seq, b.seq)
@@ -191,10 +191,10 @@ func (s *state) buildNPDir(l *npList, dir Direction, sig int32) *npDir {
 		if t == nil {
 			t = &NPTier{}
 		}
-		t.Policies = append(t.Policies, np.ref)
+		t.Policies = append(t.Policies, np.ref())
 		for _, r := range s.rulesOf(np)[dir] {
 			if m := s.ruleMatch(r, sig); len(m) > 0 {
-				t.Rules = append(t.Rules, NPRule{Policy: np.ref, Index: r.index, Match: m})
+				t.Rules = append(t.Rules, NPRule{Policy: np.ref(), Index: r.index, Match: m})
 			}
 		}
 	}
