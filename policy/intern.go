@@ -119,15 +119,11 @@ func (s *state) podSig(p *Pod) int32 {
 }
 
 // internNames interns a set of port names.
-func (s *state) internNames(set map[string]int) int32 {
+func (s *state) internNames(set counts) int32 {
 	if len(set) == 0 {
 		return 0
 	}
-	list := make([]string, 0, len(set))
-	for n := range set {
-		list = append(list, n)
-	}
-	slices.Sort(list)
+	list := set.keys()
 	key := strings.Join(list, "\x00")
 	if id, ok := s.namesIDs[key]; ok {
 		return id

@@ -80,7 +80,7 @@ func (s *state) refreshTiers() {
 	}
 	for t := range d.relistNS {
 		if t.stale {
-			t.keyList = sortedKeys(t.keys)
+			t.keyList = t.keys.keys()
 			t.keysID = s.internKeys(t.keyList)
 			t.namesID = s.internNames(t.names)
 			t.stale = false

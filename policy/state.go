@@ -3,6 +3,7 @@ package policy
 import (
 	"net/netip"
 	"slices"
+	"strings"
 
 	"github.com/RoaringBitmap/roaring/v2"
 )
@@ -281,19 +282,44 @@ func addTo[K comparable](m *map[K]struct{}, k K) {
 	(*m)[k] = struct{}{}
 }
 
-// refCount adds d to a counted set's entry; it reports whether the set of
-// keys changed.
-func refCount(m *map[string]int, key string, d int) bool {
-	if *m == nil {
-		*m = map[string]int{}
+// counts is a counted set of strings kept sorted: the label keys or port
+// names a tier's policies read, each with how many policies read it. A
+// slice rather than a map because a cluster has a NetworkPolicy tier per
+// namespace and direction, most with one or two keys, where even an empty
+// map costs a few hundred bytes.
+type counts []counted
+
+type counted struct {
+	key string
+	n   int
+}
+
+// add adds d to key's count; it reports whether the set of keys changed.
+func (c *counts) add(key string, d int) bool {
+	i, found := slices.BinarySearchFunc(*c, key, func(e counted, k string) int { return strings.Compare(e.key, k) })
+	switch {
+	case !found && d > 0:
+		*c = slices.Insert(*c, i, counted{key, d})
+		return true
+	case !found:
+		return false
 	}
-	n := (*m)[key] + d
+	n := (*c)[i].n + d
 	if n <= 0 {
-		delete(*m, key)
-		return n+(-d) > 0
+		*c = slices.Delete(*c, i, i+1)
+		return true
 	}
-	(*m)[key] = n
-	return n == d
+	(*c)[i].n = n
+	return false
+}
+
+// keys lists the keys, sorted.
+func (c counts) keys() []string {
+	out := make([]string, len(c))
+	for i, e := range c {
+		out[i] = e.key
+	}
+	return out
 }
 
 func sortedKeys(m map[string]int) []string {

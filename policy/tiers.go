@@ -28,7 +28,7 @@ type cnpTier struct {
 	cnps map[uint32]*cnpState
 	// Keys the subjects read and port names the ingress rules use,
 	// counted per policy.
-	nsKeys, podKeys, names map[string]int
+	nsKeys, podKeys, names counts
 	nsKeyList, podKeyList  []string
 	podKeysID              int32
 	namesID                int32
@@ -100,7 +100,6 @@ func newCNPTier(t Tier) *cnpTier {
 	}
 	return &cnpTier{
 		tier: t, idx: idx, cnps: map[uint32]*cnpState{},
-		nsKeys: map[string]int{}, podKeys: map[string]int{}, names: map[string]int{},
 		nsGroups: map[string]*subjGroup{}, podGroups: map[string]*subjGroup{},
 		nsMemo: map[int32]*roaring.Bitmap{}, podMemo: map[int32]*roaring.Bitmap{},
 		classes: map[cnpClassKey]*cnpClass{}, lists: map[string]*cnpList{},
@@ -142,13 +141,13 @@ func (t *cnpTier) remove(c *cnpState) {
 
 func (t *cnpTier) count(c *cnpState, d int) {
 	for _, k := range c.nsKeys {
-		t.stale = refCount(&t.nsKeys, k, d) || t.stale
+		t.stale = t.nsKeys.add(k, d) || t.stale
 	}
 	for _, k := range c.podKeys {
-		t.stale = refCount(&t.podKeys, k, d) || t.stale
+		t.stale = t.podKeys.add(k, d) || t.stale
 	}
 	for _, n := range c.names {
-		t.stale = refCount(&t.names, n, d) || t.stale
+		t.stale = t.names.add(n, d) || t.stale
 	}
 }
 
@@ -172,7 +171,7 @@ func ungroup(m map[string]*subjGroup, key string, id uint32) {
 
 // refresh recomputes the derived key lists after keys changed.
 func (t *cnpTier) refresh(s *state) {
-	t.nsKeyList, t.podKeyList = sortedKeys(t.nsKeys), sortedKeys(t.podKeys)
+	t.nsKeyList, t.podKeyList = t.nsKeys.keys(), t.podKeys.keys()
 	t.podKeysID = s.internKeys(t.podKeyList)
 	t.namesID = s.internNames(t.names)
 	t.keysVer++

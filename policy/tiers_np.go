@@ -14,8 +14,8 @@ import (
 type npTier struct {
 	ns      *nsState
 	nps     map[*npState]struct{}
-	keys    map[string]int
-	names   map[string]int
+	keys    counts
+	names   counts
 	keyList []string
 	keysID  int32
 	namesID int32
@@ -87,10 +87,10 @@ func (t *npTier) remove(np *npState) {
 
 func (t *npTier) count(np *npState, d int) {
 	for _, k := range np.keys {
-		t.stale = refCount(&t.keys, k, d) || t.stale
+		t.stale = t.keys.add(k, d) || t.stale
 	}
 	for _, n := range np.names {
-		t.stale = refCount(&t.names, n, d) || t.stale
+		t.stale = t.names.add(n, d) || t.stale
 	}
 }
 
