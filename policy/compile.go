@@ -28,7 +28,7 @@ func build(c *Cluster, opts Options) *state {
 	s := newState(opts)
 	s.loadNamespaces(c)
 	s.loadNodes(c.Nodes)
-	pods, keys := s.uniquePods(c.Pods)
+	pods := s.uniquePods(c.Pods)
 	npErrs, cnpErrs := validateAll(c)
 	// The compiler keeps the policies: copies of their wrappers, so that
 	// the caller may reuse the Cluster's slices.
@@ -40,7 +40,7 @@ func build(c *Cluster, opts Options) *state {
 	for i := range cnps {
 		s.addCNP(&cnps[i], cnpErrs[i])
 	}
-	s.loadPods(pods, keys)
+	s.loadPods(pods)
 	s.dirty.full = true
 	s.publish()
 	return s
@@ -70,9 +70,8 @@ func (s *state) loadNodes(nodes []Node) {
 	s.dirty.nodes = true
 }
 
-// uniquePods sorts pods by key and keeps the first of duplicates; keys
-// are theirs.
-func (s *state) uniquePods(in []Pod) (pods []Pod, keys []string) {
+// uniquePods sorts pods by key and keeps the first of duplicates.
+func (s *state) uniquePods(in []Pod) []Pod {
 	type keyed struct {
 		key string
 		i   int
@@ -82,16 +81,15 @@ func (s *state) uniquePods(in []Pod) (pods []Pod, keys []string) {
 		ks[i] = keyed{in[i].Key(), i}
 	}
 	slices.SortStableFunc(ks, func(a, b keyed) int { return strings.Compare(a.key, b.key) })
-	pods, keys = make([]Pod, 0, len(in)), make([]string, 0, len(in))
+	pods := make([]Pod, 0, len(in))
 	for j, k := range ks {
 		if j > 0 && ks[j-1].key == k.key {
 			s.diag(SeverityWarning, "Pod "+k.key, "", "", "duplicate object: the first one is used")
 			continue
 		}
 		pods = append(pods, in[k.i])
-		keys = append(keys, k.key)
 	}
-	return pods, keys
+	return pods
 }
 
 // loadPods adds the snapshot's pods, numbering them (slots) so that pods
@@ -99,7 +97,7 @@ func (s *state) uniquePods(in []Pod) (pods []Pod, keys []string) {
 // as namespace selectors see them, their namespace, then their own labels
 // as pod selectors see them. A selector peer is then a few runs of slots
 // in the evaluator's index instead of thousands of scattered addresses.
-func (s *state) loadPods(pods []Pod, keys []string) {
+func (s *state) loadPods(pods []Pod) {
 	nsKeys, podKeys := map[string]int{}, map[string]int{}
 	for _, ns := range s.nsSels {
 		for _, k := range selectorKeys(ns.sel) {
@@ -143,7 +141,6 @@ func (s *state) loadPods(pods []Pod, keys []string) {
 	s.order = make([]*podState, len(pods))
 	s.slots = make([]*podState, 0, len(pods))
 	s.ipOwners = make(map[netip.Addr][]*podState, len(pods))
-	s.pods = make(map[string]*podState, len(pods))
 	keysID := s.internKeys(podKeyList)
 	states := make([]podState, len(pods))
 	byProj := map[int32][]uint32{}
@@ -163,7 +160,7 @@ func (s *state) loadPods(pods []Pod, keys []string) {
 			return a.index - b.index
 		})
 		for _, ps := range run {
-			s.addLoaded(ps, keys[ps.index])
+			s.addLoaded(ps)
 			if ps.podnet {
 				byProj[ps.projs[0].proj] = append(byProj[ps.projs[0].proj], ps.slot)
 			}
@@ -183,14 +180,13 @@ func (s *state) loadPods(pods []Pod, keys []string) {
 }
 
 // addLoaded adds one pod of a full compile.
-func (s *state) addLoaded(ps *podState, key string) {
+func (s *state) addLoaded(ps *podState) {
 	p := &ps.pod
 	p.IPs = uniqueAddrs(p.IPs)
 	ns := ps.ns
 	ns.refs++
 	s.allocSlot(ps)
 	s.order[ps.index] = ps
-	s.pods[key] = ps
 	s.setPodFacts(ps)
 	s.setSlotAddrs(ps)
 	if ps.podnet {

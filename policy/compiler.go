@@ -39,7 +39,7 @@ func (c *Compiler) Program() *Program {
 // new Program (with any other staged change). ok is false when the pod is
 // unknown; nothing is changed then.
 func (c *Compiler) RelabelPod(key string, labels map[string]string) (prog *Program, ok bool) {
-	ps := c.s.pods[key]
+	_, ps := c.s.findPod(key)
 	if ps == nil {
 		return nil, false
 	}

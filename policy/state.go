@@ -27,7 +27,6 @@ type state struct {
 	nsFree     []uint32
 	nsIndex    *labelIndex
 
-	pods      map[string]*podState
 	slots     []*podState
 	slotFree  []uint32
 	order     []*podState // sorted by key: the Program's pod order
@@ -173,7 +172,6 @@ func newState(opts Options) *state {
 	s := &state{
 		opts:          opts,
 		namespaces:    map[string]*nsState{},
-		pods:          map[string]*podState{},
 		ipOwners:      map[netip.Addr][]*podState{},
 		nodes:         map[string]*Node{},
 		cnpsByID:      map[uint32]*cnpState{},
