@@ -18,5 +18,8 @@
 // Build computes a Ruleset, a small intermediate form that can be diffed
 // against what is programmed, rendered into knftables operations and
 // interpreted in Go (to pick the conntrack entries to remove, and to test
-// the translation without a kernel). Syncer applies it.
+// the translation without a kernel). Syncer applies it; it builds only
+// when the Program changed something the node's ruleset is built from
+// (buildInputs), and its build cache keeps what each DirPolicy planned and
+// built while the DirPolicy lives (buildCache, chainMemo).
 package nft
