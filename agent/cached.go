@@ -28,6 +28,9 @@ type cachedPod struct {
 	// labels keeps the shared set Pod.Labels belongs to alive (see
 	// labelSets); nil when not interned.
 	labels *labelSet
+	// ports keeps the shared list Pod.Ports belongs to alive; nil when
+	// not interned.
+	ports *interned[[]policy.ContainerPort]
 	// uid is a hash of the pod's UID: enough to tell a re-created pod
 	// from an update, in 8 bytes instead of a 36-byte string.
 	uid uint64
@@ -84,7 +87,10 @@ func (t *labelSets) toCachedPod(o any, keys *keySet) (any, error) {
 	}
 	if t != nil {
 		if c.labels = t.intern(c.Labels); c.labels != nil {
-			c.Labels = c.labels.m
+			c.Labels = c.labels.v
+		}
+		if c.ports = t.internPorts(c.Ports); c.ports != nil {
+			c.Ports = c.ports.v
 		}
 	}
 	return c, nil

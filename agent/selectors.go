@@ -27,7 +27,7 @@ func (t *labelSets) internSelectors(sels []*metav1.LabelSelector) []*labelSet {
 			continue
 		}
 		if set := t.intern(s.MatchLabels); set != nil {
-			s.MatchLabels = set.m
+			s.MatchLabels = set.v
 			keep = append(keep, set)
 		}
 	}

@@ -68,7 +68,7 @@ spec:
 			if !reflect.DeepEqual(s.MatchLabels, want) {
 				t.Errorf("%s: selector reads %v after sharing", tc.name, s.MatchLabels)
 			}
-			if reflect.ValueOf(s.MatchLabels).UnsafePointer() != reflect.ValueOf(shared.m).UnsafePointer() {
+			if reflect.ValueOf(s.MatchLabels).UnsafePointer() != reflect.ValueOf(shared.v).UnsafePointer() {
 				t.Errorf("%s: a selector's map is not the shared one", tc.name)
 			}
 		}
