@@ -107,6 +107,15 @@ func TestReuseIsExact(t *testing.T) {
 		}
 	}
 	addr := netip.MustParseAddr
+	// copyPod adds a pod like key, named name, with address ip.
+	copyPod := func(key, name, ip string) change {
+		return func(t *testing.T, c *policy.Compiler, _ *policy.Program) *policy.Program {
+			p := podIn(t, cluster, key)
+			p.Name, p.IPs = name, []netip.Addr{addr(ip)}
+			c.UpsertPod(p)
+			return c.Program()
+		}
+	}
 	for _, tc := range []struct {
 		name   string
 		change change
@@ -122,12 +131,7 @@ func TestReuseIsExact(t *testing.T) {
 		// The new pod joins admin-guard's peer of every namespace: the
 		// node's DirPolicies are new, though the table does not use
 		// that peer (a Pass ending the Admin tier): built, to no change.
-		{"new remote pod", func(t *testing.T, c *policy.Compiler, prog *policy.Program) *policy.Program {
-			p := podIn(t, cluster, "shop/idle")
-			p.Name, p.IPs = "idle2", []netip.Addr{addr("10.0.2.21")}
-			c.UpsertPod(p)
-			return c.Program()
-		}, false},
+		{"new remote pod", copyPod("shop/idle", "idle2", "10.0.2.21"), false},
 		{"remote pod joins a peer the node uses", relabel("shop/idle", map[string]string{"app": "client"}), false},
 		{"remote pod leaves a peer the node uses", relabel("shop/client", map[string]string{"app": "other"}), false},
 		{"remote peer pod's address changes", upsert("shop/client", func(p *policy.Pod) { p.IPs[0] = addr("10.0.2.99") }), false},
@@ -145,12 +149,7 @@ func TestReuseIsExact(t *testing.T) {
 			c.DeletePod("shop/db")
 			return c.Program()
 		}, false},
-		{"new local pod", func(t *testing.T, c *policy.Compiler, prog *policy.Program) *policy.Program {
-			p := podOf(t, prog, "shop/db")
-			p.Name, p.IPs = "db2", []netip.Addr{addr("10.0.1.13")}
-			c.UpsertPod(p)
-			return c.Program()
-		}, false},
+		{"new local pod", copyPod("shop/db", "db2", "10.0.1.13"), false},
 		{"node's address changes", func(t *testing.T, c *policy.Compiler, prog *policy.Program) *policy.Program {
 			n := prog.Nodes[0]
 			if n.Name != "node-1" {
