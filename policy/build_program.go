@@ -271,14 +271,15 @@ func (s *state) statuses() []PolicyStatus {
 func (s *state) addressTables(p, old *Program) {
 	d := &s.dirty
 	if old == nil {
-		byIP := make(map[netip.Addr]uint32, len(s.ipOwners))
+		byIP := make(map[netip.Addr]uint32, len(s.ipOwners.one))
 		p.dupAddrs = map[netip.Addr][]string{}
-		for a, owners := range s.ipOwners {
-			if len(owners) == 1 {
-				byIP[a] = owners[0].slot
-			} else {
-				p.dupAddrs[a] = claimants(owners)
+		for a, owner := range s.ipOwners.one {
+			if s.ipOwners.many[a] == nil {
+				byIP[a] = owner.slot
 			}
+		}
+		for a, owners := range s.ipOwners.shared() {
+			p.dupAddrs[a] = claimants(owners)
 		}
 		p.podByIP = newCOWMap(byIP)
 		return
@@ -290,7 +291,7 @@ func (s *state) addressTables(p, old *Program) {
 	changes := make(map[netip.Addr]*uint32, len(d.addrs))
 	dupChanged := false
 	for a := range d.addrs {
-		owners := s.ipOwners[a]
+		owners := s.ipOwners.of(a)
 		if len(owners) == 1 {
 			slot := owners[0].slot
 			changes[a] = &slot
@@ -305,7 +306,7 @@ func (s *state) addressTables(p, old *Program) {
 	if dupChanged {
 		p.dupAddrs = maps.Clone(old.dupAddrs)
 		for a := range d.addrs {
-			if owners := s.ipOwners[a]; len(owners) > 1 {
+			if owners := s.ipOwners.of(a); len(owners) > 1 {
 				p.dupAddrs[a] = claimants(owners)
 			} else {
 				delete(p.dupAddrs, a)

@@ -241,13 +241,13 @@ func (s *state) moveAddrs(ps *podState, wasNet bool, oldIPs []netip.Addr) {
 	d.diags = true
 	if wasNet {
 		for _, a := range oldIPs {
-			owners := slices.DeleteFunc(slices.Clone(s.ipOwners[a]), func(o *podState) bool { return o == ps })
+			owners := slices.DeleteFunc(slices.Clone(s.ipOwners.of(a)), func(o *podState) bool { return o == ps })
 			s.setOwners(a, owners)
 		}
 	}
 	if ps.podnet {
 		for _, a := range ps.pod.IPs {
-			s.setOwners(a, append(slices.Clone(s.ipOwners[a]), ps))
+			s.setOwners(a, append(slices.Clone(s.ipOwners.of(a)), ps))
 		}
 	}
 	delete(s.podsWithDiags, ps)
@@ -255,7 +255,7 @@ func (s *state) moveAddrs(ps *podState, wasNet bool, oldIPs []netip.Addr) {
 		s.podsWithDiags[ps] = struct{}{}
 	}
 	for _, a := range ps.pod.IPs {
-		if len(s.ipOwners[a]) > 1 {
+		if s.ipOwners.count(a) > 1 {
 			s.podsWithDiags[ps] = struct{}{}
 		}
 	}
@@ -263,11 +263,7 @@ func (s *state) moveAddrs(ps *podState, wasNet bool, oldIPs []netip.Addr) {
 
 func (s *state) setOwners(a netip.Addr, owners []*podState) {
 	s.dirty.addrs[a] = struct{}{}
-	if len(owners) == 0 {
-		delete(s.ipOwners, a)
-	} else {
-		s.ipOwners[a] = owners
-	}
+	s.ipOwners.set(a, owners)
 	// Co-owners gain or lose their duplicate-address warning.
 	for _, o := range owners {
 		delete(s.podsWithDiags, o)
@@ -275,7 +271,7 @@ func (s *state) setOwners(a netip.Addr, owners []*podState) {
 			s.podsWithDiags[o] = struct{}{}
 		}
 		for _, b := range o.pod.IPs {
-			if len(s.ipOwners[b]) > 1 {
+			if s.ipOwners.count(b) > 1 {
 				s.podsWithDiags[o] = struct{}{}
 			}
 		}
@@ -308,7 +304,7 @@ func (s *state) peerMember(pe *peer, ps *podState, was, now bool, oldIPs []netip
 
 // ownedWithin reports whether another pod among pods claims a.
 func (s *state) ownedWithin(a netip.Addr, pods interface{ Contains(uint32) bool }) bool {
-	for _, o := range s.ipOwners[a] {
+	for _, o := range s.ipOwners.of(a) {
 		if pods.Contains(o.slot) {
 			return true
 		}

@@ -140,7 +140,7 @@ func (s *state) loadPods(pods []Pod) {
 	// interned projection's number orders them alike in every namespace.
 	s.order = make([]*podState, len(pods))
 	s.slots = make([]*podState, 0, len(pods))
-	s.ipOwners = make(map[netip.Addr][]*podState, len(pods))
+	s.ipOwners = newAddrOwners(len(pods))
 	keysID := s.internKeys(podKeyList)
 	states := make([]podState, len(pods))
 	byProj := map[int32][]uint32{}
@@ -169,11 +169,9 @@ func (s *state) loadPods(pods []Pod) {
 	// Index the keys pod selectors read from the projections just made,
 	// rather than reading every pod's labels again.
 	s.podIndex.indexFrom(podKeyList, byProj, s.projs)
-	for _, owners := range s.ipOwners {
-		if len(owners) > 1 {
-			for _, o := range owners {
-				s.podsWithDiags[o] = struct{}{}
-			}
+	for _, owners := range s.ipOwners.shared() {
+		for _, o := range owners {
+			s.podsWithDiags[o] = struct{}{}
 		}
 	}
 	s.dirty.diags = true
@@ -193,7 +191,7 @@ func (s *state) addLoaded(ps *podState) {
 		ns.pods.Add(ps.slot)
 		s.podIndex.add(ps.slot, p.Labels)
 		for _, a := range p.IPs {
-			s.ipOwners[a] = append(s.ipOwners[a], ps)
+			s.ipOwners.add(a, ps)
 		}
 		s.declare(ps.slot, ps.fullSig, true)
 	}
@@ -312,7 +310,7 @@ func (s *state) podDiags(ps *podState) []Diagnostic {
 	}
 	var out []Diagnostic
 	for _, a := range p.IPs {
-		if n := len(s.ipOwners[a]); n > 1 {
+		if n := s.ipOwners.count(a); n > 1 {
 			out = append(out, Diagnostic{Severity: SeverityWarning, Object: "Pod " + p.Key(), Field: "status.podIPs", Message: fmt.Sprintf("address %s is claimed by %d pods: traffic from or to it is denied", a, n)})
 		}
 	}

@@ -132,7 +132,7 @@ func (s *state) podsInRanges(set *AddrSet) *roaring.Bitmap {
 		return out
 	}
 	if s.addrIndex == nil {
-		for a, owners := range s.ipOwners {
+		for a, owners := range s.ipOwners.all() {
 			for _, o := range owners {
 				s.addrIndex = append(s.addrIndex, slotAddr{a, o.slot})
 			}

@@ -31,7 +31,7 @@ type state struct {
 	slotFree  []uint32
 	order     []*podState // sorted by key: the Program's pod order
 	podIndex  *labelIndex // pod-network pods by slot
-	ipOwners  map[netip.Addr][]*podState
+	ipOwners  addrOwners
 	addrIndex []slotAddr // pod-network addresses sorted, built on demand
 	// addrs4 and addrs6 are each pod-network pod's address by slot;
 	// addrsOdd the pods with several of a family (see setSlotAddrs).
@@ -172,7 +172,7 @@ func newState(opts Options) *state {
 	s := &state{
 		opts:          opts,
 		namespaces:    map[string]*nsState{},
-		ipOwners:      map[netip.Addr][]*podState{},
+		ipOwners:      newAddrOwners(0),
 		nodes:         map[string]*Node{},
 		cnpsByID:      map[uint32]*cnpState{},
 		podSels:       map[string]*podSel{},

@@ -1,0 +1,95 @@
+package policy
+
+import (
+	"iter"
+	"net/netip"
+)
+
+// addrOwners finds the pods that claim each address. Nearly every address
+// has one pod; only an input problem (two pods reporting one address)
+// gives it more, so those are kept apart: one pointer per address instead
+// of a slice and its allocation.
+type addrOwners struct {
+	one  map[netip.Addr]*podState   // the owner, or the first of several
+	many map[netip.Addr][]*podState // every owner, where there are several
+}
+
+func newAddrOwners(n int) addrOwners {
+	return addrOwners{one: make(map[netip.Addr]*podState, n), many: map[netip.Addr][]*podState{}}
+}
+
+// of lists a's owners; the caller must not change the list.
+func (o *addrOwners) of(a netip.Addr) []*podState {
+	if m := o.many[a]; m != nil {
+		return m
+	}
+	if p := o.one[a]; p != nil {
+		return []*podState{p}
+	}
+	return nil
+}
+
+// count is how many pods claim a.
+func (o *addrOwners) count(a netip.Addr) int {
+	if m := o.many[a]; m != nil {
+		return len(m)
+	}
+	if o.one[a] != nil {
+		return 1
+	}
+	return 0
+}
+
+// set makes owners a's owners (none: a is no pod's).
+func (o *addrOwners) set(a netip.Addr, owners []*podState) {
+	switch len(owners) {
+	case 0:
+		delete(o.one, a)
+		delete(o.many, a)
+	case 1:
+		o.one[a] = owners[0]
+		delete(o.many, a)
+	default:
+		o.one[a] = owners[0]
+		o.many[a] = owners
+	}
+}
+
+// add adds ps to a's owners.
+func (o *addrOwners) add(a netip.Addr, ps *podState) {
+	first := o.one[a]
+	switch {
+	case first == nil:
+		o.one[a] = ps
+	case o.many[a] == nil:
+		o.many[a] = []*podState{first, ps}
+	default:
+		o.many[a] = append(o.many[a], ps)
+	}
+}
+
+// all yields every claimed address with its owners.
+func (o *addrOwners) all() iter.Seq2[netip.Addr, []*podState] {
+	return func(yield func(netip.Addr, []*podState) bool) {
+		for a, p := range o.one {
+			owners := o.many[a]
+			if owners == nil {
+				owners = []*podState{p}
+			}
+			if !yield(a, owners) {
+				return
+			}
+		}
+	}
+}
+
+// shared yields the addresses several pods claim, with their owners.
+func (o *addrOwners) shared() iter.Seq2[netip.Addr, []*podState] {
+	return func(yield func(netip.Addr, []*podState) bool) {
+		for a, owners := range o.many {
+			if !yield(a, owners) {
+				return
+			}
+		}
+	}
+}
