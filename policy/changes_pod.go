@@ -304,10 +304,5 @@ func (s *state) peerMember(pe *peer, ps *podState, was, now bool, oldIPs []netip
 
 // ownedWithin reports whether another pod among pods claims a.
 func (s *state) ownedWithin(a netip.Addr, pods interface{ Contains(uint32) bool }) bool {
-	for _, o := range s.ipOwners.of(a) {
-		if pods.Contains(o.slot) {
-			return true
-		}
-	}
-	return false
+	return s.ipOwners.any(a, func(o *podState) bool { return pods.Contains(o.slot) })
 }

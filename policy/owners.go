@@ -3,6 +3,7 @@ package policy
 import (
 	"iter"
 	"net/netip"
+	"slices"
 )
 
 // addrOwners finds the pods that claim each address. Nearly every address
@@ -68,19 +69,30 @@ func (o *addrOwners) add(a netip.Addr, ps *podState) {
 	}
 }
 
-// all yields every claimed address with its owners.
-func (o *addrOwners) all() iter.Seq2[netip.Addr, []*podState] {
-	return func(yield func(netip.Addr, []*podState) bool) {
+// pairs yields every claimed address with each of its owners.
+func (o *addrOwners) pairs() iter.Seq2[netip.Addr, *podState] {
+	return func(yield func(netip.Addr, *podState) bool) {
 		for a, p := range o.one {
-			owners := o.many[a]
-			if owners == nil {
-				owners = []*podState{p}
-			}
-			if !yield(a, owners) {
+			if m := o.many[a]; m != nil {
+				for _, p := range m {
+					if !yield(a, p) {
+						return
+					}
+				}
+			} else if !yield(a, p) {
 				return
 			}
 		}
 	}
+}
+
+// any reports whether f holds for one of a's owners.
+func (o *addrOwners) any(a netip.Addr, f func(*podState) bool) bool {
+	if m := o.many[a]; m != nil {
+		return slices.ContainsFunc(m, f)
+	}
+	p := o.one[a]
+	return p != nil && f(p)
 }
 
 // shared yields the addresses several pods claim, with their owners.

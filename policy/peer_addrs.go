@@ -132,10 +132,8 @@ func (s *state) podsInRanges(set *AddrSet) *roaring.Bitmap {
 		return out
 	}
 	if s.addrIndex == nil {
-		for a, owners := range s.ipOwners.all() {
-			for _, o := range owners {
-				s.addrIndex = append(s.addrIndex, slotAddr{a, o.slot})
-			}
+		for a, o := range s.ipOwners.pairs() {
+			s.addrIndex = append(s.addrIndex, slotAddr{a, o.slot})
 		}
 		sort.Slice(s.addrIndex, func(i, j int) bool { return s.addrIndex[i].a.Less(s.addrIndex[j].a) })
 		if s.addrIndex == nil {
