@@ -83,7 +83,7 @@ func (a *Agent) compile() (prog *policy.Program, full, changed bool) {
 		for key := range changes[kindNetworkPolicy] {
 			if o, exists, _ := a.inf.nps.GetStore().GetByKey(key); exists {
 				np := o.(*decodedNP)
-				a.compiler.UpsertNetworkPolicy(np.NetworkPolicy)
+				a.compiler.UpsertNetworkPolicy(&np.NetworkPolicy)
 				nps[key] = np
 			} else {
 				ns, name, _ := cache.SplitMetaNamespaceKey(key)

@@ -45,17 +45,14 @@ type decodedCNP struct {
 func (d *decodedNP) readKeys() keyList  { return d.keys }
 func (d *decodedCNP) readKeys() keyList { return d.keys }
 
-// DeepCopyObject keeps the decoding results with the copy (the embedded
-// type's method would drop them).
-func (d *decodedNP) DeepCopyObject() runtime.Object {
-	out := &decodedNP{NetworkPolicy: d.NetworkPolicy, keys: d.keys}
-	out.NetworkPolicy.NetworkPolicy = d.NetworkPolicy.NetworkPolicy.DeepCopy()
-	out.UnknownFields = slices.Clone(d.UnknownFields)
-	out.Invalid = copyErrors(d.Invalid)
-	return out
+// GetObjectMeta gives the informer the policy's identity (cache keys,
+// resource versions).
+func (d *decodedNP) GetObjectMeta() metav1.Object {
+	return &metav1.ObjectMeta{Namespace: d.Namespace, Name: d.Name, UID: d.UID, ResourceVersion: d.ResourceVersion, Generation: d.Generation}
 }
 
-// DeepCopyObject: see decodedNP.DeepCopyObject.
+// DeepCopyObject keeps the decoding results with the copy (the embedded
+// type's method would drop them).
 func (d *decodedCNP) DeepCopyObject() runtime.Object {
 	out := &decodedCNP{ClusterNetworkPolicy: d.ClusterNetworkPolicy, keys: d.keys}
 	out.ClusterNetworkPolicy.ClusterNetworkPolicy = d.ClusterNetworkPolicy.ClusterNetworkPolicy.DeepCopy()
@@ -86,9 +83,9 @@ func decodeCNP(u *unstructured.Unstructured) *decodedCNP { return (*labelSets)(n
 func (t *labelSets) decodeNP(u *unstructured.Unstructured) *decodedNP {
 	o := decodeObject(u, "NetworkPolicy", networkingv1.SchemeGroupVersion.String())
 	d := &decodedNP{NetworkPolicy: *o.NetworkPolicy}
-	d.labels = t.internSelectors(npSelectors(d.NetworkPolicy.NetworkPolicy))
-	t.sharePorts(d.NetworkPolicy.NetworkPolicy)
-	d.keys = makeKeyList(selectorKeys(d.NetworkPolicy.NetworkPolicy))
+	d.labels = t.internSelectors(npSelectors(&d.Spec))
+	t.sharePorts(&d.Spec)
+	d.keys = makeKeyList(selectorKeys(&d.Spec))
 	return d
 }
 

@@ -237,7 +237,7 @@ func viaInformers(t *testing.T, docs string) *policy.Cluster {
 			cached, _ := toCachedNamespace(&n)
 			c.Namespaces = append(c.Namespaces, cached.(*cachedNamespace).Namespace)
 		case "NetworkPolicy":
-			c.NetworkPolicies = append(c.NetworkPolicies, decodeNP(unstructuredJSON(t, js)).NetworkPolicy)
+			c.NetworkPolicies = append(c.NetworkPolicies, &decodeNP(unstructuredJSON(t, js)).NetworkPolicy)
 		case "ClusterNetworkPolicy":
 			c.ClusterNetworkPolicies = append(c.ClusterNetworkPolicies, decodeCNP(unstructuredJSON(t, js)).ClusterNetworkPolicy)
 		default:

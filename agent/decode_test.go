@@ -90,7 +90,7 @@ func TestDecodeCNP(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			d := decodeCNP(unstructuredFrom(t, cnpHead+tc.spec))
 			if d.Name != "p" || d.UID != "u1" || d.Generation != 3 || d.ResourceVersion != "7" {
-				t.Errorf("identity lost: %+v", d.ObjectMeta)
+				t.Errorf("identity lost: %+v", d.GetObjectMeta())
 			}
 			bad := undecodable(d.Invalid)
 			slices.Sort(bad)
@@ -149,7 +149,7 @@ metadata: {name: np, namespace: a, generation: 2}
 		t.Run(tc.name, func(t *testing.T) {
 			d := decodeNP(unstructuredFrom(t, head+tc.spec))
 			if d.Name != "np" || d.Namespace != "a" || d.Generation != 2 {
-				t.Errorf("identity lost: %+v", d.ObjectMeta)
+				t.Errorf("identity lost: %+v", d.GetObjectMeta())
 			}
 			if bad := undecodable(d.Invalid); !slices.Equal(bad, tc.bad) {
 				t.Errorf("undecodable = %v, want %v", bad, tc.bad)
@@ -162,7 +162,7 @@ metadata: {name: np, namespace: a, generation: 2}
 			}
 			x := policy.Pod{Namespace: "a", Name: "x", Labels: map[string]string{"app": "x"}, NodeName: "n", IPs: []netip.Addr{netip.MustParseAddr("10.0.0.1")}}
 			y := policy.Pod{Namespace: "a", Name: "y", Labels: map[string]string{"app": "y"}, NodeName: "n", IPs: []netip.Addr{netip.MustParseAddr("10.0.0.2")}}
-			prog := policy.Compile(&policy.Cluster{Pods: []policy.Pod{x, y}, NetworkPolicies: []policy.NetworkPolicy{d.NetworkPolicy}}, policy.Options{})
+			prog := policy.Compile(&policy.Cluster{Pods: []policy.Pod{x, y}, NetworkPolicies: []*policy.NetworkPolicy{&d.NetworkPolicy}}, policy.Options{})
 			ix, _ := prog.PodByKey("a/x")
 			iy, _ := prog.PodByKey("a/y")
 			flow := policy.Flow{Src: policy.Endpoint{Pod: iy, Addr: y.IPs[0]}, Dst: policy.Endpoint{Pod: ix, Addr: x.IPs[0]}, Proto: policy.ProtoTCP, Port: 80}

@@ -38,8 +38,8 @@ func (t *labelSets) internSelectors(sels []*metav1.LabelSelector) []*labelSet {
 // with every other policy naming the same port: a cluster's policies name
 // a few dozen ports thousands of times. The values are never changed in
 // place (a copy is deep).
-func (t *labelSets) sharePorts(np *networkingv1.NetworkPolicy) {
-	if t == nil || np == nil {
+func (t *labelSets) sharePorts(spec *networkingv1.NetworkPolicySpec) {
+	if t == nil {
 		return
 	}
 	t.mu.Lock()
@@ -57,30 +57,27 @@ func (t *labelSets) sharePorts(np *networkingv1.NetworkPolicy) {
 			}
 		}
 	}
-	for i := range np.Spec.Ingress {
-		share(np.Spec.Ingress[i].Ports)
+	for i := range spec.Ingress {
+		share(spec.Ingress[i].Ports)
 	}
-	for i := range np.Spec.Egress {
-		share(np.Spec.Egress[i].Ports)
+	for i := range spec.Egress {
+		share(spec.Egress[i].Ports)
 	}
 }
 
-// npSelectors lists the label selectors of a NetworkPolicy.
-func npSelectors(np *networkingv1.NetworkPolicy) []*metav1.LabelSelector {
-	if np == nil {
-		return nil
-	}
-	out := []*metav1.LabelSelector{&np.Spec.PodSelector}
+// npSelectors lists the label selectors of a NetworkPolicy's spec.
+func npSelectors(spec *networkingv1.NetworkPolicySpec) []*metav1.LabelSelector {
+	out := []*metav1.LabelSelector{&spec.PodSelector}
 	peers := func(ps []networkingv1.NetworkPolicyPeer) {
 		for i := range ps {
 			out = append(out, ps[i].PodSelector, ps[i].NamespaceSelector)
 		}
 	}
-	for i := range np.Spec.Ingress {
-		peers(np.Spec.Ingress[i].From)
+	for i := range spec.Ingress {
+		peers(spec.Ingress[i].From)
 	}
-	for i := range np.Spec.Egress {
-		peers(np.Spec.Egress[i].To)
+	for i := range spec.Egress {
+		peers(spec.Egress[i].To)
 	}
 	return out
 }

@@ -61,7 +61,7 @@ func (a *Agent) takeSnapshot() *snapshot {
 	for _, o := range a.inf.nps.GetStore().List() {
 		if np, ok := o.(*decodedNP); ok {
 			s.nps[np.Namespace+"/"+np.Name] = np
-			c.NetworkPolicies = append(c.NetworkPolicies, np.NetworkPolicy)
+			c.NetworkPolicies = append(c.NetworkPolicies, &np.NetworkPolicy)
 		}
 	}
 	for _, o := range a.inf.cnps.GetStore().List() {

@@ -345,7 +345,7 @@ func unknownTop(d *dec, key []byte) error {
 
 type npBody struct {
 	policyBody
-	np networkingv1.NetworkPolicy
+	spec networkingv1.NetworkPolicySpec
 }
 
 func (b *npBody) member(d *dec, key []byte) error {
@@ -359,30 +359,28 @@ func (b *npBody) member(d *dec, key []byte) error {
 		b.hasSpec = true
 		d.push("spec")
 		defer d.pop()
-		return d.npSpec(&b.np.Spec)
+		return d.npSpec(&b.spec)
 	}
 	return unknownTop(d, key)
 }
 
 func (b *npBody) finish(d *dec, o *Object) {
-	b.np.ObjectMeta = b.id.meta
-	o.Ref = ref("NetworkPolicy", &b.np.ObjectMeta)
+	m := &b.id.meta
+	o.Ref = ref("NetworkPolicy", m)
 	if !b.id.check(o) {
 		return
 	}
-	if b.np.Namespace == "" {
-		b.np.Namespace = defaultNamespace
+	if m.Namespace == "" {
+		m.Namespace = defaultNamespace
 	}
-	b.np.TypeMeta = metav1.TypeMeta{}
 	d.foldTopLevel(func() {
-		b.np.Spec = networkingv1.NetworkPolicySpec{Ingress: make([]networkingv1.NetworkPolicyIngressRule, 1), Egress: make([]networkingv1.NetworkPolicyEgressRule, 1)}
+		b.spec = networkingv1.NetworkPolicySpec{Ingress: make([]networkingv1.NetworkPolicyIngressRule, 1), Egress: make([]networkingv1.NetworkPolicyEgressRule, 1)}
 		d.invalid = append(d.invalid, unreadable("spec.podSelector"), unreadable("spec.ingress[0]"), unreadable("spec.egress[0]"))
 	})
-	// A copy of its own: &b.np would keep the whole body alive, decoding
-	// state and a second ObjectMeta included, for as long as the policy.
-	np := new(networkingv1.NetworkPolicy)
-	*np = b.np
-	o.NetworkPolicy = &policy.NetworkPolicy{NetworkPolicy: np, UnknownFields: sortedUnique(d.unknown), Invalid: sortErrors(d.invalid), Source: o.Source}
+	o.NetworkPolicy = &policy.NetworkPolicy{
+		Namespace: m.Namespace, Name: m.Name, UID: m.UID, ResourceVersion: m.ResourceVersion, Generation: m.Generation,
+		Spec: b.spec, UnknownFields: sortedUnique(d.unknown), Invalid: sortErrors(d.invalid), Source: o.Source,
+	}
 }
 
 // foldTopLevel turns problems left outside any part (a repeated spec)

@@ -24,10 +24,11 @@ func Broken(kind string, meta metav1.ObjectMeta, source, why string) *Object {
 		if meta.Namespace == "" {
 			meta.Namespace = defaultNamespace
 		}
-		np := &networkingv1.NetworkPolicy{ObjectMeta: meta, Spec: networkingv1.NetworkPolicySpec{
+		np := networkingv1.NetworkPolicy{ObjectMeta: meta, Spec: networkingv1.NetworkPolicySpec{
 			Ingress: make([]networkingv1.NetworkPolicyIngressRule, 1), Egress: make([]networkingv1.NetworkPolicyEgressRule, 1)}}
 		d.invalid = append(d.invalid, whole, unreadable("spec.podSelector"), unreadable("spec.ingress[0]"), unreadable("spec.egress[0]"))
-		o.NetworkPolicy = &policy.NetworkPolicy{NetworkPolicy: np, Invalid: d.invalid, Source: source}
+		o.NetworkPolicy = policy.NetworkPolicyFromAPI(&np)
+		o.NetworkPolicy.Invalid, o.NetworkPolicy.Source = d.invalid, source
 		return o
 	}
 	cnp := &v1alpha2.ClusterNetworkPolicy{ObjectMeta: meta}

@@ -71,7 +71,7 @@ func (r *Result) Add(o *Object) {
 	case o.Node != nil:
 		c.Nodes = append(c.Nodes, *o.Node)
 	case o.NetworkPolicy != nil:
-		c.NetworkPolicies = append(c.NetworkPolicies, *o.NetworkPolicy)
+		c.NetworkPolicies = append(c.NetworkPolicies, o.NetworkPolicy)
 	case o.ClusterNetworkPolicy != nil:
 		c.ClusterNetworkPolicies = append(c.ClusterNetworkPolicies, *o.ClusterNetworkPolicy)
 	}

@@ -188,8 +188,8 @@ func BenchmarkRelabelWorkloads(b *testing.B) {
 				}
 				tcp := corev1.ProtocolTCP
 				port := intstr.FromInt32(7777)
-				cluster.NetworkPolicies = append(cluster.NetworkPolicies, policy.NetworkPolicy{NetworkPolicy: &networkingv1.NetworkPolicy{
-					ObjectMeta: metav1.ObjectMeta{Name: "bench-toggle", Namespace: ns},
+				cluster.NetworkPolicies = append(cluster.NetworkPolicies, &policy.NetworkPolicy{
+					Name: "bench-toggle", Namespace: ns,
 					Spec: networkingv1.NetworkPolicySpec{
 						PodSelector: metav1.LabelSelector{MatchLabels: map[string]string{"bench": "on"}},
 						Ingress: []networkingv1.NetworkPolicyIngressRule{{
@@ -197,7 +197,7 @@ func BenchmarkRelabelWorkloads(b *testing.B) {
 							Ports: []networkingv1.NetworkPolicyPort{{Protocol: &tcp, Port: &port}},
 						}},
 					},
-				}})
+				})
 				benchRelabel(b, cluster, policy.Options{IngressNetworksAndNodes: true, Node: benchNode}, c, toggle)
 			})
 		}

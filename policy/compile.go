@@ -30,11 +30,12 @@ func build(c *Cluster, opts Options) *state {
 	s.loadNodes(c.Nodes)
 	pods := s.uniquePods(c.Pods)
 	npErrs, cnpErrs := validateAll(c)
-	// The compiler keeps the policies: copies of their wrappers, so that
-	// the caller may reuse the Cluster's slices.
-	nps := slices.Clone(c.NetworkPolicies)
-	for i := range nps {
-		s.addNP(&nps[i], npErrs[i])
+	// The compiler keeps the NetworkPolicies themselves (there are tens
+	// of thousands; NewCompiler's doc says they must not change), and
+	// copies of the ClusterNetworkPolicies' wrappers, so that the caller
+	// may reuse the Cluster's slices.
+	for i, np := range c.NetworkPolicies {
+		s.addNP(np, npErrs[i])
 	}
 	cnps := slices.Clone(c.ClusterNetworkPolicies)
 	for i := range cnps {
@@ -240,7 +241,7 @@ func validateAll(c *Cluster) (nps, cnps []field.ErrorList) {
 		wg.Go(func() {
 			for i := w; i < n; i += workers {
 				if i < len(nps) {
-					nps[i] = validateNP(&c.NetworkPolicies[i])
+					nps[i] = validateNP(c.NetworkPolicies[i])
 				} else {
 					cnps[i-len(nps)] = validateCNP(&c.ClusterNetworkPolicies[i-len(nps)])
 				}

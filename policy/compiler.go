@@ -18,9 +18,9 @@ type Compiler struct {
 	pending bool
 }
 
-// NewCompiler compiles c fully. The Compiler keeps references to the API
-// objects and label maps of c; the caller must not change them (replace
-// them instead), but may reuse c's slices.
+// NewCompiler compiles c fully. The Compiler keeps references to the
+// NetworkPolicies, API objects and label maps of c; the caller must not
+// change them (replace them instead), but may reuse c's slices.
 func NewCompiler(c *Cluster, opts Options) *Compiler {
 	return &Compiler{s: build(c, opts)}
 }
@@ -89,9 +89,10 @@ func (c *Compiler) DeleteNode(name string) {
 }
 
 // UpsertNetworkPolicy stages a NetworkPolicy, new or replacing the one of
-// the same namespace and name.
-func (c *Compiler) UpsertNetworkPolicy(np NetworkPolicy) {
-	c.s.upsertNP(&np)
+// the same namespace and name. The Compiler keeps np: the caller must not
+// change it (replace it instead).
+func (c *Compiler) UpsertNetworkPolicy(np *NetworkPolicy) {
+	c.s.upsertNP(np)
 	c.pending = true
 }
 

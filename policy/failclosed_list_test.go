@@ -34,7 +34,7 @@ spec:
   ingress: [{}]
   egress: [{}]
 `)
-			np := &c.NetworkPolicies[0]
+			np := c.NetworkPolicies[0]
 			if tc.unknown {
 				np.UnknownFields = append(np.UnknownFields, tc.path)
 			} else {

@@ -128,7 +128,7 @@ var mutators = []mutator{
 		}
 		switch op {
 		case 0:
-			np := policy.NetworkPolicy{NetworkPolicy: src.NetworkPolicy.DeepCopy()}
+			np := &policy.NetworkPolicy{Spec: *src.Spec.DeepCopy()}
 			np.Name = fmt.Sprintf("new-%d", r.Uint32())
 			np.Namespace = c.Pods[r.IntN(len(c.Pods))].Namespace
 			c.NetworkPolicies = append(c.NetworkPolicies, np)
@@ -136,7 +136,7 @@ var mutators = []mutator{
 			return "add NetworkPolicy " + np.Namespace + "/" + np.Name
 		case 1:
 			i := r.IntN(len(c.NetworkPolicies))
-			np := policy.NetworkPolicy{NetworkPolicy: src.NetworkPolicy.DeepCopy()}
+			np := &policy.NetworkPolicy{Spec: *src.Spec.DeepCopy()}
 			np.Name, np.Namespace = c.NetworkPolicies[i].Name, c.NetworkPolicies[i].Namespace
 			c.NetworkPolicies[i] = np
 			comp.UpsertNetworkPolicy(np)

@@ -4,6 +4,7 @@ import (
 	"net/netip"
 
 	networkingv1 "k8s.io/api/networking/v1"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/validation/field"
 
 	"github.com/moat-net/moat/api/v1alpha2"
@@ -16,7 +17,7 @@ type Cluster struct {
 	Namespaces             []Namespace
 	Pods                   []Pod
 	Nodes                  []Node
-	NetworkPolicies        []NetworkPolicy
+	NetworkPolicies        []*NetworkPolicy
 	ClusterNetworkPolicies []ClusterNetworkPolicy
 }
 
@@ -57,10 +58,18 @@ type Node struct {
 	Addrs  []netip.Addr
 }
 
-// NetworkPolicy wraps the Kubernetes object with what decoding learned
-// about it.
+// NetworkPolicy is a networking.k8s.io/v1 NetworkPolicy as Moat reads it:
+// the metadata it uses, the spec, and what decoding learned about the
+// object. It holds no networkingv1.NetworkPolicy: a cluster has tens of
+// thousands of NetworkPolicies and every agent keeps all of them, where
+// the API type's mostly empty ObjectMeta and TypeMeta cost twice the
+// fields below.
 type NetworkPolicy struct {
-	*networkingv1.NetworkPolicy
+	Namespace, Name string
+	UID             types.UID
+	ResourceVersion string
+	Generation      int64
+	Spec            networkingv1.NetworkPolicySpec
 	// UnknownFields are JSON field paths (e.g. "spec.ingress[0].from[1].foo")
 	// that the decoder found but Moat's types do not have. The compiler
 	// fails closed on the parts they belong to.
@@ -72,6 +81,16 @@ type NetworkPolicy struct {
 	Invalid field.ErrorList
 	// Source names where the object came from (file:line or "api").
 	Source string
+}
+
+// NetworkPolicyFromAPI takes what Moat reads from an API object (its
+// decoding results are left empty).
+func NetworkPolicyFromAPI(np *networkingv1.NetworkPolicy) *NetworkPolicy {
+	return &NetworkPolicy{
+		Namespace: np.Namespace, Name: np.Name, UID: np.UID,
+		ResourceVersion: np.ResourceVersion, Generation: np.Generation,
+		Spec: np.Spec,
+	}
 }
 
 // ClusterNetworkPolicy wraps the API object with what decoding learned

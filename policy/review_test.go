@@ -73,7 +73,7 @@ func TestDuplicateAddresses(t *testing.T) {
 		pod("b", "10.0.0.1", "fd00::b"),
 		pod("self", "10.0.0.9", "::ffff:10.0.0.9"),
 	}}
-	c.NetworkPolicies = []policy.NetworkPolicy{{NetworkPolicy: denyAll("n")}}
+	c.NetworkPolicies = []*policy.NetworkPolicy{policy.NetworkPolicyFromAPI(denyAll("n"))}
 	prog := policy.Compile(c, policy.Options{})
 	b, _ := prog.PodByKey("n/b")
 	self, _ := prog.PodByKey("n/self")

@@ -16,7 +16,7 @@ import (
 // ValidateNetworkPolicy mirrors the API server's validation of
 // networking.k8s.io/v1 NetworkPolicy, including KEP-2079 endPort rules.
 // It returns every violation, not just the first.
-func ValidateNetworkPolicy(np *networkingv1.NetworkPolicy) field.ErrorList {
+func ValidateNetworkPolicy(np *NetworkPolicy) field.ErrorList {
 	var errs field.ErrorList
 	errs = append(errs, validateObjectName(np.Name, np.Namespace, true)...)
 	spec := field.NewPath("spec")
@@ -173,5 +173,5 @@ func strictSubset(inner, outer netip.Prefix) bool {
 // validateNP is what the compiler checks of a NetworkPolicy: what decoding
 // found (Invalid) first, then the API server's validation.
 func validateNP(np *NetworkPolicy) field.ErrorList {
-	return withDecodeErrors(np.Invalid, ValidateNetworkPolicy(np.NetworkPolicy))
+	return withDecodeErrors(np.Invalid, ValidateNetworkPolicy(np))
 }

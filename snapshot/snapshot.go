@@ -89,7 +89,7 @@ func Refs(c *policy.Cluster) []Ref {
 	return out
 }
 
-func npRef(np policy.NetworkPolicy) Ref {
+func npRef(np *policy.NetworkPolicy) Ref {
 	return Ref{Kind: "NetworkPolicy", Namespace: np.Namespace, Name: np.Name}
 }
 

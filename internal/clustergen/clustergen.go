@@ -188,7 +188,7 @@ func (c *Cluster) ToCluster() *policy.Cluster {
 		out.Pods = append(out.Pods, p)
 	}
 	for i := range c.NetworkPolicies {
-		out.NetworkPolicies = append(out.NetworkPolicies, policy.NetworkPolicy{NetworkPolicy: &c.NetworkPolicies[i]})
+		out.NetworkPolicies = append(out.NetworkPolicies, policy.NetworkPolicyFromAPI(&c.NetworkPolicies[i]))
 	}
 	for i := range c.ClusterNetworkPolicies {
 		out.ClusterNetworkPolicies = append(out.ClusterNetworkPolicies, policy.ClusterNetworkPolicy{ClusterNetworkPolicy: &c.ClusterNetworkPolicies[i]})
