@@ -128,6 +128,10 @@ func readAllocs(metrics []string) (bytes, gcs float64, ok bool) {
 type procCost struct {
 	cpu      time.Duration
 	switches int64
+	// voluntary counts only the switches where a thread blocked (futex,
+	// epoll, a system call): what the processes' own structure costs, less
+	// disturbed by other load than switches, which also counts preemptions.
+	voluntary int64
 }
 
 func readProcCost(b *testing.B, pids []int) procCost {
@@ -151,6 +155,9 @@ func readProcCost(b *testing.B, pids []int) procCost {
 				if k, v, ok := strings.Cut(line, ":"); ok && strings.HasSuffix(k, "ctxt_switches") {
 					n, _ := strconv.ParseInt(strings.TrimSpace(v), 10, 64)
 					c.switches += n
+					if k == "voluntary_ctxt_switches" {
+						c.voluntary += n
+					}
 				}
 			}
 		}
@@ -347,7 +354,7 @@ func BenchmarkSameRun(b *testing.B) {
 // in separate processes on this machine. MOAT_TUNNEL_ANCHOR and
 // MOAT_TUNNEL_ALT add implementations as for BenchmarkSameRun. Besides latency and rate it reports what the server and
 // agent processes spend per fresh tunnel (CPU time and context switches of
-// all their threads, from /proc): less at the mercy of other load on the
+// all their threads, from /proc, and the voluntary switches apart): less at the mercy of other load on the
 // machine than wall-clock figures; where their /metrics report them, also
 // the bytes they allocate per tunnel and GC cycles per 1,000 tunnels, which
 // other load does not change at all. Every round's figures go to stderr
@@ -387,14 +394,15 @@ func BenchmarkFreshTunnelProcs(b *testing.B) {
 			g["fresh-overhead-p50-µs"] = append(g["fresh-overhead-p50-µs"], over)
 			g["cpu-µs/tunnel"] = append(g["cpu-µs/tunnel"], float64((c1.cpu-c0.cpu).Microseconds())/float64(b.N))
 			g["switches/tunnel"] = append(g["switches/tunnel"], float64(c1.switches-c0.switches)/float64(b.N))
+			g["vswitches/tunnel"] = append(g["vswitches/tunnel"], float64(c1.voluntary-c0.voluntary)/float64(b.N))
 			g["grpc-conns/s"] = append(g["grpc-conns/s"], measureConnRate(b, grpcTo(be), b.N))
 			alloc := "-"
 			if len(g["alloc-KiB/tunnel"]) > r {
 				alloc = strconv.FormatFloat(g["alloc-KiB/tunnel"][r], 'f', 1, 64)
 			}
 			// Each round on its own line, for the spread (b.Log truncates).
-			fmt.Fprintf(os.Stderr, "round %d %s: overhead-p50-µs %.0f tunnels/s %.0f cpu-µs/tunnel %.0f switches/tunnel %.1f alloc-KiB/tunnel %s\n",
-				r, im.name, over, g["grpc-conns/s"][r], g["cpu-µs/tunnel"][r], g["switches/tunnel"][r], alloc)
+			fmt.Fprintf(os.Stderr, "round %d %s: overhead-p50-µs %.0f tunnels/s %.0f cpu-µs/tunnel %.0f switches/tunnel %.1f vswitches/tunnel %.1f alloc-KiB/tunnel %s\n",
+				r, im.name, over, g["grpc-conns/s"][r], g["cpu-µs/tunnel"][r], g["switches/tunnel"][r], g["vswitches/tunnel"][r], alloc)
 		}
 		p50, over := measureFresh(b, nullDialer(null, httpAddr), httpAddr, b.N)
 		nullFig["fresh-p50-µs"] = append(nullFig["fresh-p50-µs"], p50)
@@ -406,7 +414,7 @@ func BenchmarkFreshTunnelProcs(b *testing.B) {
 		b.ReportMetric(median(v), "null-"+f)
 	}
 	for _, im := range impls {
-		for _, f := range []string{"fresh-p50-µs", "fresh-overhead-p50-µs", "grpc-conns/s", "cpu-µs/tunnel", "switches/tunnel", "alloc-KiB/tunnel", "gc/1000tunnels"} {
+		for _, f := range []string{"fresh-p50-µs", "fresh-overhead-p50-µs", "grpc-conns/s", "cpu-µs/tunnel", "switches/tunnel", "vswitches/tunnel", "alloc-KiB/tunnel", "gc/1000tunnels"} {
 			if len(got[im.name][f]) < rounds {
 				continue // not reported by this implementation
 			}
