@@ -225,7 +225,7 @@ func viaInformers(t *testing.T, docs string) *policy.Cluster {
 			var p corev1.Pod
 			decodeTyped(t, js, &p)
 			cached, _ := toCachedPod(&p)
-			c.Pods = append(c.Pods, cached.(*cachedPod).Pod)
+			c.Pods = append(c.Pods, &cached.(*cachedPod).Pod)
 		case "Node":
 			var n corev1.Node
 			decodeTyped(t, js, &n)

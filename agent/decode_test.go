@@ -162,7 +162,7 @@ metadata: {name: np, namespace: a, generation: 2}
 			}
 			x := policy.Pod{Namespace: "a", Name: "x", Labels: map[string]string{"app": "x"}, NodeName: "n", IPs: []netip.Addr{netip.MustParseAddr("10.0.0.1")}}
 			y := policy.Pod{Namespace: "a", Name: "y", Labels: map[string]string{"app": "y"}, NodeName: "n", IPs: []netip.Addr{netip.MustParseAddr("10.0.0.2")}}
-			prog := policy.Compile(&policy.Cluster{Pods: []policy.Pod{x, y}, NetworkPolicies: []*policy.NetworkPolicy{&d.NetworkPolicy}}, policy.Options{})
+			prog := policy.Compile(&policy.Cluster{Pods: []*policy.Pod{&x, &y}, NetworkPolicies: []*policy.NetworkPolicy{&d.NetworkPolicy}}, policy.Options{})
 			ix, _ := prog.PodByKey("a/x")
 			iy, _ := prog.PodByKey("a/y")
 			flow := policy.Flow{Src: policy.Endpoint{Pod: iy, Addr: y.IPs[0]}, Dst: policy.Endpoint{Pod: ix, Addr: x.IPs[0]}, Proto: policy.ProtoTCP, Port: 80}

@@ -98,7 +98,7 @@ func TestUnreadLabelChangesChangeNoRule(t *testing.T) {
 		}
 		keys := keySet{}
 		for i := range res.Cluster.NetworkPolicies {
-			for _, k := range selectorKeys(&res.Cluster.NetworkPolicies[i]) {
+			for _, k := range selectorKeys(res.Cluster.NetworkPolicies[i]) {
 				keys[k] = struct{}{}
 			}
 		}
@@ -135,7 +135,9 @@ func TestUnreadLabelChangesChangeNoRule(t *testing.T) {
 			} else {
 				cur[k] = []string{"web", "db", "api", "fe", "be", "red", "x"}[r.IntN(7)]
 			}
-			c.Pods[i].Labels = cur
+			relabelled := *c.Pods[i] // a copy: the pods are shared with res
+			relabelled.Labels = cur
+			c.Pods[i] = &relabelled
 			after := render(&c)
 			if !(&keys).mentions(old, cur) {
 				if after != before {

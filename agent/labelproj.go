@@ -99,9 +99,14 @@ func (p *cachedPod) labelsFor(keys *keySet) map[string]string {
 	return read
 }
 
-// podFor returns the pod as the compiler needs it under keys.
-func (p *cachedPod) podFor(keys *keySet) policy.Pod {
+// podFor returns the pod as the compiler needs it under keys: the cached
+// one itself (cached pods are never changed, so the compiler may keep it)
+// unless its labels must be projected again.
+func (p *cachedPod) podFor(keys *keySet) *policy.Pod {
+	if p.rest == "" || p.keys == keys {
+		return &p.Pod
+	}
 	pod := p.Pod
 	pod.Labels = p.labelsFor(keys)
-	return pod
+	return &pod
 }

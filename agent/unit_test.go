@@ -141,7 +141,7 @@ func FuzzDecodeCNP(f *testing.F) {
 		d := decodeCNP(&unstructured.Unstructured{Object: obj})
 		opts := policy.Options{IngressNetworksAndNodes: gate}
 		prog := policy.Compile(&policy.Cluster{
-			Pods:                   []policy.Pod{{Namespace: "a", Name: "x", NodeName: "n", IPs: []netip.Addr{netip.MustParseAddr("10.0.0.1")}}},
+			Pods:                   []*policy.Pod{{Namespace: "a", Name: "x", NodeName: "n", IPs: []netip.Addr{netip.MustParseAddr("10.0.0.1")}}},
 			ClusterNetworkPolicies: []policy.ClusterNetworkPolicy{d.ClusterNetworkPolicy},
 		}, opts)
 		if (len(d.UnknownFields) > 0 || len(d.Invalid) > 0) && prog.Status[0].Accepted {

@@ -67,7 +67,7 @@ func (r *Result) Add(o *Object) {
 	case o.Namespace != nil:
 		c.Namespaces = append(c.Namespaces, *o.Namespace)
 	case o.Pod != nil:
-		c.Pods = append(c.Pods, *o.Pod)
+		c.Pods = append(c.Pods, o.Pod)
 	case o.Node != nil:
 		c.Nodes = append(c.Nodes, *o.Node)
 	case o.NetworkPolicy != nil:

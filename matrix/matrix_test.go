@@ -41,7 +41,7 @@ func TestParsePortProto(t *testing.T) {
 // included, on the one declared port, all allowed, in the compact table.
 func TestBuildAndTable(t *testing.T) {
 	c := &policy.Cluster{
-		Pods: []policy.Pod{
+		Pods: []*policy.Pod{
 			{Namespace: "n", Name: "a", IPs: []netip.Addr{netip.MustParseAddr("10.0.0.1")}, Ports: []policy.ContainerPort{{Port: 80, Protocol: policy.ProtoTCP}}},
 			{Namespace: "n", Name: "b", IPs: []netip.Addr{netip.MustParseAddr("10.0.0.2")}, Labels: map[string]string{"app": "b"}},
 		},

@@ -180,7 +180,7 @@ func BenchmarkRelabelWorkloads(b *testing.B) {
 				cluster := g.ToCluster()
 				var ns string
 				for i := range cluster.Pods {
-					p := &cluster.Pods[i]
+					p := cluster.Pods[i]
 					if (p.NodeName == benchNode) == c.local {
 						ns = p.Namespace
 						break
@@ -231,7 +231,7 @@ func benchRelabel(b *testing.B, cluster *policy.Cluster, opts policy.Options, c 
 	var key string
 	var ls []map[string]string
 	for i := range cluster.Pods {
-		p := &cluster.Pods[i]
+		p := cluster.Pods[i]
 		if (p.NodeName == benchNode) != c.local {
 			continue
 		}

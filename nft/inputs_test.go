@@ -43,7 +43,7 @@ func podIn(t testing.TB, c *policy.Cluster, key string) policy.Pod {
 	t.Helper()
 	for _, p := range c.Pods {
 		if p.Key() == key {
-			return editable(p)
+			return editable(*p)
 		}
 	}
 	t.Fatalf("no pod %s", key)
@@ -102,7 +102,7 @@ func TestReuseIsExact(t *testing.T) {
 		return func(t *testing.T, c *policy.Compiler, prog *policy.Program) *policy.Program {
 			p := podIn(t, cluster, key)
 			edit(&p)
-			c.UpsertPod(p)
+			c.UpsertPod(&p)
 			return c.Program()
 		}
 	}
@@ -112,7 +112,7 @@ func TestReuseIsExact(t *testing.T) {
 		return func(t *testing.T, c *policy.Compiler, _ *policy.Program) *policy.Program {
 			p := podIn(t, cluster, key)
 			p.Name, p.IPs = name, []netip.Addr{addr(ip)}
-			c.UpsertPod(p)
+			c.UpsertPod(&p)
 			return c.Program()
 		}
 	}
@@ -272,7 +272,7 @@ func TestRandomReuseIsExact(t *testing.T) {
 		// Program lists only its node's.
 		pods := map[string]policy.Pod{}
 		for _, p := range cl.Pods {
-			pods[p.Key()] = p
+			pods[p.Key()] = *p
 		}
 		anyPod := func() policy.Pod { return editable(pods[slices.Sorted(maps.Keys(pods))[r.Intn(len(pods))]]) }
 		fresh := 0
@@ -310,7 +310,7 @@ func TestRandomReuseIsExact(t *testing.T) {
 			if strings.HasPrefix(what, "delete") {
 				delete(pods, p.Key())
 			} else {
-				c.UpsertPod(p)
+				c.UpsertPod(&p)
 				pods[p.Key()] = p
 			}
 			prog = c.Program()
@@ -362,7 +362,7 @@ func TestReuseSeesLocalPorts(t *testing.T) {
 		}
 		p := podOf(t, prog, "a/c")
 		p.Ports = append(p.Ports, policy.ContainerPort{Name: "aa", Protocol: policy.ProtoTCP, Port: 1})
-		c.UpsertPod(p)
+		c.UpsertPod(&p)
 		prog = c.Program()
 		res, err := s.Sync(ctx, prog)
 		if err != nil {
@@ -392,7 +392,7 @@ func TestReuseSeesClaimants(t *testing.T) {
 		}
 		p := podIn(t, cluster, "shop/idle")
 		p.Name = "idle2"
-		c.UpsertPod(p)
+		c.UpsertPod(&p)
 		prog = c.Program()
 		res, err := s.Sync(ctx, prog)
 		if err != nil {

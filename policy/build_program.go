@@ -46,7 +46,7 @@ func (s *state) program() *Program {
 			if ps.combo != nil {
 				pp = ps.combo.pp
 			}
-			p.Pods = append(p.Pods, ps.pod)
+			p.Pods = append(p.Pods, *ps.pod)
 			p.Policies = append(p.Policies, pp)
 			p.podSlot = append(p.podSlot, ps.slot)
 			byKey[ps.pod.Key()] = ps.slot
@@ -75,7 +75,7 @@ func (s *state) program() *Program {
 	}
 	for ps := range d.podData {
 		if ps.listed {
-			p.Pods[p.slotIndex[ps.slot]] = ps.pod
+			p.Pods[p.slotIndex[ps.slot]] = *ps.pod
 		}
 	}
 	for _, ps := range d.pods {
@@ -184,7 +184,7 @@ func (s *state) reorder(p, old *Program, addedPods, removedPods []*podState) {
 	}
 	for _, a := range added {
 		copyTo(a.at)
-		p.Pods = append(p.Pods, a.ps.pod)
+		p.Pods = append(p.Pods, *a.ps.pod)
 		var pp *PodPolicy
 		if a.ps.combo != nil {
 			pp = a.ps.combo.pp

@@ -13,8 +13,8 @@ import (
 // leaves; the pod is marked for reclassification (see changes.go).
 
 // upsertPod adds a pod or replaces one of the same namespace and name.
-func (s *state) upsertPod(p Pod) {
-	p.IPs = uniqueAddrs(p.IPs)
+func (s *state) upsertPod(p *Pod) {
+	p = cleanAddrs(p)
 	i, ps := s.findPod(p.Key())
 	if ps == nil {
 		ns := s.namespace(p.Namespace)
@@ -27,7 +27,7 @@ func (s *state) upsertPod(p Pod) {
 	}
 	old := ps.pod
 	ps.pod = p
-	s.updatePod(ps, &old)
+	s.updatePod(ps, old)
 }
 
 // deletePod removes a pod; false if unknown.
@@ -37,9 +37,9 @@ func (s *state) deletePod(key string) bool {
 		return false
 	}
 	old := ps.pod
-	ps.pod = Pod{Namespace: old.Namespace, Name: old.Name, HostNetwork: true}
+	ps.pod = &Pod{Namespace: old.Namespace, Name: old.Name, HostNetwork: true}
 	ps.gone = true
-	s.updatePod(ps, &old)
+	s.updatePod(ps, old)
 	s.order = slices.Delete(s.order, i, i+1)
 	delete(s.dirty.podData, ps)
 	if _, had := s.podsWithDiags[ps]; had {
@@ -59,7 +59,7 @@ func (s *state) deletePod(key string) bool {
 // search rather than a map from keys: at 100,000 pods the map and its key
 // strings would cost ~15 MB for lookups made once per pod change.
 func (s *state) findPod(key string) (i int, ps *podState) {
-	i, found := slices.BinarySearchFunc(s.order, key, func(ps *podState, k string) int { return cmpKey(&ps.pod, k) })
+	i, found := slices.BinarySearchFunc(s.order, key, func(ps *podState, k string) int { return cmpKey(ps.pod, k) })
 	if !found {
 		return i, nil
 	}
@@ -79,7 +79,7 @@ func (s *state) updatePod(ps *podState, old *Pod) {
 	}
 	s.setPodFacts(ps)
 	ps.projs = [2]podProj{}
-	p := &ps.pod
+	p := ps.pod
 	nowNet := ps.podnet
 	labelsChanged := old == nil || !maps.Equal(oldLabels, p.Labels)
 	addrsChanged := old == nil || wasNet != nowNet || !slices.Equal(oldIPs, p.IPs)
@@ -118,7 +118,7 @@ type podChange struct {
 
 // reindexPod updates the label index, namespace membership, addresses and declared ports of a changed pod.
 func (s *state) reindexPod(ps *podState, c podChange) {
-	p := &ps.pod
+	p := ps.pod
 	if c.wasNet && (c.labels || !c.nowNet) {
 		s.podIndex.remove(ps.slot, c.oldLabels)
 	}
@@ -157,7 +157,7 @@ func (s *state) reindexPod(ps *podState, c podChange) {
 
 // repeerPod updates the pod selectors whose members change and the peers that may follow.
 func (s *state) repeerPod(ps *podState, c podChange) {
-	p := &ps.pod
+	p := ps.pod
 	cands := map[*peer]struct{}{}
 	for _, sel := range s.podSels {
 		if sel.pods == nil {
@@ -205,7 +205,7 @@ func (s *state) repeerPod(ps *podState, c podChange) {
 // renamedPod marks the rules whose named ports resolve on pods matched by address, and records the pod for named-port diagnostics.
 func (s *state) renamedPod(ps *podState, c podChange) {
 	d := &s.dirty
-	p := &ps.pod
+	p := ps.pod
 	if c.addrs || c.ports {
 		for r := range s.wideNamed {
 			if !r.matched {

@@ -72,7 +72,7 @@ func (s *state) loadNodes(nodes []Node) {
 }
 
 // uniquePods sorts pods by key and keeps the first of duplicates.
-func (s *state) uniquePods(in []Pod) []Pod {
+func (s *state) uniquePods(in []*Pod) []*Pod {
 	type keyed struct {
 		key string
 		i   int
@@ -82,13 +82,13 @@ func (s *state) uniquePods(in []Pod) []Pod {
 		ks[i] = keyed{in[i].Key(), i}
 	}
 	slices.SortStableFunc(ks, func(a, b keyed) int { return strings.Compare(a.key, b.key) })
-	pods := make([]Pod, 0, len(in))
+	pods := make([]*Pod, 0, len(in))
 	for j, k := range ks {
 		if j > 0 && ks[j-1].key == k.key {
 			s.diag(SeverityWarning, "Pod "+k.key, "", "", "duplicate object: the first one is used")
 			continue
 		}
-		pods = append(pods, in[k.i])
+		pods = append(pods, cleanAddrs(in[k.i]))
 	}
 	return pods
 }
@@ -98,7 +98,7 @@ func (s *state) uniquePods(in []Pod) []Pod {
 // as namespace selectors see them, their namespace, then their own labels
 // as pod selectors see them. A selector peer is then a few runs of slots
 // in the evaluator's index instead of thousands of scattered addresses.
-func (s *state) loadPods(pods []Pod) {
+func (s *state) loadPods(pods []*Pod) {
 	nsKeys, podKeys := map[string]int{}, map[string]int{}
 	for _, ns := range s.nsSels {
 		for _, k := range selectorKeys(ns.sel) {
@@ -180,8 +180,7 @@ func (s *state) loadPods(pods []Pod) {
 
 // addLoaded adds one pod of a full compile.
 func (s *state) addLoaded(ps *podState) {
-	p := &ps.pod
-	p.IPs = uniqueAddrs(p.IPs)
+	p := ps.pod
 	ns := ps.ns
 	ns.refs++
 	s.allocSlot(ps)
@@ -206,7 +205,7 @@ func (s *state) addLoaded(ps *podState) {
 
 // setPodFacts derives what policy needs to know about a pod's fields.
 func (s *state) setPodFacts(ps *podState) {
-	p := &ps.pod
+	p := ps.pod
 	ps.podnet = !p.HostNetwork && len(p.IPs) > 0
 	ps.subject = ps.podnet && (s.opts.Node == "" || p.NodeName == s.opts.Node)
 	if ps.subject && s.onlyPods != nil {
@@ -277,32 +276,38 @@ func (s *state) addCNP(cnp *ClusterNetworkPolicy, errs field.ErrorList) *cnpStat
 	return st
 }
 
-// uniqueAddrs unmaps and de-duplicates a pod's addresses, keeping order;
-// it returns in itself when there is nothing to change.
-func uniqueAddrs(in []netip.Addr) []netip.Addr {
-	clean := true
-	for i, a := range in {
-		if a.Is4In6() || slices.Contains(in[:i], a) {
-			clean = false
-			break
-		}
+// cleanAddrs returns p, or a copy of it with its addresses unmapped and
+// de-duplicated (keeping their order) when they need it: the compiler
+// keeps the pods it is given and never changes them.
+func cleanAddrs(p *Pod) *Pod {
+	if addrsClean(p.IPs) {
+		return p
 	}
-	if clean {
-		return in
-	}
-	out := make([]netip.Addr, 0, len(in))
-	for _, a := range in {
+	out := make([]netip.Addr, 0, len(p.IPs))
+	for _, a := range p.IPs {
 		a = a.Unmap()
 		if !slices.Contains(out, a) {
 			out = append(out, a)
 		}
 	}
-	return out
+	cp := *p
+	cp.IPs = out
+	return &cp
+}
+
+// addrsClean: no IPv4-mapped IPv6 address and no address twice.
+func addrsClean(in []netip.Addr) bool {
+	for i, a := range in {
+		if a.Is4In6() || slices.Contains(in[:i], a) {
+			return false
+		}
+	}
+	return true
 }
 
 // podDiags are the diagnostics of one pod's addresses.
 func (s *state) podDiags(ps *podState) []Diagnostic {
-	p := &ps.pod
+	p := ps.pod
 	if len(p.IPs) == 0 {
 		return []Diagnostic{{Severity: SeverityWarning, Object: "Pod " + p.Key(), Field: "status.podIPs", Message: "pod has no IP address: it is not policed and cannot be a peer by address"}}
 	}

@@ -43,15 +43,16 @@ func (c *Compiler) RelabelPod(key string, labels map[string]string) (prog *Progr
 	if ps == nil {
 		return nil, false
 	}
-	p := ps.pod
+	p := *ps.pod
 	p.Labels = maps.Clone(labels)
-	c.UpsertPod(p)
+	c.UpsertPod(&p)
 	return c.Program(), true
 }
 
 // UpsertPod stages a pod, new or replacing the one of the same namespace
-// and name (labels, addresses, ports, node may all change).
-func (c *Compiler) UpsertPod(p Pod) {
+// and name (labels, addresses, ports, node may all change). The Compiler
+// keeps p: the caller must not change it (replace it instead).
+func (c *Compiler) UpsertPod(p *Pod) {
 	c.s.upsertPod(p)
 	c.pending = true
 }

@@ -24,7 +24,8 @@ var tiersOfLabels = []string{"web", "api", "db", "cache", "worker"}
 var mutators = []mutator{
 	// Relabel a pod.
 	func(r *rand.Rand, c *policy.Cluster, comp *policy.Compiler, _ *policy.Cluster) string {
-		p := &c.Pods[r.IntN(len(c.Pods))]
+		i := r.IntN(len(c.Pods))
+		p := *c.Pods[i] // a copy: the compiler keeps the pods it is given
 		l := maps.Clone(p.Labels)
 		l["tier"] = tiersOfLabels[r.IntN(len(tiersOfLabels))]
 		if r.IntN(3) == 0 {
@@ -34,19 +35,20 @@ var mutators = []mutator{
 			delete(l, "app")
 		}
 		p.Labels = l
-		comp.UpsertPod(*p)
+		c.Pods[i] = &p
+		comp.UpsertPod(&p)
 		return "relabel " + p.Key()
 	},
 	// Add a pod (a copy of another with a new name and address).
 	func(r *rand.Rand, c *policy.Cluster, comp *policy.Compiler, _ *policy.Cluster) string {
-		p := c.Pods[r.IntN(len(c.Pods))]
+		p := *c.Pods[r.IntN(len(c.Pods))]
 		p.Name = fmt.Sprintf("new-%d", r.Uint32())
 		p.IPs = []netip.Addr{netip.AddrFrom4([4]byte{10, 250, byte(r.IntN(256)), byte(r.IntN(256))})}
 		if r.IntN(8) == 0 {
 			p.IPs = append(p.IPs, c.Pods[r.IntN(len(c.Pods))].IPs...) // a duplicate address
 		}
-		c.Pods = append(c.Pods, p)
-		comp.UpsertPod(p)
+		c.Pods = append(c.Pods, &p)
+		comp.UpsertPod(&p)
 		return "add " + p.Key()
 	},
 	// Delete a pod.
@@ -62,7 +64,8 @@ var mutators = []mutator{
 	},
 	// Change a pod's addresses, ports, or pod network.
 	func(r *rand.Rand, c *policy.Cluster, comp *policy.Compiler, _ *policy.Cluster) string {
-		p := &c.Pods[r.IntN(len(c.Pods))]
+		i := r.IntN(len(c.Pods))
+		p := *c.Pods[i]
 		switch r.IntN(5) {
 		case 0:
 			p.IPs = []netip.Addr{netip.AddrFrom4([4]byte{10, 251, byte(r.IntN(256)), byte(r.IntN(256))})}
@@ -75,7 +78,8 @@ var mutators = []mutator{
 		default:
 			p.HostNetwork = !p.HostNetwork
 		}
-		comp.UpsertPod(*p)
+		c.Pods[i] = &p
+		comp.UpsertPod(&p)
 		return "change " + p.Key()
 	},
 	// Relabel, add or delete a namespace.
@@ -407,7 +411,9 @@ func TestRelabelMatchesFullCompile(t *testing.T) {
 		if r.IntN(3) == 0 {
 			delete(labels, "app")
 		}
-		cluster.Pods[pi].Labels = labels
+		relabelled := *cluster.Pods[pi]
+		relabelled.Labels = labels
+		cluster.Pods[pi] = &relabelled
 		inc, ok := comp.RelabelPod(cluster.Pods[pi].Key(), labels)
 		if !ok {
 			t.Fatalf("pod %s unknown", cluster.Pods[pi].Key())
@@ -426,7 +432,7 @@ func BenchmarkRelabelScale(b *testing.B) {
 	comp := policy.NewCompiler(cluster, policy.Options{})
 	i := 0
 	for b.Loop() {
-		p := &cluster.Pods[(i*7919)%len(cluster.Pods)]
+		p := cluster.Pods[(i*7919)%len(cluster.Pods)]
 		labels := maps.Clone(p.Labels)
 		labels["tier"] = tiersOfLabels[i%len(tiersOfLabels)]
 		if _, ok := comp.RelabelPod(p.Key(), labels); !ok {

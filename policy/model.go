@@ -15,7 +15,7 @@ import (
 // Sources build it; nothing downstream reaches back into them.
 type Cluster struct {
 	Namespaces             []Namespace
-	Pods                   []Pod
+	Pods                   []*Pod
 	Nodes                  []Node
 	NetworkPolicies        []*NetworkPolicy
 	ClusterNetworkPolicies []ClusterNetworkPolicy

@@ -61,14 +61,14 @@ spec:
 // Addresses claimed by two pods: traffic on them is denied, and the pods
 // stay policed on their other addresses.
 func TestDuplicateAddresses(t *testing.T) {
-	pod := func(name string, ips ...string) policy.Pod {
-		p := policy.Pod{Namespace: "n", Name: name, NodeName: "n1", Labels: map[string]string{"app": name}}
+	pod := func(name string, ips ...string) *policy.Pod {
+		p := &policy.Pod{Namespace: "n", Name: name, NodeName: "n1", Labels: map[string]string{"app": name}}
 		for _, ip := range ips {
 			p.IPs = append(p.IPs, netip.MustParseAddr(ip))
 		}
 		return p
 	}
-	c := &policy.Cluster{Pods: []policy.Pod{
+	c := &policy.Cluster{Pods: []*policy.Pod{
 		pod("a", "10.0.0.1"),
 		pod("b", "10.0.0.1", "fd00::b"),
 		pod("self", "10.0.0.9", "::ffff:10.0.0.9"),

@@ -166,14 +166,14 @@ spec:
 	y := prog.Pods[i]
 	y.Labels = maps.Clone(y.Labels)
 	y.Labels["other"] = "label"
-	comp.UpsertPod(y)
+	comp.UpsertPod(&y)
 	after := addrsOf(comp.Program())
 	for k := range before {
 		if before[k] != after[k] {
 			t.Errorf("%s: a change outside the peer replaced its AddrSet", k)
 		}
 	}
-	comp.UpsertPod(policy.Pod{Namespace: "b", Name: "w", NodeName: "n2", Labels: map[string]string{"app": "z"}, IPs: []netip.Addr{netip.MustParseAddr("10.1.3.3")}})
+	comp.UpsertPod(&policy.Pod{Namespace: "b", Name: "w", NodeName: "n2", Labels: map[string]string{"app": "z"}, IPs: []netip.Addr{netip.MustParseAddr("10.1.3.3")}})
 	moved := addrsOf(comp.Program())
 	var next *policy.AddrSet
 	for k, s := range moved {

@@ -141,7 +141,10 @@ type nsState struct {
 
 // podState is one pod.
 type podState struct {
-	pod  Pod
+	// pod is the pod as given (Compiler.UpsertPod, Cluster.Pods), shared
+	// with the caller and never changed: the agent's pod cache and its
+	// compiler hold one copy.
+	pod  *Pod
 	slot uint32
 	ns   *nsState
 	// podnet: a pod-network pod with an address, so a peer and a subject.

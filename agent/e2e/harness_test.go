@@ -113,7 +113,7 @@ func newCluster(ctx context.Context, t *testing.T, env *kubetest.Env, namespaces
 		pc.Nodes = append(pc.Nodes, policy.Node{Name: n.name, Addrs: []netip.Addr{netip.MustParseAddr(n.addr)}})
 	}
 	for _, p := range pods {
-		pc.Pods = append(pc.Pods, policy.Pod{Namespace: p.ns, Name: p.name, NodeName: p.node, Labels: p.labels, IPs: []netip.Addr{netip.MustParseAddr(p.ip)}})
+		pc.Pods = append(pc.Pods, &policy.Pod{Namespace: p.ns, Name: p.name, NodeName: p.node, Labels: p.labels, IPs: []netip.Addr{netip.MustParseAddr(p.ip)}})
 	}
 	// Agents program the nodes; the lab answers on every pod's ports.
 	var pp []matrix.PortProto

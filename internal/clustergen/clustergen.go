@@ -185,7 +185,7 @@ func (c *Cluster) ToCluster() *policy.Cluster {
 	}
 	for i := range c.Pods {
 		p, _ := policy.PodFromAPI(&c.Pods[i])
-		out.Pods = append(out.Pods, p)
+		out.Pods = append(out.Pods, &p)
 	}
 	for i := range c.NetworkPolicies {
 		out.NetworkPolicies = append(out.NetworkPolicies, policy.NetworkPolicyFromAPI(&c.NetworkPolicies[i]))
