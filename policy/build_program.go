@@ -257,7 +257,7 @@ func (s *state) statuses() []PolicyStatus {
 	out := make([]PolicyStatus, len(keys))
 	for j, k := range keys {
 		if k.i < len(s.nps) {
-			out[j] = s.nps[k.i].status
+			out[j] = s.nps[k.i].status()
 		} else {
 			out[j] = s.cnps[k.i-len(s.nps)].status
 		}
@@ -375,8 +375,9 @@ func (s *state) diagnostics() []Diagnostic {
 		out = append(out, s.podDiags(ps)...)
 	}
 	for _, np := range s.nps {
-		out = append(out, np.diags...)
-		out = append(out, np.named...)
+		diags, named := np.diagnostics()
+		out = append(out, diags...)
+		out = append(out, named...)
 	}
 	for _, c := range s.cnps {
 		out = append(out, c.diags...)

@@ -30,25 +30,70 @@ type npState struct {
 	// node-scoped Compiler never compiles the rules of the many policies
 	// that select none of its pods, and peers of theirs stay unresolved.
 	rules *[2][]*rule
-	// What compiling the rules needs: the validation problems, whether
-	// the whole spec is voided, and in which directions rules count.
-	bad     badPaths
+	// What compiling the rules needs besides the validation problems:
+	// whether the whole spec is voided, and in which directions rules
+	// count.
 	specBad bool
 	ruleOK  [2]bool
 	// namedPorts are the named ports of the rules that are not voided,
 	// known without compiling the rules (named-port warnings, classes).
 	namedPorts []npNamedPort
-	status     PolicyStatus // names the policy (ref)
-	diags      []Diagnostic
+	keys       []string // label keys the subject reads
+	names      []string // port names the ingress rules use
+	lists      map[*npList]struct{}
+	// problems is nil for the many policies with nothing to report.
+	problems *npProblems
+}
+
+// npProblems is what is wrong with a NetworkPolicy.
+type npProblems struct {
+	bad      badPaths     // validation problems, for compiling the rules
+	rejected PolicyStatus // its status when not accepted
+	diags    []Diagnostic
 	// named are the warnings about named ports that resolve nowhere.
 	named []Diagnostic
-	keys  []string // label keys the subject reads
-	names []string // port names the ingress rules use
-	lists map[*npList]struct{}
 }
 
 // ref names the policy.
-func (np *npState) ref() PolicyRef { return np.status.Policy }
+func (np *npState) ref() PolicyRef {
+	return PolicyRef{Kind: "NetworkPolicy", Namespace: np.src.Namespace, Name: np.src.Name}
+}
+
+// status is what the compiler concluded about the policy.
+func (np *npState) status() PolicyStatus {
+	if p := np.problems; p != nil && p.rejected.Policy.Kind != "" {
+		return p.rejected
+	}
+	return PolicyStatus{Policy: np.ref(), Accepted: true}
+}
+
+func (np *npState) bad() badPaths {
+	if np.problems == nil {
+		return nil
+	}
+	return np.problems.bad
+}
+
+// diagnostics are the policy's problems and named-port warnings.
+func (np *npState) diagnostics() (diags, named []Diagnostic) {
+	if np.problems == nil {
+		return nil, nil
+	}
+	return np.problems.diags, np.problems.named
+}
+
+// setNamed replaces the named-port warnings; it returns the previous ones.
+func (np *npState) setNamed(named []Diagnostic) []Diagnostic {
+	if np.problems == nil {
+		if named == nil {
+			return nil
+		}
+		np.problems = &npProblems{}
+	}
+	before := np.problems.named
+	np.problems.named = named
+	return before
+}
 
 func (np *npState) dropTiers(s *state, dir Direction) {
 	for l := range np.lists {
@@ -62,7 +107,13 @@ func (s *state) compileNP(np *NetworkPolicy, errs field.ErrorList) *npState {
 	bad, status, diags := s.check(ref, np.Source, errs, np.UnknownFields)
 	ns := s.namespace(np.Namespace)
 	ns.refs++
-	out := &npState{src: np, ns: ns, status: status, diags: diags}
+	out := &npState{src: np, ns: ns}
+	if len(bad) > 0 || len(diags) > 0 || !status.Accepted {
+		out.problems = &npProblems{bad: bad, diags: diags}
+		if !status.Accepted {
+			out.problems.rejected = status
+		}
+	}
 	spec := &np.Spec
 
 	// Pod selection. An invalid selector isolates the whole namespace and
@@ -101,7 +152,7 @@ func (s *state) compileNP(np *NetworkPolicy, errs field.ErrorList) *npState {
 		}
 	}
 
-	out.bad, out.specBad, out.ruleOK = bad, specBad, ruleOK
+	out.specBad, out.ruleOK = specBad, ruleOK
 
 	for i, r := range spec.Ingress {
 		path := "spec.ingress[" + strconv.Itoa(i) + "]"
@@ -137,7 +188,7 @@ func (np *npState) addNamedPorts(dir Direction, rule int, path string, ports []n
 		if p.Port == nil || p.Port.Type != intstr.String {
 			continue
 		}
-		if len(np.bad) > 0 && np.bad.under(fmt.Sprintf("%s.ports[%d]", path, j)) != "" {
+		if bad := np.bad(); len(bad) > 0 && bad.under(fmt.Sprintf("%s.ports[%d]", path, j)) != "" {
 			continue
 		}
 		np.namedPorts = append(np.namedPorts, npNamedPort{dir, rule, namedPort{protocolOf(p.Protocol), p.Port.StrVal, j}})
@@ -150,14 +201,14 @@ func (s *state) rulesOf(np *npState) *[2][]*rule {
 		return np.rules
 	}
 	np.rules = new([2][]*rule)
-	spec := &np.src.Spec
+	spec, bad := &np.src.Spec, np.bad()
 	for i, r := range spec.Ingress {
 		path := "spec.ingress[" + strconv.Itoa(i) + "]"
-		np.rules[Ingress] = append(np.rules[Ingress], s.compileNPRule(np, Ingress, i, path, "from", r.From, r.Ports, np.bad, np.specBad || !np.ruleOK[Ingress]))
+		np.rules[Ingress] = append(np.rules[Ingress], s.compileNPRule(np, Ingress, i, path, "from", r.From, r.Ports, bad, np.specBad || !np.ruleOK[Ingress]))
 	}
 	for i, r := range spec.Egress {
 		path := "spec.egress[" + strconv.Itoa(i) + "]"
-		np.rules[Egress] = append(np.rules[Egress], s.compileNPRule(np, Egress, i, path, "to", r.To, r.Ports, np.bad, np.specBad || !np.ruleOK[Egress]))
+		np.rules[Egress] = append(np.rules[Egress], s.compileNPRule(np, Egress, i, path, "to", r.To, r.Ports, bad, np.specBad || !np.ruleOK[Egress]))
 	}
 	return np.rules
 }

@@ -96,8 +96,9 @@ func (s *state) refreshNamed() {
 		var before []Diagnostic
 		switch p := p.(type) {
 		case *npState:
-			before, p.named = p.named, s.npNamedDiags(p, podSels)
-			d.diags = d.diags || !slices.Equal(before, p.named)
+			named := s.npNamedDiags(p, podSels)
+			before = p.setNamed(named)
+			d.diags = d.diags || !slices.Equal(before, named)
 		case *cnpState:
 			before, p.named = p.named, s.cnpNamedDiags(p, subjects, nsPods)
 			d.diags = d.diags || !slices.Equal(before, p.named)
