@@ -222,10 +222,11 @@ func nullAgentHelper(addr string) {
 }
 
 // startNullTunnel runs the null tunnel's server and agent processes and
-// returns the server's Unix socket.
-func startNullTunnel(b testing.TB) string {
+// returns the server's Unix socket and the two processes' IDs.
+func startNullTunnel(b testing.TB) (string, []int) {
 	dir := b.TempDir()
 	file := filepath.Join(dir, "null-addr")
+	var pids []int
 	start := func(env string) {
 		c := exec.Command(os.Args[0], "-test.run=^$")
 		c.Env = append(os.Environ(), env)
@@ -233,6 +234,7 @@ func startNullTunnel(b testing.TB) string {
 		if err := c.Start(); err != nil {
 			b.Fatal(err)
 		}
+		pids = append(pids, c.Process.Pid)
 		b.Cleanup(func() { c.Process.Kill(); c.Wait() })
 	}
 	start("MOAT_TUNNEL_NULL_SERVER=" + file)
@@ -243,7 +245,7 @@ func startNullTunnel(b testing.TB) string {
 		return err == nil && strings.HasSuffix(string(a), "\n") && len(fields) == 2
 	})
 	start("MOAT_TUNNEL_NULL_AGENT=" + fields[1])
-	return fields[0]
+	return fields[0], pids
 }
 
 // nullDialer dials address through the null tunnel at uds.
@@ -274,7 +276,7 @@ func nullDialer(uds, address string) dialFunc {
 // request through its processes.
 func TestNullTunnel(t *testing.T) {
 	hs := httpBackend(t)
-	uds := startNullTunnel(t)
+	uds, _ := startNullTunnel(t)
 	for range 3 {
 		c, err := nullDialer(uds, hs.Listener.Addr().String())()
 		if err != nil {

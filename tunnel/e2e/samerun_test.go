@@ -367,7 +367,7 @@ func BenchmarkFreshTunnelProcs(b *testing.B) {
 	for _, im := range impls {
 		socks[im.name], pids[im.name], metrics[im.name] = startProcStack(b, p, im, "grpc", be)
 	}
-	null := startNullTunnel(b)
+	null, nullPids := startNullTunnel(b)
 	nullFig := map[string][]float64{}
 	got := map[string]map[string][]float64{}
 	for _, im := range impls {
@@ -404,7 +404,14 @@ func BenchmarkFreshTunnelProcs(b *testing.B) {
 			fmt.Fprintf(os.Stderr, "round %d %s: overhead-p50-µs %.0f tunnels/s %.0f cpu-µs/tunnel %.0f switches/tunnel %.1f vswitches/tunnel %.1f alloc-KiB/tunnel %s\n",
 				r, im.name, over, g["grpc-conns/s"][r], g["cpu-µs/tunnel"][r], g["switches/tunnel"][r], g["vswitches/tunnel"][r], alloc)
 		}
+		c0 := readProcCost(b, nullPids)
 		p50, over := measureFresh(b, nullDialer(null, httpAddr), httpAddr, b.N)
+		c1 := readProcCost(b, nullPids)
+		nullFig["cpu-µs/tunnel"] = append(nullFig["cpu-µs/tunnel"], float64((c1.cpu-c0.cpu).Microseconds())/float64(b.N))
+		nullFig["switches/tunnel"] = append(nullFig["switches/tunnel"], float64(c1.switches-c0.switches)/float64(b.N))
+		nullFig["vswitches/tunnel"] = append(nullFig["vswitches/tunnel"], float64(c1.voluntary-c0.voluntary)/float64(b.N))
+		fmt.Fprintf(os.Stderr, "round %d null: overhead-p50-µs %.0f tunnels/s 0 cpu-µs/tunnel %.0f switches/tunnel %.1f vswitches/tunnel %.1f\n",
+			r, over, nullFig["cpu-µs/tunnel"][r], nullFig["switches/tunnel"][r], nullFig["vswitches/tunnel"][r])
 		nullFig["fresh-p50-µs"] = append(nullFig["fresh-p50-µs"], p50)
 		nullFig["fresh-overhead-p50-µs"] = append(nullFig["fresh-overhead-p50-µs"], over)
 		nullFig["conns/s"] = append(nullFig["conns/s"], measureConnRate(b, nullDialer(null, be), b.N))
