@@ -320,29 +320,36 @@ func protoName(p policy.Protocol) string {
 
 // elementKeys renders the set's elements as knftables keys.
 func (s *namedSet) elementKeys() [][]string {
-	if s.Kind == services {
-		out := make([][]string, len(s.Services))
-		for i, sv := range s.Services {
-			out[i] = []string{protoName(sv.Proto), sv.Ports.String()}
-		}
-		return out
+	switch s.Kind {
+	case services:
+		return renderKeys(s.Services, serviceKey)
+	case addr4, addr6:
+		return renderKeys(s.Addrs, s.addrKey)
 	}
-	if s.Kind == addr4 || s.Kind == addr6 {
-		out := make([][]string, len(s.Addrs))
-		fam := "ipv4"
-		if s.Kind == addr6 {
-			fam = "ipv6"
-		}
-		for i, r := range s.Addrs {
-			out[i] = []string{r.String(), fam}
-		}
-		return out
-	}
-	out := make([][]string, len(s.Boxes))
-	for i, b := range s.Boxes {
-		out[i] = []string{b.Addrs.String(), protoName(b.Proto), b.Ports.String()}
+	return renderKeys(s.Boxes, boxKey)
+}
+
+func renderKeys[T any](elems []T, key func(T) []string) [][]string {
+	out := make([][]string, len(elems))
+	for i, e := range elems {
+		out[i] = key(e)
 	}
 	return out
+}
+
+func serviceKey(sv service) []string { return []string{protoName(sv.Proto), sv.Ports.String()} }
+
+func boxKey(b box) []string {
+	return []string{b.Addrs.String(), protoName(b.Proto), b.Ports.String()}
+}
+
+// addrKey is the key of an element of an addr4 or addr6 set.
+func (s *namedSet) addrKey(r policy.AddrRange) []string {
+	fam := "ipv4"
+	if s.Kind == addr6 {
+		fam = "ipv6"
+	}
+	return []string{r.String(), fam}
 }
 
 // contains reports whether the set holds the remote address (and, for

@@ -377,7 +377,7 @@ func patchSets(tx *knftables.Transaction, old, rs *Ruleset) {
 		if !ok || (o.hash != "" && o.hash == rs.sets[name].hash) {
 			continue
 		}
-		del, add := diffKeys(o.elementKeys(), rs.sets[name].elementKeys())
+		del, add := setDiff(o, rs.sets[name])
 		for _, k := range del {
 			tx.Delete(&knftables.Element{Set: name, Key: k})
 		}
