@@ -102,15 +102,18 @@ func splitTerms(matches []policy.Match) (*policy.AddrSet, []portGroup) {
 // elements did not change without comparing them one by one.
 func elementsHash(s *namedSet) string {
 	h := sha256.New()
-	var buf []byte
+	buf := make([]byte, 0, 4096+64)
 	addr := func(a netip.Addr) {
-		b, _ := a.MarshalBinary()
-		buf = append(buf, b...)
+		buf, _ = a.AppendBinary(buf) // as MarshalBinary, without a slice per address
 	}
 	buf = append(buf, byte(s.Kind))
 	for _, r := range s.Addrs {
 		addr(r.From)
 		addr(r.To)
+		if len(buf) > 4096 {
+			h.Write(buf)
+			buf = buf[:0]
+		}
 	}
 	for _, b := range s.Boxes {
 		addr(b.Addrs.From)
