@@ -266,7 +266,7 @@ func (a *Agent) sync(ctx context.Context) error {
 	if a.problemsDirty {
 		// At most every problemScanGap; a later sync catches up.
 		if wait := problemScanGap - time.Since(a.problemsScanned); full || wait <= 0 {
-			a.reportProblems(a.scanProblems(), res.Warnings)
+			a.reportProblems(a.scanProblems(prog), res.Warnings)
 			a.problemsScanned, a.problemsDirty = time.Now(), false
 		} else {
 			a.queue.AddAfter(syncKey, wait)

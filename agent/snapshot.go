@@ -1,8 +1,6 @@
 package agent
 
 import (
-	"net/netip"
-	"slices"
 	"strings"
 
 	"github.com/moat-net/moat/policy"
@@ -74,10 +72,12 @@ func (a *Agent) takeSnapshot() *snapshot {
 }
 
 // scanProblems reads the caches for input problems, by "Kind
-// namespace/name". Of two pods with one address the first by
-// namespace/name is the owner (as in the compiler) and the other has the
-// problem.
-func (a *Agent) scanProblems() map[string]problem {
+// namespace/name". Addresses several pods claim come from prog, the
+// program compiled from those caches (the compiler knows them; finding
+// them again meant a map of every pod's address at each scan): of the
+// claimants, the first by namespace/name is the owner and the others
+// have the problem.
+func (a *Agent) scanProblems(prog *policy.Program) map[string]problem {
 	problems := map[string]problem{}
 	for _, o := range a.inf.nodes.GetStore().List() {
 		n, ok := o.(*cachedNode)
@@ -90,38 +90,22 @@ func (a *Agent) scanProblems() map[string]problem {
 			problems["Node "+n.Name] = problem{problemNodeWithoutAddr, "node has no IP address in status.addresses: `nodes` peers select nothing on it and node-local traffic from it is not recognised"}
 		}
 	}
-	// first claimant of each address; the others of the (rare) shared
-	// ones.
-	owner := map[netip.Addr]string{}
-	shared := map[netip.Addr][]string{}
 	for _, o := range a.inf.pods.GetStore().List() {
 		p, ok := o.(*cachedPod)
 		if !ok || p.finished {
 			continue
 		}
-		key := p.Key()
 		switch {
 		case len(p.diags) > 0:
-			problems["Pod "+key] = problem{problemInvalidPodField, diagMessages(p.diags)}
+			problems["Pod "+p.Key()] = problem{problemInvalidPodField, diagMessages(p.diags)}
 		case len(p.IPs) == 0 && !p.HostNetwork && p.NodeName != "":
 			// Unscheduled pods have no IP yet by design; a scheduled one
 			// without an IP is worth knowing about once it lasts.
-			problems["Pod "+key] = problem{problemPodWithoutIP, "pod has no IP in status.podIPs: it is not policed and matches no peer until it has one"}
-		}
-		if p.HostNetwork {
-			continue
-		}
-		for _, ip := range p.IPs {
-			if _, dup := owner[ip]; dup {
-				shared[ip] = append(shared[ip], key)
-				continue
-			}
-			owner[ip] = key
+			problems["Pod "+p.Key()] = problem{problemPodWithoutIP, "pod has no IP in status.podIPs: it is not policed and matches no peer until it has one"}
 		}
 	}
-	for ip, others := range shared {
-		claimants := append(others, owner[ip])
-		slices.Sort(claimants)
+	for _, ip := range prog.DuplicateAddrs() {
+		claimants := prog.Claimants(ip)
 		for _, key := range claimants[1:] {
 			problems["Pod "+key] = problem{problemDuplicatePodIP, "address " + ip.String() + " also belongs to pod " + claimants[0] + ": every connection from or to it is dropped"}
 		}
