@@ -197,6 +197,69 @@ func (s *AddrSet) withAddr(a netip.Addr) *AddrSet {
 	return &AddrSet{ranges: out}
 }
 
+// with returns s plus adds minus dels (sorted; an address of adds is not
+// in s, one of dels is). One change is withAddr or withoutAddr; more are
+// made in one pass over s, where each of those would copy it.
+func (s *AddrSet) with(adds, dels []netip.Addr) *AddrSet {
+	switch {
+	case len(adds) == 0 && len(dels) == 0:
+		return s
+	case len(adds)+len(dels) == 1 && len(adds) == 1:
+		return s.withAddr(adds[0])
+	case len(adds)+len(dels) == 1:
+		return s.withoutAddr(dels[0])
+	}
+	rs := s.Ranges()
+	out := make([]AddrRange, 0, len(rs)+len(dels)+len(adds))
+	// push appends r, merging it into the last range when they touch, as
+	// NewAddrSet does: the result is in the same normal form.
+	push := func(r AddrRange) {
+		if n := len(out); n > 0 {
+			last := &out[n-1]
+			if last.To.Is4() == r.From.Is4() && (!last.To.Less(r.From) || last.To.Next() == r.From) {
+				if last.To.Less(r.To) {
+					last.To = r.To
+				}
+				return
+			}
+		}
+		out = append(out, r)
+	}
+	i := 0 // next of adds
+	emit := func(r AddrRange) {
+		for i < len(adds) && adds[i].Less(r.From) {
+			push(AddrRange{adds[i], adds[i]})
+			i++
+		}
+		push(r)
+	}
+	j := 0 // next of dels
+	for _, r := range rs {
+		for j < len(dels) && dels[j].Less(r.From) {
+			j++ // not in s
+		}
+		for j < len(dels) && !r.To.Less(dels[j]) {
+			d := dels[j]
+			j++
+			if r.From.Less(d) {
+				emit(AddrRange{r.From, d.Prev()})
+			}
+			if d == r.To {
+				r = AddrRange{}
+				break
+			}
+			r.From = d.Next()
+		}
+		if r.From.IsValid() {
+			emit(r)
+		}
+	}
+	for ; i < len(adds); i++ {
+		push(AddrRange{adds[i], adds[i]})
+	}
+	return &AddrSet{ranges: out}
+}
+
 // withoutAddr returns s minus one address.
 func (s *AddrSet) withoutAddr(a netip.Addr) *AddrSet {
 	if !s.Contains(a) {

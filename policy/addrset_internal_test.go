@@ -65,3 +65,56 @@ func TestCmpKey(t *testing.T) {
 		}
 	}
 }
+
+// with (a batch of peer changes) builds the set that adding and removing
+// the addresses one by one builds, for batches small and large, both
+// families, adjacent addresses merging and ranges splitting.
+func TestAddrSetBatchUpdates(t *testing.T) {
+	r := rand.New(rand.NewPCG(7, 8))
+	addr := func() netip.Addr {
+		if r.IntN(3) == 0 {
+			return netip.AddrFrom16([16]byte{0xfd, 15: byte(r.IntN(60))})
+		}
+		return netip.AddrFrom4([4]byte{10, 0, 0, byte(r.IntN(60))})
+	}
+	batches := 0
+	for round := 0; round < 3000; round++ {
+		set := NewAddrSet()
+		for range r.IntN(80) {
+			set = set.withAddr(addr())
+		}
+		var adds, dels []netip.Addr
+		seen := map[netip.Addr]bool{}
+		for range r.IntN(12) {
+			a := addr()
+			if seen[a] {
+				continue
+			}
+			seen[a] = true
+			if set.Contains(a) {
+				dels = append(dels, a)
+			} else {
+				adds = append(adds, a)
+			}
+		}
+		slices.SortFunc(adds, netip.Addr.Compare)
+		slices.SortFunc(dels, netip.Addr.Compare)
+		want := set
+		for _, a := range dels {
+			want = want.withoutAddr(a)
+		}
+		for _, a := range adds {
+			want = want.withAddr(a)
+		}
+		got := set.with(adds, dels)
+		if !slices.Equal(got.Ranges(), want.Ranges()) {
+			t.Fatalf("round %d: %s with +%v -%v = %s, one by one %s", round, set, adds, dels, got, want)
+		}
+		if len(adds)+len(dels) > 1 {
+			batches++
+		}
+	}
+	if batches == 0 {
+		t.Fatal("no batch took the one-pass path")
+	}
+}

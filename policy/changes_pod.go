@@ -279,27 +279,46 @@ func (s *state) setOwners(a netip.Addr, owners []*podState) {
 }
 
 // peerMember applies a pod joining, leaving or changing within a resolved
-// peer. The peer's pods and addresses are replaced, never changed in place:
-// published Programs hold them.
+// peer. The peer's pods are replaced, never changed in place: published
+// Programs hold them. Its addresses follow once per batch (settlePeers):
+// a burst of changes to one large peer then copies its address set once,
+// not once per change.
 func (s *state) peerMember(pe *peer, ps *podState, was, now bool, oldIPs []netip.Addr) {
 	pods := pe.pods.Clone()
-	addrs := pe.addrs
 	if was {
 		pods.Remove(ps.slot)
-		for _, a := range oldIPs {
-			if !s.ownedWithin(a, pods) {
-				addrs = addrs.withoutAddr(a)
-			}
-		}
+		pe.pending = append(pe.pending, oldIPs...)
 	}
 	if now {
 		pods.Add(ps.slot)
-		for _, a := range ps.pod.IPs {
-			addrs = addrs.withAddr(a)
-		}
+		pe.pending = append(pe.pending, ps.pod.IPs...)
 	}
-	pe.pods, pe.addrs = pods, addrs
+	pe.pods = pods
 	s.dirty.peers[pe] = struct{}{}
+}
+
+// settlePeers brings the addresses of the peers whose pods changed up to
+// date: an address belongs to a pod peer while a pod among its pods
+// claims it. It runs before anything of the batch is published.
+func (s *state) settlePeers() {
+	for pe := range s.dirty.peers {
+		if len(pe.pending) == 0 {
+			continue
+		}
+		cands := slices.SortedFunc(slices.Values(pe.pending), netip.Addr.Compare)
+		cands = slices.Compact(cands)
+		var adds, dels []netip.Addr
+		for _, a := range cands {
+			switch want := s.ownedWithin(a, pe.pods); {
+			case want == pe.addrs.Contains(a):
+			case want:
+				adds = append(adds, a)
+			default:
+				dels = append(dels, a)
+			}
+		}
+		pe.addrs, pe.pending = pe.addrs.with(adds, dels), nil
+	}
 }
 
 // ownedWithin reports whether another pod among pods claims a.

@@ -1,6 +1,7 @@
 package policy
 
 import (
+	"net/netip"
 	"slices"
 	"strings"
 	"sync"
@@ -57,7 +58,10 @@ type peer struct {
 	// pods and addrs are immutable once published: a change replaces them.
 	pods  *roaring.Bitmap
 	addrs *AddrSet
-	sets  map[*peerSet]struct{}
+	// pending are addresses whose membership in addrs may have changed
+	// since the last publish, settled once per batch (settlePeers).
+	pending []netip.Addr
+	sets    map[*peerSet]struct{}
 }
 
 // peerSet is the union of one rule's peers, shared by rules with the same
