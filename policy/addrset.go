@@ -60,18 +60,25 @@ func NewAddrSet(rs ...AddrRange) *AddrSet {
 	slices.SortFunc(clean, func(a, b AddrRange) int { return a.From.Compare(b.From) })
 	out := clean[:0]
 	for _, r := range clean {
-		if n := len(out); n > 0 {
-			last := &out[n-1]
-			if last.To.Is4() == r.From.Is4() && (!last.To.Less(r.From) || last.To.Next() == r.From) {
-				if last.To.Less(r.To) {
-					last.To = r.To
-				}
-				continue
-			}
-		}
-		out = append(out, r)
+		out = appendRange(out, r)
 	}
 	return &AddrSet{ranges: out}
+}
+
+// appendRange appends r to out (ranges in order of From), merging it into
+// the last one when they overlap or touch: sets keep their ranges in this
+// normal form.
+func appendRange(out []AddrRange, r AddrRange) []AddrRange {
+	if n := len(out); n > 0 {
+		last := &out[n-1]
+		if last.To.Is4() == r.From.Is4() && (!last.To.Less(r.From) || last.To.Next() == r.From) {
+			if last.To.Less(r.To) {
+				last.To = r.To
+			}
+			return out
+		}
+	}
+	return append(out, r)
 }
 
 // PrefixRange converts a prefix into the range of addresses it covers.
@@ -211,20 +218,7 @@ func (s *AddrSet) with(adds, dels []netip.Addr) *AddrSet {
 	}
 	rs := s.Ranges()
 	out := make([]AddrRange, 0, len(rs)+len(dels)+len(adds))
-	// push appends r, merging it into the last range when they touch, as
-	// NewAddrSet does: the result is in the same normal form.
-	push := func(r AddrRange) {
-		if n := len(out); n > 0 {
-			last := &out[n-1]
-			if last.To.Is4() == r.From.Is4() && (!last.To.Less(r.From) || last.To.Next() == r.From) {
-				if last.To.Less(r.To) {
-					last.To = r.To
-				}
-				return
-			}
-		}
-		out = append(out, r)
-	}
+	push := func(r AddrRange) { out = appendRange(out, r) }
 	i := 0 // next of adds
 	emit := func(r AddrRange) {
 		for i < len(adds) && adds[i].Less(r.From) {
