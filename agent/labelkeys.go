@@ -149,10 +149,7 @@ func (a *Agent) updateSelectorKeys() (grown bool) {
 		for _, o := range store.List() {
 			d, ok := o.(interface{ readKeys() keyList })
 			if !ok {
-				for _, k := range selectorKeys(o) { // not decoded by the agent's transform
-					set[k] = struct{}{}
-				}
-				continue
+				continue // the informers' transforms decode every policy they store
 			}
 			for k := range d.readKeys().all() {
 				set[k] = struct{}{}

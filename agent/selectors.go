@@ -37,7 +37,7 @@ func (t *labelSets) internSelectors(sels []*metav1.LabelSelector) []*labelSet {
 // sharePorts makes a NetworkPolicy's numeric ports point to values shared
 // with every other policy naming the same port: a cluster's policies name
 // a few dozen ports thousands of times. The values are never changed in
-// place (a copy is deep).
+// place.
 func (t *labelSets) sharePorts(spec *networkingv1.NetworkPolicySpec) {
 	if t == nil {
 		return

@@ -83,7 +83,7 @@ spec:
 
 // TestPortsShared: NetworkPolicies naming the same port number point to
 // one shared value, which reads the same; named ports and out-of-range
-// numbers are left alone, and a deep copy does not share. The decoded
+// numbers are left alone. The decoded
 // policy carries the label keys its selectors read.
 func TestPortsShared(t *testing.T) {
 	ls := newLabelSets()

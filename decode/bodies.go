@@ -377,10 +377,9 @@ func (b *npBody) finish(d *dec, o *Object) {
 		b.spec = networkingv1.NetworkPolicySpec{Ingress: make([]networkingv1.NetworkPolicyIngressRule, 1), Egress: make([]networkingv1.NetworkPolicyEgressRule, 1)}
 		d.invalid = append(d.invalid, unreadable("spec.podSelector"), unreadable("spec.ingress[0]"), unreadable("spec.egress[0]"))
 	})
-	o.NetworkPolicy = &policy.NetworkPolicy{
-		Namespace: m.Namespace, Name: m.Name, UID: m.UID, ResourceVersion: m.ResourceVersion, Generation: m.Generation,
-		Spec: b.spec, UnknownFields: sortedUnique(d.unknown), Invalid: sortErrors(d.invalid), Source: o.Source,
-	}
+	np := policy.NetworkPolicyFromAPI(&networkingv1.NetworkPolicy{ObjectMeta: *m, Spec: b.spec})
+	np.UnknownFields, np.Invalid, np.Source = sortedUnique(d.unknown), sortErrors(d.invalid), o.Source
+	o.NetworkPolicy = np
 }
 
 // foldTopLevel turns problems left outside any part (a repeated spec)

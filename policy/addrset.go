@@ -208,12 +208,12 @@ func (s *AddrSet) withAddr(a netip.Addr) *AddrSet {
 // in s, one of dels is). One change is withAddr or withoutAddr; more are
 // made in one pass over s, where each of those would copy it.
 func (s *AddrSet) with(adds, dels []netip.Addr) *AddrSet {
-	switch {
-	case len(adds) == 0 && len(dels) == 0:
+	switch n := len(adds) + len(dels); {
+	case n == 0:
 		return s
-	case len(adds)+len(dels) == 1 && len(adds) == 1:
+	case n == 1 && len(adds) == 1:
 		return s.withAddr(adds[0])
-	case len(adds)+len(dels) == 1:
+	case n == 1:
 		return s.withoutAddr(dels[0])
 	}
 	rs := s.Ranges()

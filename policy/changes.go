@@ -40,7 +40,7 @@ func (s *state) setNSLabels(ns *nsState, l map[string]string) {
 		for pe := range sel.peers {
 			if pe.resolved {
 				pe.pods = s.peerPods(pe)
-				pe.addrs = s.podAddrs(pe.pods)
+				pe.addrs, pe.pending = s.podAddrs(pe.pods), nil
 				s.dirty.peers[pe] = struct{}{}
 			}
 		}
@@ -129,7 +129,7 @@ func (s *state) nodesChanged() {
 func (s *state) upsertNP(np *NetworkPolicy) {
 	pos := -1
 	for i, o := range s.nps {
-		if o != nil && o.ref().Namespace == np.Namespace && o.ref().Name == np.Name {
+		if o != nil && o.src.Namespace == np.Namespace && o.src.Name == np.Name {
 			if pos < 0 {
 				pos = i
 			}

@@ -321,7 +321,7 @@ func (s *state) settlePeers() {
 	}
 }
 
-// ownedWithin reports whether another pod among pods claims a.
+// ownedWithin reports whether a pod among pods claims a.
 func (s *state) ownedWithin(a netip.Addr, pods interface{ Contains(uint32) bool }) bool {
 	return s.ipOwners.any(a, func(o *podState) bool { return pods.Contains(o.slot) })
 }

@@ -47,8 +47,8 @@ type npState struct {
 
 // npProblems is what is wrong with a NetworkPolicy.
 type npProblems struct {
-	bad      badPaths     // validation problems, for compiling the rules
-	rejected PolicyStatus // its status when not accepted
+	bad      badPaths      // validation problems, for compiling the rules
+	rejected *PolicyStatus // its status when not accepted; nil if accepted
 	diags    []Diagnostic
 	// named are the warnings about named ports that resolve nowhere.
 	named []Diagnostic
@@ -61,8 +61,8 @@ func (np *npState) ref() PolicyRef {
 
 // status is what the compiler concluded about the policy.
 func (np *npState) status() PolicyStatus {
-	if p := np.problems; p != nil && p.rejected.Policy.Kind != "" {
-		return p.rejected
+	if p := np.problems; p != nil && p.rejected != nil {
+		return *p.rejected
 	}
 	return PolicyStatus{Policy: np.ref(), Accepted: true}
 }
@@ -111,7 +111,7 @@ func (s *state) compileNP(np *NetworkPolicy, errs field.ErrorList) *npState {
 	if len(bad) > 0 || len(diags) > 0 || !status.Accepted {
 		out.problems = &npProblems{bad: bad, diags: diags}
 		if !status.Accepted {
-			out.problems.rejected = status
+			out.problems.rejected = &status
 		}
 	}
 	spec := &np.Spec

@@ -296,7 +296,7 @@ func (s *state) resolvePeer(p *peer) {
 		p.addrs = s.nodeAddrs(p.node)
 	default:
 		p.pods = s.peerPods(p)
-		p.addrs = s.podAddrs(p.pods)
+		p.addrs, p.pending = s.podAddrs(p.pods), nil
 	}
 }
 
