@@ -1,9 +1,12 @@
 package nft
 
 import (
+	"crypto/sha256"
+	"encoding/binary"
 	"fmt"
 	"strconv"
 	"strings"
+	"unsafe"
 
 	"github.com/moat-net/moat/policy"
 )
@@ -14,7 +17,9 @@ import (
 // and their lookups may be merged and reordered.
 type run struct {
 	// identity names the rules the run serves (not their current
-	// matches): a union run's set names derive from it.
+	// matches): a union run's set names derive from it. It is a hash
+	// (runKey), as is memo: a run of hundreds of rules would otherwise
+	// keep kilobytes of joined names, in every plan that holds it.
 	identity string
 	verdict  verdictKind // return (Accept), drop (Deny) or goto (Pass)
 	matches  []policy.Match
@@ -95,18 +100,18 @@ func npRun(dir policy.Direction, np *policy.NPTier) *run {
 	if len(np.Rules) == 0 {
 		return nil
 	}
-	r := &run{identity: "np|" + dir.String(), verdict: verdictReturn}
+	r := &run{verdict: verdictReturn}
 	names := make([]string, len(np.Policies))
 	for i, ref := range np.Policies {
-		r.identity += "|" + ref.Namespace + "/" + ref.Name
 		names[i] = ref.Namespace + "/" + ref.Name
 	}
 	for _, nr := range np.Rules {
 		r.matches = append(r.matches, nr.Match)
 		r.uses = append(r.uses, fmt.Sprintf("np|%s|%s/%s#%d", dir, nr.Policy.Namespace, nr.Policy.Name, nr.Index))
 	}
-	r.comment = "NetworkPolicy " + strings.Join(names, " ")
-	r.memo = r.identity + memoOf(r.matches)
+	r.identity = runKey("np", dir.String(), names...)
+	r.comment = comment("NetworkPolicy " + strings.Join(names, " "))
+	r.memo = memoOf(r.identity, r.matches)
 	return r
 }
 
@@ -120,8 +125,8 @@ func cnpRuns(c *buildCache, tier policy.Tier, dir policy.Direction, rules []poli
 			return
 		}
 		last := out[len(out)-1]
-		last.identity = string(tier) + "|" + dir.String() + "|" + strings.Join(ids, "|")
-		last.comment = string(tier) + " " + verdictWord(last.verdict, tier) + " " + strings.Join(descs, " ")
+		last.identity = runKey(string(tier), dir.String(), ids...)
+		last.comment = comment(string(tier) + " " + verdictWord(last.verdict, tier) + " " + strings.Join(descs, " "))
 	}
 	for _, rm := range rules {
 		v := verdictReturn
@@ -164,7 +169,7 @@ func cnpRuns(c *buildCache, tier policy.Tier, dir policy.Direction, rules []poli
 	}
 	finish()
 	for _, r := range out {
-		r.memo = r.identity + memoOf(r.matches)
+		r.memo = memoOf(r.identity, r.matches)
 	}
 	return out
 }
@@ -199,16 +204,37 @@ func verdictWord(v verdictKind, tier policy.Tier) string {
 	return "Accept"
 }
 
-// memoOf identifies a list of matches by the slices' identity: the
-// compiler reuses one Match for every pod a rule resolves alike for.
-func memoOf(ms []policy.Match) string {
-	var b strings.Builder
-	for _, m := range ms {
-		if len(m) == 0 {
-			b.WriteString("|-")
-			continue
-		}
-		fmt.Fprintf(&b, "|%p/%d", &m[0], len(m))
+// runKey hashes what identifies a run (its tier, direction and the names
+// of its rules or policies) into 16 bytes.
+func runKey(tier, dir string, names ...string) string {
+	h := sha256.New()
+	h.Write([]byte(tier))
+	h.Write([]byte{0})
+	h.Write([]byte(dir))
+	for _, n := range names {
+		h.Write([]byte{0})
+		h.Write([]byte(n))
 	}
-	return b.String()
+	return string(h.Sum(nil)[:16])
+}
+
+// memoOf identifies a run's matches cheaply, by the identity of the run
+// and of the match slices: the compiler reuses one Match for every pod a
+// rule resolves alike for. The memo keys the builder's maps only; a
+// cachedRun keeps the slices it was computed from alive, so their
+// addresses cannot be reused while its memo is in use.
+func memoOf(identity string, ms []policy.Match) string {
+	h := sha256.New()
+	h.Write([]byte(identity))
+	buf := make([]byte, 0, 16*len(ms))
+	for _, m := range ms {
+		var p uintptr
+		if len(m) > 0 {
+			p = uintptr(unsafe.Pointer(unsafe.SliceData(m)))
+		}
+		buf = binary.LittleEndian.AppendUint64(buf, uint64(p))
+		buf = binary.LittleEndian.AppendUint64(buf, uint64(len(m)))
+	}
+	h.Write(buf)
+	return string(h.Sum(nil)[:16])
 }
