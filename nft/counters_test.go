@@ -2,6 +2,8 @@ package nft
 
 import (
 	"context"
+	"errors"
+	"fmt"
 	"net/netip"
 	"strings"
 	"testing"
@@ -186,5 +188,46 @@ func TestCountersSurvivePatchAndReplace(t *testing.T) {
 	}
 	if i := findCounter(cs, "web-in", "ingress", -1, ReasonIsolation); i == nil || i.Packets != 2 {
 		t.Errorf("isolation counter after an unrelated policy went: %+v", i)
+	}
+}
+
+// failingCounters is a CounterReader whose every reading fails, as a
+// netlink reading does when the socket cannot be opened.
+type failingCounters struct{}
+
+var errNoReading = errors.New("no reading")
+
+func (failingCounters) ReadCounters(context.Context) (map[string]CounterValue, error) {
+	return nil, errNoReading
+}
+
+// TestCounterReadErrors: a failed reading is Counters' error, and a full
+// replace that cannot read the old counters still replaces the table,
+// its counters starting from zero.
+func TestCounterReadErrors(t *testing.T) {
+	ctx := context.Background()
+	base := mustRead(t, "testdata/tiers.yaml")
+	fake := knftables.NewFake(knftables.InetFamily, Table)
+	s := New(fake, Options{Node: "node-1"})
+	if _, err := s.Sync(ctx, compileYAML(t, base)); err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range fake.Table.Counters {
+		c.Packets, c.Bytes = knftables.PtrTo[uint64](5), knftables.PtrTo[uint64](300)
+	}
+	s = New(fake, Options{Node: "node-1", Counters: failingCounters{}})
+	if cs, err := s.Counters(ctx); err != nil || cs != nil {
+		t.Fatalf("counters before this Syncer programmed: %v, %v; want none, no error", cs, err)
+	}
+	res, err := s.Sync(ctx, compileYAML(t, base))
+	if err != nil || !res.Full {
+		t.Fatalf("replace without a reading of the old counters: %+v, %v", res, err)
+	}
+	if tx := fake.LastTransaction.String(); strings.Contains(tx, "packets") {
+		t.Errorf("counters carried over without a reading:\n%s", tx)
+	}
+	cs, err := s.Counters(ctx)
+	if !errors.Is(err, errNoReading) || !strings.Contains(fmt.Sprint(err), "node-1") || cs != nil {
+		t.Errorf("Counters after a failed reading: %v, %v; want the reading's error, with the node", cs, err)
 	}
 }

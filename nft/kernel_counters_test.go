@@ -2,12 +2,15 @@ package nft
 
 import (
 	"context"
+	"maps"
 	"net"
 	"net/netip"
 	"strings"
 	"testing"
 
 	"github.com/vishvananda/netlink"
+	"github.com/vishvananda/netns"
+	"sigs.k8s.io/knftables"
 
 	"github.com/moat-net/moat/policy"
 )
@@ -100,6 +103,45 @@ func sendUDP(t *testing.T, src, dst string, n, size int) {
 	}
 }
 
+// sameAsNFT checks that the netlink reading of every counter of the
+// table, in the calling thread's namespace and through the namespace's
+// descriptor from a thread outside it, equals what nft lists.
+func sameAsNFT(t *testing.T, step string, iface knftables.Interface) {
+	t.Helper()
+	ctx := context.Background()
+	want, err := NFTCounters{NFT: iface}.ReadCounters(ctx)
+	if err != nil {
+		t.Fatalf("%s: nft reading: %v", step, err)
+	}
+	if len(want) == 0 {
+		t.Fatalf("%s: nft lists no counters", step)
+	}
+	got, err := NetlinkCounters{}.ReadCounters(ctx)
+	if err != nil {
+		t.Fatalf("%s: netlink reading: %v", step, err)
+	}
+	if !maps.Equal(got, want) {
+		t.Errorf("%s: netlink reading differs from nft's:\n netlink %v\n nft     %v", step, got, want)
+	}
+	ns, err := netns.Get()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ns.Close()
+	type reading struct {
+		got map[string]CounterValue
+		err error
+	}
+	done := make(chan reading)
+	go func() { // an unlocked goroutine: not on this namespace's thread
+		got, err := NetlinkCounters{NetNS: int(ns)}.ReadCounters(ctx)
+		done <- reading{got, err}
+	}()
+	if r := <-done; r.err != nil || !maps.Equal(r.got, want) {
+		t.Errorf("%s: netlink reading through the namespace's descriptor: %v, %v; nft lists %v", step, r.got, r.err, want)
+	}
+}
+
 func TestKernelDropCounters(t *testing.T) {
 	inPrivateNetns(t, func() {
 		ctx := context.Background()
@@ -108,12 +150,16 @@ func TestKernelDropCounters(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
+		if got, err := (NetlinkCounters{}).ReadCounters(ctx); err != nil || len(got) != 0 {
+			t.Fatalf("netlink reading without a table: %v, %v; want no counters, no error", got, err)
+		}
 		s := New(nft, Options{Node: "n1"})
 		if _, err := s.Sync(ctx, compileYAML(t, counterPods)); err != nil {
 			t.Fatalf("sync: %v", err)
 		}
 		read := func(step string) (deny, iso *DropCounter) {
 			t.Helper()
+			sameAsNFT(t, step, nft)
 			cs, err := s.Counters(ctx)
 			if err != nil {
 				t.Fatalf("%s: counters: %v", step, err)

@@ -295,7 +295,7 @@ func addStaticRules(tx *knftables.Transaction) {
 // so packets see either the old table or the complete new one. Counters
 // named in prev (read from the table being replaced) start from its
 // values, so that a replace does not reset what they counted.
-func fullTransaction(tx *knftables.Transaction, rs *Ruleset, prev map[string]*knftables.Counter) {
+func fullTransaction(tx *knftables.Transaction, rs *Ruleset, prev map[string]CounterValue) {
 	tx.Add(&knftables.Table{Comment: knftables.PtrTo(tableComment)})
 	tx.Delete(&knftables.Table{})
 	tx.Add(&knftables.Table{Comment: knftables.PtrTo(tableComment)})

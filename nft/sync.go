@@ -28,6 +28,14 @@ type Options struct {
 	// the Interface lives: megabytes for a full replace, for the sake
 	// of patches that need kilobytes.
 	Reopen func() (knftables.Interface, error)
+	// Counters reads the drop counters, for Syncer.Counters and for
+	// carrying them over a full replace. nil means, for the Interface
+	// NewInterface returns, NetlinkCounters in the calling thread's
+	// network namespace (where that Interface runs nft); for any other
+	// Interface (knftables' fake, a wrapper that enters a namespace)
+	// NFTCounters through it, which reads what it programs wherever that
+	// is, slowly on a large real table.
+	Counters CounterReader
 }
 
 // Result says what one Sync did.
@@ -93,8 +101,13 @@ func NewInterface() (knftables.Interface, error) {
 	if err != nil {
 		return nil, fmt.Errorf("nftables: %w", err)
 	}
-	return nft, nil
+	return kernelNFT{nft}, nil
 }
+
+// kernelNFT marks the Interface of NewInterface: a Syncer on it reads the
+// counters over netlink by default (Options.Counters), knowing that its
+// nft runs in the calling thread's namespace as that netlink socket does.
+type kernelNFT struct{ knftables.Interface }
 
 // Sync programs the node's part of prog. When nothing the node's
 // ruleset is built from changed since the last sync that programmed one
@@ -154,7 +167,7 @@ func (s *Syncer) apply(ctx context.Context, rs *Ruleset, in *buildInputs) (Resul
 		// What the old table counted carries over. Reading it is best
 		// effort: without it the counters start from zero, which
 		// readers of counters must expect after a reboot anyway.
-		prev, _ := listCounters(ctx, s.nft, true)
+		prev, _ := s.counterReader().ReadCounters(ctx)
 		start := time.Now()
 		tx := s.nft.NewTransaction()
 		fullTransaction(tx, rs, prev)
@@ -183,6 +196,17 @@ func (s *Syncer) apply(ctx context.Context, rs *Ruleset, in *buildInputs) (Resul
 		}
 	}
 	return res, nil
+}
+
+// counterReader is Options.Counters or its default for s.nft; s.mu held.
+func (s *Syncer) counterReader() CounterReader {
+	if s.opts.Counters != nil {
+		return s.opts.Counters
+	}
+	if _, ok := s.nft.(kernelNFT); ok {
+		return NetlinkCounters{}
+	}
+	return NFTCounters{NFT: s.nft}
 }
 
 // reopen replaces the Interface after a full replace (Options.Reopen).

@@ -10,7 +10,7 @@ import (
 )
 
 // Dataplane returns an nft.Syncer for table inet moat inside the
-// namespace, with conntrack cleanup there too. Only the calls that reach
+// namespace, with conntrack cleanup and drop counter readings there too. Only the calls that reach
 // the kernel enter the namespace; the caller's threads stay where they
 // are.
 func (n *NS) Dataplane(opts nft.Options) (*nft.Syncer, error) {
@@ -34,6 +34,8 @@ func (n *NS) Dataplane(opts nft.Options) (*nft.Syncer, error) {
 		return nil, err
 	}
 	opts.Conntrack = nft.NetlinkConntrack{Handle: nl}
+	// The namespace's descriptor stays open until Close, like nl.
+	opts.Counters = nft.NetlinkCounters{NetNS: int(n.h)}
 	opts.Reopen = open
 	return nft.New(iface, opts), nil
 }
