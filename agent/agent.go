@@ -188,8 +188,7 @@ func (a *Agent) Run(ctx context.Context) error {
 				case <-ctx.Done():
 					return
 				case <-t.C:
-					a.fullResync.Store(true)
-					a.queue.Add(syncKey)
+					a.Resync()
 				}
 			}
 		}()
@@ -209,6 +208,16 @@ func (a *Agent) Run(ctx context.Context) error {
 	<-ctx.Done()
 	a.log.Info("Stopping; the node's rules stay in force")
 	return nil
+}
+
+// Resync asks for a full resync now, as each --resync period does: the
+// next sync compiles from the caches from scratch and replaces the whole
+// table in one transaction, repairing edits made to it behind the agent's
+// back. moat-agent calls it on SIGHUP. Before the first sync it changes
+// nothing (the first sync is a full one).
+func (a *Agent) Resync() {
+	a.fullResync.Store(true)
+	a.queue.Add(syncKey)
 }
 
 func (a *Agent) processNext(ctx context.Context) bool {

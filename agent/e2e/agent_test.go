@@ -3,6 +3,7 @@ package e2e
 import (
 	"context"
 	"fmt"
+	"os/exec"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -292,6 +293,26 @@ spec:
 		}
 		t.Logf("%d probe rounds during two restarts, none wrongly allowed", probes.Load())
 		c.expect(ctx, "after the restarts", isolated)
+	})
+
+	t.Run("SIGHUP rewrites a table deleted behind the agent's back", func(t *testing.T) {
+		// The default --resync (5 minutes) is far beyond this test: only
+		// the signal can bring the table back in time.
+		ns, err := c.lab.NodeNetns("n1")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if out, err := exec.CommandContext(ctx, "ip", "netns", "exec", ns, "nft", "delete", "table", "inet", "moat").CombinedOutput(); err != nil {
+			t.Fatalf("delete n1's table: %v\n%s", err, out)
+		}
+		c.expect(ctx, "n1's table deleted: x is open", map[flow]bool{{y, x, 80}: true, {w, x, 80}: true, {z, x, 80}: true})
+		if err := c.agents["n1"].cmd.Process.Signal(syscall.SIGHUP); err != nil {
+			t.Fatal(err)
+		}
+		c.expect(ctx, "rewritten after SIGHUP", isolated)
+		if ok, why := c.agents["n1"].ready(); !ok {
+			t.Fatalf("agent not running after SIGHUP: %s", why)
+		}
 	})
 }
 

@@ -83,7 +83,11 @@ var scaleCases = []struct {
 //
 //   - rss-MB, hwm-MB, heap-MB: the agent's resident and peak memory and Go
 //     heap in use at the end; rss-file-MB: the part of rss-MB that maps
-//     files (the binary), the rest being the agent's own memory.
+//     files (the binary), the rest being the agent's own memory;
+//
+//   - resync-ms, resync-hwm-MB: then a full resync (SIGHUP, as each
+//     --resync period): its sync's duration, and the peak memory after it
+//     (hwm-MB is the peak before it).
 //
 //     go test -run '^$' -bench 'BenchmarkAgentScale/pods=30000' -benchtime 1x -timeout 90m ./agent/e2e
 //
@@ -214,6 +218,8 @@ func benchScale(b *testing.B, cfg clustergen.Config) {
 	b.ReportMetric(sum.hwm/n, "hwm-MB")
 	b.ReportMetric(sum.rssFile/n, "rss-file-MB")
 	b.ReportMetric(sum.heap/n, "heap-MB")
+	b.ReportMetric(sum.resyncMS/n, "resync-ms")
+	b.ReportMetric(sum.resyncHWM/n, "resync-hwm-MB")
 	b.Logf("%d label updates: min %.1f ms, p50 %.1f ms, p99 %.1f ms, max %.1f ms", len(lat), pct(lat, 0), pct(lat, 50), pct(lat, 99), pct(lat, 100))
 	slices.Sort(apiLat)
 	b.Logf("of which the API server's accepting the update: p50 %.1f ms, p99 %.1f ms, max %.1f ms", pct(apiLat, 50), pct(apiLat, 99), pct(apiLat, 100))
@@ -241,6 +247,7 @@ type scaleResult struct {
 	bytesPerEvent              float64
 	rss, hwm, heap             float64
 	rssFile                    float64 // of rss: file-backed (the binary)
+	resyncMS, resyncHWM        float64
 	latencies                  []time.Duration
 	// apiLatencies: how long each label update took the API server to
 	// accept (part of latencies; the agent is not involved).
@@ -263,6 +270,8 @@ func (s *scaleResult) add(r scaleResult) {
 	s.hwm += r.hwm
 	s.rssFile += r.rssFile
 	s.heap += r.heap
+	s.resyncMS += r.resyncMS
+	s.resyncHWM += r.resyncHWM
 }
 
 func runScaleIteration(ctx context.Context, b *testing.B, env *kubetest.Env, proxy *countingProxy, bin, kubeconfig, netns, node string, target *corev1.Pod, others []*corev1.Pod) scaleResult {
@@ -414,7 +423,34 @@ func runScaleIteration(ctx context.Context, b *testing.B, env *kubetest.Env, pro
 
 	res.rss, res.hwm, res.rssFile = procMemMB(b, cmd.Process.Pid)
 	res.heap = scrape(b, metricsURL).get("go_memstats_heap_inuse_bytes") / (1 << 20)
+	res.resyncMS, res.resyncHWM = resync(b, cmd.Process, metricsURL, fail)
 	return res
+}
+
+// resync has the agent resync in full (SIGHUP, as every --resync period
+// does: compile from scratch, replace the whole table) once the bursts are
+// over, and returns how long that sync took and the agent's peak memory
+// after it: the peak a memory limit must allow for, every period.
+func resync(b *testing.B, p *os.Process, metricsURL string, fail func(string, ...any)) (ms, hwm float64) {
+	const full = `moat_agent_syncs_total{kind="full",result="success"}`
+	const total = `moat_agent_sync_duration_seconds_sum{phase="total"}`
+	before := scrape(b, metricsURL)
+	if err := p.Signal(syscall.SIGHUP); err != nil {
+		b.Fatal(err)
+	}
+	start := time.Now()
+	for {
+		if time.Since(start) > 5*time.Minute {
+			fail("no full sync within 5 minutes of SIGHUP")
+		}
+		time.Sleep(100 * time.Millisecond)
+		m := scrape(b, metricsURL)
+		if m.get(full) > before.get(full) {
+			// The cluster is still: the resync is the only sync since.
+			_, hwm, _ = procMemMB(b, p.Pid)
+			return (m.get(total) - before.get(total)) * 1000, hwm
+		}
+	}
 }
 
 // churn sends n pod patches (patch(i) names the pod and the merge patch)

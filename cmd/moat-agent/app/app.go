@@ -7,6 +7,8 @@ import (
 	"context"
 	"fmt"
 	"os"
+	"os/signal"
+	"syscall"
 
 	"github.com/spf13/cobra"
 	"k8s.io/klog/v2"
@@ -23,7 +25,7 @@ const long = `moat-agent watches the API server (pods, namespaces, nodes, Networ
 ClusterNetworkPolicies) and keeps this node's nftables table "inet moat" in
 step with them: every change is compiled and applied as one nftables
 transaction, a diff where possible, the whole table on start and every
---resync. When the API server is unreachable the last programmed rules stay;
+--resync (or on SIGHUP). When the API server is unreachable the last programmed rules stay;
 when the agent restarts, the table it left keeps enforcing until the new
 agent's first full sync replaces it in one transaction. /readyz turns ready
 after that first sync.
@@ -52,6 +54,27 @@ func NewCommand() (*cobra.Command, error) {
 			defer stop()
 			return Run(ctx, o)
 		}), nil
+}
+
+// resyncOnHangup makes SIGHUP ask the agent for a full resync, until ctx
+// ends: an operator who edited or deleted the node's table by hand gets
+// it rewritten at once, without restarting the agent (which would list
+// the whole cluster again) or waiting for --resync.
+func resyncOnHangup(ctx context.Context, a *agent.Agent, log klog.Logger) {
+	hup := make(chan os.Signal, 1)
+	signal.Notify(hup, syscall.SIGHUP)
+	go func() {
+		defer signal.Stop(hup)
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case <-hup:
+				log.Info("SIGHUP: resyncing the whole table")
+				a.Resync()
+			}
+		}
+	}()
 }
 
 // Run runs the agent for validated options until ctx ends: it opens the
@@ -87,6 +110,7 @@ func Run(ctx context.Context, o *options.Options) error {
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	serveErr := srv.serve(ctx, a)
+	resyncOnHangup(ctx, a, log)
 	runErr := make(chan error, 1)
 	go func() { runErr <- a.Run(ctx) }()
 	select {
