@@ -44,6 +44,10 @@ func (a *Agent) compile() (prog *policy.Program, full, changed bool) {
 	}
 	if full {
 		start := time.Now()
+		// The old compiler's state is garbage once the new one exists:
+		// dropping it first keeps the two from being live at once, which
+		// was a full resync's peak of memory.
+		a.compiler = nil
 		s := a.takeSnapshot()
 		a.compiler = policy.NewCompiler(&s.cluster, a.compilerOptions())
 		a.compiled = compiled{nps: s.nps, cnps: s.cnps}

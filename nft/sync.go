@@ -230,9 +230,16 @@ func (s *Syncer) Applied() *Ruleset {
 
 // Invalidate makes the next sync replace the whole table: for periodic
 // resyncs that must repair edits made behind Moat's back.
+//
+// It also empties the build cache: callers invalidate when they compile
+// from scratch (moat-agent's first sync and resyncs), which makes every
+// entry stale (it is keyed by the old compiler's objects), and a full
+// Build would otherwise hold the old entries beside the new ones until it
+// ends.
 func (s *Syncer) Invalidate() {
 	s.mu.Lock()
 	s.applied, s.inputs = nil, nil
+	s.cache = newBuildCache()
 	s.mu.Unlock()
 }
 
