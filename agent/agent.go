@@ -249,7 +249,14 @@ func (a *Agent) sync(ctx context.Context) error {
 	a.syncStarted.Store(start.UnixNano())
 	defer a.syncStarted.Store(0)
 
-	prog, full, changed := a.compile()
+	resync := a.fullResync.Swap(false)
+	if resync {
+		// Before compiling: the dataplane lets go of what it keeps of the
+		// old Program (its last ruleset and build cache), so that a full
+		// resync does not hold them beside the new compiler's state.
+		a.dp.Invalidate()
+	}
+	prog, full, changed := a.compile(resync)
 	compiled := time.Now()
 	a.metrics.syncDuration.WithLabelValues("compile").Observe(compiled.Sub(start).Seconds())
 	a.status.publish(a.compiled, prog)
@@ -257,9 +264,6 @@ func (a *Agent) sync(ctx context.Context) error {
 		a.countPolicies(prog)
 	}
 
-	if a.fullResync.Swap(false) {
-		a.dp.Invalidate()
-	}
 	sctx, cancel := context.WithTimeout(ctx, a.cfg.SyncTimeout)
 	res, err := a.dp.Sync(sctx, prog)
 	cancel()

@@ -31,11 +31,12 @@ type compiled struct {
 	cnps map[string]*decodedCNP
 }
 
-// compile brings the program up to date with the caches. full says the
-// program was compiled from scratch; changed that anything changed.
-func (a *Agent) compile() (prog *policy.Program, full, changed bool) {
+// compile brings the program up to date with the caches, from scratch
+// when resync is set. full says the program was compiled from scratch;
+// changed that anything changed.
+func (a *Agent) compile(resync bool) (prog *policy.Program, full, changed bool) {
 	changes := a.takeChanges()
-	full = a.fullResync.Load() || a.compiler == nil
+	full = resync || a.compiler == nil
 	if full || len(changes[kindNetworkPolicy]) > 0 || len(changes[kindClusterNetworkPolicy]) > 0 {
 		// Before any pod is read from the caches (labelkeys.go).
 		if a.updateSelectorKeys() {
