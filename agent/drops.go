@@ -47,8 +47,11 @@ type drops struct {
 	packets, bytes *prometheus.Desc
 	poked          chan struct{}
 
-	mu   sync.Mutex
-	last []nft.DropCounter
+	// metrics are the series of the last reading, made when it is taken:
+	// scrapes (every few seconds, from each Prometheus replica) send them
+	// as they are instead of making ~1,600 series again each time.
+	mu      sync.Mutex
+	metrics []prometheus.Metric
 }
 
 func newDrops(dp Dataplane, reg prometheus.Registerer, log klog.Logger) *drops {
@@ -133,8 +136,9 @@ func (d *drops) read(ctx context.Context) {
 		}
 		return
 	}
+	ms := d.metricsOf(cs)
 	d.mu.Lock()
-	d.last = cs
+	d.metrics = ms
 	d.mu.Unlock()
 }
 
@@ -144,12 +148,19 @@ func (d *drops) Describe(ch chan<- *prometheus.Desc) {
 	ch <- d.bytes
 }
 
-// Collect implements prometheus.Collector: the last reading, with
-// counters that map to the same labels summed.
+// Collect implements prometheus.Collector: the last reading.
 func (d *drops) Collect(ch chan<- prometheus.Metric) {
 	d.mu.Lock()
-	cs := d.last
+	ms := d.metrics
 	d.mu.Unlock()
+	for _, m := range ms {
+		ch <- m
+	}
+}
+
+// metricsOf makes the series of a reading, with counters that map to the
+// same labels summed.
+func (d *drops) metricsOf(cs []nft.DropCounter) []prometheus.Metric {
 	type sum struct {
 		labels         []string
 		packets, bytes uint64
@@ -168,11 +179,14 @@ func (d *drops) Collect(ch chan<- prometheus.Metric) {
 		s.packets += c.Packets
 		s.bytes += c.Bytes
 	}
+	ms := make([]prometheus.Metric, 0, 2*len(order))
 	for _, k := range order {
 		s := sums[k]
-		ch <- prometheus.MustNewConstMetric(d.packets, prometheus.CounterValue, float64(s.packets), s.labels...)
-		ch <- prometheus.MustNewConstMetric(d.bytes, prometheus.CounterValue, float64(s.bytes), s.labels...)
+		ms = append(ms,
+			prometheus.MustNewConstMetric(d.packets, prometheus.CounterValue, float64(s.packets), s.labels...),
+			prometheus.MustNewConstMetric(d.bytes, prometheus.CounterValue, float64(s.bytes), s.labels...))
 	}
+	return ms
 }
 
 // dropLabelValues are the values of dropLabels for one counter.
