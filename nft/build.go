@@ -3,6 +3,7 @@ package nft
 import (
 	"fmt"
 	"net/netip"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -25,7 +26,9 @@ type builder struct {
 	hashOf  map[string]string
 	setName map[string]string
 	chainOf map[*policy.DirPolicy]entry
-	names   []string // scratch for memoChains
+	names   []string    // scratch for memoChains
+	scratch []byte      // scratch for addChain
+	rules   []chainRule // scratch for chain
 	// counted are the counters chain registered for the DirPolicy it
 	// builds (see keepChains).
 	counted []*DropCounter
@@ -72,6 +75,7 @@ func buildCached(prog *policy.Program, node string, cache *buildCache) *Ruleset 
 	// 4. Set names and elements.
 	b.namePeers()
 	b.nameUnionSets()
+	b.sortLookups()
 	// 5. Chains, and the verdict maps that send each pod to its own.
 	b.dispatch(prog, locals, conflict)
 	sort.Strings(b.rs.warnings)
@@ -243,13 +247,13 @@ func podSignature(p *policy.Pod) string {
 	return strings.Join(parts, ",")
 }
 
-// runRules renders a run as chain rules.
-func (b *builder) runRules(r *run, v verdict) []chainRule {
+// runRules appends a run's chain rules to dst.
+func (b *builder) runRules(dst []chainRule, r *run, v verdict) []chainRule {
 	counter := b.counter(r.counter)
 	if r.shape.union {
-		return []chainRule{{Set: b.setName[r.memo], Verdict: v, Comment: r.comment, Counter: counter}}
+		return append(dst, chainRule{Set: b.setName[r.memo], Verdict: v, Comment: r.comment, Counter: counter})
 	}
-	return b.lookupRules(r, r.shape, v, counter)
+	return b.lookupRules(dst, r, r.shape, v, counter)
 }
 
 // chain returns how a DirPolicy's pods enter their chains, creating the
@@ -266,31 +270,34 @@ func (b *builder) chain(dp *policy.DirPolicy) entry {
 	}
 	b.counted = b.counted[:0]
 	p := b.plans[dp]
-	var rest []chainRule
+	// Rules are gathered in the builder's scratch list; addChain copies
+	// them when the chain is new.
+	rest := b.rules[:0]
 	if p.hasNP {
 		if p.np != nil {
-			rest = append(rest, b.runRules(p.np, verdict{Kind: verdictReturn})...)
+			rest = b.runRules(rest, p.np, verdict{Kind: verdictReturn})
 		}
 		rest = append(rest, chainRule{Verdict: verdict{Kind: verdictDrop}, Comment: "NetworkPolicy isolation", Counter: b.counter(p.isolation)})
 	} else {
 		for _, r := range p.baseline {
-			rest = append(rest, b.runRules(r, verdict{Kind: r.verdict})...)
+			rest = b.runRules(rest, r, verdict{Kind: r.verdict})
 		}
 	}
 	e := entry{chain: b.addChain(p.dir, rest)}
 	next := verdict{Kind: verdictGoto, Target: nextChain(p.dir)}
-	var admin []chainRule
+	admin := rest[:0]
 	for _, r := range p.admin {
 		v := verdict{Kind: r.verdict}
 		if v.Kind == verdictGoto {
 			v = next
 		}
-		admin = append(admin, b.runRules(r, v)...)
+		admin = b.runRules(admin, r, v)
 	}
 	if len(admin) > 0 {
 		admin = append(admin, chainRule{Verdict: next, Comment: "next tier"})
 		e = entry{chain: b.addChain(p.dir, admin), next: e.chain, admin: true}
 	}
+	b.rules = admin[:0]
 	b.chainOf[dp] = e
 	b.keepChains(dp, e)
 	return e
@@ -300,22 +307,31 @@ func (b *builder) addChain(dir policy.Direction, rules []chainRule) string {
 	if len(rules) == 0 {
 		return ""
 	}
-	parts := make([]string, 0, 1+9*len(rules))
-	parts = append(parts, dir.String())
+	// The name hashes the rules' fields, each ended by a 0 byte, joined
+	// in the builder's scratch buffer.
+	buf := append(b.scratch[:0], dir.String()...)
+	buf = append(buf, 0)
 	for _, r := range rules {
 		ports := ""
 		if r.Ports != nil {
 			ports = portsKey(r.Ports.ByProto)
 		}
-		parts = append(parts, r.Peers, ports, r.PortSet, r.Set, strconv.Itoa(int(r.Verdict.Kind)), r.Verdict.Target, r.Comment, r.Counter, "|")
+		for _, f := range [...]string{r.Peers, ports, r.PortSet, r.Set} {
+			buf = append(append(buf, f...), 0)
+		}
+		buf = append(strconv.AppendInt(buf, int64(r.Verdict.Kind), 10), 0)
+		for _, f := range [...]string{r.Verdict.Target, r.Comment, r.Counter, "|"} {
+			buf = append(append(buf, f...), 0)
+		}
 	}
+	b.scratch = buf
 	prefix := "eg-"
 	if dir == policy.Ingress {
 		prefix = "in-"
 	}
-	name := hashName(prefix, parts...)
+	name := hashBytes(prefix, buf)
 	if _, ok := b.rs.chains[name]; !ok {
-		b.rs.chains[name] = &policyChain{Name: name, Dir: dir, Rules: rules}
+		b.rs.chains[name] = &policyChain{Name: name, Dir: dir, Rules: slices.Clone(rules)}
 	}
 	return name
 }

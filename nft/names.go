@@ -14,33 +14,52 @@ import (
 const hashLen = 16
 
 func hashName(prefix string, parts ...string) string {
-	h := sha256.New()
+	var arr [512]byte
+	buf := arr[:0]
 	for _, p := range parts {
-		h.Write([]byte(p))
-		h.Write([]byte{0})
+		buf = append(append(buf, p...), 0)
 	}
-	return prefix + hex.EncodeToString(h.Sum(nil))[:hashLen]
+	return hashBytes(prefix, buf)
+}
+
+// hashBytes is hashName of parts already joined, each ended by a 0 byte.
+func hashBytes(prefix string, joined []byte) string {
+	sum := sha256.Sum256(joined)
+	var arr [64]byte
+	out := append(arr[:0], prefix...)
+	return string(hex.AppendEncode(out, sum[:hashLen/2]))
 }
 
 // maxComment is the longest comment nft accepts on a rule.
 const maxComment = 128
 
-// comment makes s safe inside an nft quoted comment and short enough.
+// comment makes s safe inside an nft quoted comment and short enough:
+// characters outside a safe set become '_', and a comment longer than
+// maxComment is cut to end in "...". A comment that needs neither is
+// returned as it is.
 func comment(s string) string {
-	var b strings.Builder
+	if len(s) <= maxComment && !strings.ContainsFunc(s, func(r rune) bool { return !commentSafe(r) }) {
+		return s
+	}
+	// Every character becomes one byte, so the first maxComment+1 are
+	// enough to know the result.
+	b := make([]byte, 0, maxComment+1)
 	for _, r := range s {
-		switch {
-		case r >= 'a' && r <= 'z', r >= 'A' && r <= 'Z', r >= '0' && r <= '9':
-			b.WriteRune(r)
-		case strings.ContainsRune(" ._-/:[],()=", r):
-			b.WriteRune(r)
-		default:
-			b.WriteByte('_')
+		if len(b) > maxComment {
+			break
+		}
+		if commentSafe(r) {
+			b = append(b, byte(r))
+		} else {
+			b = append(b, '_')
 		}
 	}
-	out := b.String()
-	if len(out) > maxComment {
-		out = out[:maxComment-3] + "..."
+	if len(b) > maxComment {
+		b = append(b[:maxComment-3], "..."...)
 	}
-	return out
+	return string(b)
+}
+
+func commentSafe(r rune) bool {
+	return r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z' || r >= '0' && r <= '9' || strings.ContainsRune(" ._-/:[],()=", r)
 }

@@ -49,16 +49,12 @@ type dirPlan struct {
 	// isolation counts the NetworkPolicy tier's final drop.
 	isolation *DropCounter
 	baseline  []*run
+	all       []*run   // admin, np and baseline (runs)
 	users     []string // signatures of the pods judged by it
 }
 
-func (p *dirPlan) runs() []*run {
-	out := append([]*run{}, p.admin...)
-	if p.np != nil {
-		out = append(out, p.np)
-	}
-	return append(out, p.baseline...)
-}
+// runs are the plan's runs in order: admin, np, baseline.
+func (p *dirPlan) runs() []*run { return p.all }
 
 // plan returns the runs of a DirPolicy, computing them on first use.
 func (b *builder) plan(dp *policy.DirPolicy, dir policy.Direction) *dirPlan {
@@ -91,6 +87,11 @@ func newPlan(c *buildCache, dp *policy.DirPolicy, dir policy.Direction) *dirPlan
 			p.baseline = p.baseline[:n-1]
 		}
 	}
+	p.all = append(p.all, p.admin...)
+	if p.np != nil {
+		p.all = append(p.all, p.np)
+	}
+	p.all = append(p.all, p.baseline...)
 	return p
 }
 

@@ -3,7 +3,9 @@ package nft
 import (
 	"crypto/sha256"
 	"net/netip"
+	"slices"
 	"sort"
+	"strings"
 
 	"github.com/moat-net/moat/policy"
 )
@@ -17,8 +19,24 @@ const maxLookups = 32
 // runShape is how a run is matched: by lookups into shared peer sets,
 // or (union) by one lookup per kind into sets of its own.
 type runShape struct {
-	union   bool
+	union bool
+	// lookups are in rule order (by peer name, then ports) once the
+	// Build has named its peers (sortLookups).
 	lookups []lookup
+}
+
+// sortLookups puts every shape's lookups in rule order, once the peers
+// are named: by peer name, then ports, so that equal runs give equal
+// chains.
+func (b *builder) sortLookups() {
+	for _, sh := range b.shapes {
+		slices.SortFunc(sh.lookups, func(x, y lookup) int {
+			if c := strings.Compare(x.peer.name, y.peer.name); c != 0 {
+				return c
+			}
+			return strings.Compare(x.key, y.key)
+		})
+	}
 }
 
 // lookup is one peer of a run with the ports the run matches towards it:
@@ -49,10 +67,11 @@ func (g *peerGroup) use(u string) {
 	g.used = true
 }
 
-// addrKey identifies a set of addresses by content.
-func addrKey(s *policy.AddrSet) string {
+// addrKey identifies a set of addresses by content. scratch is a buffer
+// to reuse (nil: none); the key is the same either way.
+func addrKey(s *policy.AddrSet, scratch []byte) string {
 	h := sha256.New()
-	var buf []byte
+	buf := scratch[:0]
 	for _, r := range s.Ranges() {
 		buf = r.From.AppendTo(buf)
 		buf = append(buf, '-')
@@ -137,6 +156,11 @@ type peerTerms struct {
 func mergeTerms[K comparable](r *run, keyOf func(*policy.AddrSet) K) ([]K, []peerTerms) {
 	type acc struct {
 		addrs *policy.AddrSet
+		// first is the ports of the peer's first term: when it has no
+		// other, they are the merge as they are (a PortSet is kept
+		// sorted and merged), and nothing is built.
+		first *policy.PortSet
+		terms int
 		ports policy.PortSetBuilder
 		uses  []string
 	}
@@ -154,15 +178,17 @@ func mergeTerms[K comparable](r *run, keyOf func(*policy.AddrSet) K) ([]K, []pee
 				byPeer[k] = a
 				order = append(order, k)
 			}
+			switch a.terms++; a.terms {
+			case 1:
+				a.first = t.Ports
+			case 2:
+				addPorts(&a.ports, a.first)
+				fallthrough
+			default:
+				addPorts(&a.ports, t.Ports)
+			}
 			key := "all"
-			if t.Ports.All {
-				a.ports.AddAll()
-			} else {
-				for p, rs := range t.Ports.ByProto {
-					for _, pr := range rs {
-						a.ports.Add(p, pr)
-					}
-				}
+			if !t.Ports.All {
 				key = portsKey(t.Ports.ByProto)
 			}
 			a.uses = append(a.uses, r.uses[i]+"|"+key)
@@ -171,7 +197,11 @@ func mergeTerms[K comparable](r *run, keyOf func(*policy.AddrSet) K) ([]K, []pee
 	terms := make([]peerTerms, 0, len(order))
 	for _, k := range order {
 		a := byPeer[k]
-		t := peerTerms{addrs: a.addrs, ports: a.ports.Build(), uses: a.uses}
+		ports := a.first
+		if a.terms > 1 {
+			ports = a.ports.Build()
+		}
+		t := peerTerms{addrs: a.addrs, ports: ports, uses: a.uses}
 		if t.ports.All {
 			t.ports = nil
 		} else {
@@ -180,6 +210,19 @@ func mergeTerms[K comparable](r *run, keyOf func(*policy.AddrSet) K) ([]K, []pee
 		terms = append(terms, t)
 	}
 	return order, terms
+}
+
+// addPorts adds a PortSet's ranges to a builder.
+func addPorts(b *policy.PortSetBuilder, ps *policy.PortSet) {
+	if ps.All {
+		b.AddAll()
+		return
+	}
+	for p, rs := range ps.ByProto {
+		for _, pr := range rs {
+			b.Add(p, pr)
+		}
+	}
 }
 
 // namePeers names the peers that shared lookups use and adds their sets.
@@ -264,23 +307,15 @@ func singleService(ps *policy.PortSet) (service, bool) {
 	return out, n == 1
 }
 
-// lookupRules renders a shared run as rules, ordered by peer name and
-// ports so that equal runs give equal chains.
-func (b *builder) lookupRules(r *run, sh *runShape, v verdict, counter string) []chainRule {
-	ls := append([]lookup(nil), sh.lookups...)
-	sort.Slice(ls, func(i, j int) bool {
-		if ls[i].peer.name != ls[j].peer.name {
-			return ls[i].peer.name < ls[j].peer.name
-		}
-		return ls[i].key < ls[j].key
-	})
-	out := make([]chainRule, 0, len(ls))
-	for _, l := range ls {
+// lookupRules appends a shared run's rules to dst, one per lookup, in
+// rule order (sortLookups).
+func (b *builder) lookupRules(dst []chainRule, r *run, sh *runShape, v verdict, counter string) []chainRule {
+	for _, l := range sh.lookups {
 		rule := chainRule{Peers: l.peer.name, Verdict: v, Comment: r.comment, Counter: counter}
 		b.portRule(&rule, l)
-		out = append(out, rule)
+		dst = append(dst, rule)
 	}
-	return out
+	return dst
 }
 
 // contains reports whether a shared rule matches: the Go twin of its

@@ -35,6 +35,8 @@ type buildCache struct {
 	// unchanged, so a new Match for it does not cost new names.
 	rules map[ruleDir]*cachedRule
 	seed  maphash.Seed
+	// scratch is addrKey's buffer: it flushes to the hash at 4 KB.
+	scratch []byte
 }
 
 type ruleDir struct {
@@ -148,11 +150,14 @@ func (c *buildCache) plan(dp *policy.DirPolicy, dir policy.Direction) *dirPlan {
 
 func (c *buildCache) addrKey(s *policy.AddrSet) string {
 	if c == nil {
-		return addrKey(s)
+		return addrKey(s, nil)
 	}
 	e := c.addrs[s]
 	if e == nil {
-		e = &cachedKey{key: addrKey(s)}
+		if c.scratch == nil {
+			c.scratch = make([]byte, 0, 4096+128)
+		}
+		e = &cachedKey{key: addrKey(s, c.scratch)}
 		c.addrs[s] = e
 	}
 	e.used = true
