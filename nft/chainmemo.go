@@ -26,7 +26,8 @@ type chainMemo struct {
 }
 
 // setNames appends the names of the shared sets the rules of p's runs
-// look up, in order.
+// look up, in rule order, each peer set's with the ports it is looked up
+// with.
 func (b *builder) setNames(dst []string, p *dirPlan) []string {
 	add := func(rs []*run) {
 		for _, r := range rs {
@@ -34,8 +35,11 @@ func (b *builder) setNames(dst []string, p *dirPlan) []string {
 				dst = append(dst, b.setName[r.memo])
 				continue
 			}
+			// A lookup's rule is its peer set's name and its ports:
+			// both, since names alone (in rule order) do not say which
+			// ports go with which set once two peers swap names.
 			for _, l := range r.shape.lookups {
-				dst = append(dst, l.peer.name)
+				dst = append(dst, l.peer.name, l.key)
 			}
 			dst = append(dst, "|")
 		}
