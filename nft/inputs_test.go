@@ -10,6 +10,9 @@ import (
 	"strings"
 	"testing"
 
+	corev1 "k8s.io/api/core/v1"
+	networkingv1 "k8s.io/api/networking/v1"
+	"k8s.io/apimachinery/pkg/util/intstr"
 	"sigs.k8s.io/knftables"
 
 	"github.com/moat-net/moat/internal/randcluster"
@@ -257,6 +260,7 @@ func TestRandomReuseIsExact(t *testing.T) {
 		apps = append(apps, "nobody")
 		r := rand.New(rand.NewSource(seed))
 		pick := func(ss []string) string { return ss[r.Intn(len(ss))] }
+		addIPBlockPolicy(cl, r)
 		scope := ""
 		if seed%2 == 0 {
 			scope = "node-0"
@@ -282,7 +286,7 @@ func TestRandomReuseIsExact(t *testing.T) {
 			}
 			p := anyPod()
 			var what string
-			switch k := r.Intn(10); {
+			switch k := r.Intn(11); {
 			case k < 5:
 				p.Labels["app"], p.Labels["tier"] = pick(apps), pick(tiers)
 				what = "relabel " + p.Key()
@@ -301,6 +305,16 @@ func TestRandomReuseIsExact(t *testing.T) {
 			case k == 8:
 				c.DeletePod(p.Key())
 				what = "delete " + p.Key()
+			case k == 9:
+				// Swapped labels swap which addresses the selector
+				// peers hold, and so the names of their shared sets,
+				// while the ipBlock peers keep theirs.
+				if o := anyPod(); o.Key() != p.Key() {
+					p.Labels, o.Labels = o.Labels, p.Labels
+					c.UpsertPod(&o)
+					pods[o.Key()] = o
+					what = "swap labels of " + p.Key() + " and " + o.Key()
+				}
 			default:
 				fresh++
 				p.Name = fmt.Sprintf("new%d", fresh)
@@ -330,6 +344,39 @@ func TestRandomReuseIsExact(t *testing.T) {
 	if reused == 0 || built == 0 {
 		t.Errorf("%d syncs reused the ruleset, %d built it: the test does not exercise both", reused, built)
 	}
+}
+
+// addIPBlockPolicy adds a NetworkPolicy to the namespace of a pod on
+// node-0 admitting four pods' addresses, each as a /32 ipBlock on a
+// port of its own: a peer whose content equals a selector peer's (one
+// pod selected) shares its set, named after the smallest rule using
+// it, so relabels elsewhere rename the sets these rules look up while
+// their DirPolicy stays the same.
+func addIPBlockPolicy(cl *policy.Cluster, r *rand.Rand) {
+	var ns string
+	var withIP []*policy.Pod
+	for _, p := range cl.Pods {
+		if ns == "" && p.NodeName == "node-0" {
+			ns = p.Namespace
+		}
+		if len(p.IPs) > 0 {
+			withIP = append(withIP, p)
+		}
+	}
+	if ns == "" || len(withIP) == 0 {
+		return
+	}
+	np := &policy.NetworkPolicy{Namespace: ns, Name: "ipblocks"}
+	tcp := corev1.ProtocolTCP
+	for i := range 4 {
+		a := withIP[r.Intn(len(withIP))].IPs[0]
+		port := intstr.FromInt32(int32(2000 + i))
+		np.Spec.Ingress = append(np.Spec.Ingress, networkingv1.NetworkPolicyIngressRule{
+			From:  []networkingv1.NetworkPolicyPeer{{IPBlock: &networkingv1.IPBlock{CIDR: netip.PrefixFrom(a, a.BitLen()).String()}}},
+			Ports: []networkingv1.NetworkPolicyPort{{Protocol: &tcp, Port: &port}},
+		})
+	}
+	cl.NetworkPolicies = append(cl.NetworkPolicies, np)
 }
 
 // TestReuseSeesLocalPorts: the sets of a union run (over 32 peers) whose
