@@ -56,25 +56,20 @@ func NewCommand() (*cobra.Command, error) {
 		}), nil
 }
 
-// resyncOnHangup makes SIGHUP ask the agent for a full resync, until ctx
-// ends: an operator who edited or deleted the node's table by hand gets
-// it rewritten at once, without restarting the agent (which would list
-// the whole cluster again) or waiting for --resync.
-func resyncOnHangup(ctx context.Context, a *agent.Agent, log klog.Logger) {
-	hup := make(chan os.Signal, 1)
-	signal.Notify(hup, syscall.SIGHUP)
-	go func() {
-		defer signal.Stop(hup)
-		for {
-			select {
-			case <-ctx.Done():
-				return
-			case <-hup:
-				log.Info("SIGHUP: resyncing the whole table")
-				a.Resync()
-			}
+// resyncOnHangup turns each SIGHUP into a request for a full resync,
+// until ctx ends: an operator who edited or deleted the node's table by
+// hand gets it rewritten at once, without restarting the agent (which
+// would list the whole cluster again) or waiting for --resync.
+func resyncOnHangup(ctx context.Context, hup <-chan os.Signal, a *agent.Agent, log klog.Logger) {
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-hup:
+			log.Info("SIGHUP: resyncing the whole table")
+			a.Resync()
 		}
-	}()
+	}
 }
 
 // Run runs the agent for validated options until ctx ends: it opens the
@@ -82,6 +77,11 @@ func resyncOnHangup(ctx context.Context, a *agent.Agent, log klog.Logger) {
 // server and to nftables, and serves /metrics, /healthz and /readyz while
 // the agent runs.
 func Run(ctx context.Context, o *options.Options) error {
+	// SIGHUP is caught from the start: before the agent exists one is
+	// kept for it, instead of ending the process (its default action).
+	hup := make(chan os.Signal, 1)
+	signal.Notify(hup, syscall.SIGHUP)
+	defer signal.Stop(hup)
 	srv, err := listen(o.MetricsBindAddress, o.HealthBindAddress)
 	if err != nil {
 		return err
@@ -110,7 +110,7 @@ func Run(ctx context.Context, o *options.Options) error {
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	serveErr := srv.serve(ctx, a)
-	resyncOnHangup(ctx, a, log)
+	go resyncOnHangup(ctx, hup, a, log)
 	runErr := make(chan error, 1)
 	go func() { runErr <- a.Run(ctx) }()
 	select {
