@@ -13,11 +13,9 @@ import (
 	"github.com/moat-net/moat/policy"
 )
 
-// peerSwap: pod d (node-1) admits 10.9.0.1 on port 81 and 10.9.0.2 on
-// port 82 (ipBlocks); pod e's rules select the remote pods w and q by
-// label, and the shared sets of those addresses are named after e's
-// rules.
-const peerSwap = `
+// localDE: two nodes, namespaces a and z, and the pods on node-1 the
+// memo tests police: z/d and a/e.
+const localDE = `
 apiVersion: v1
 kind: Node
 metadata: {name: node-1}
@@ -47,7 +45,13 @@ kind: Pod
 metadata: {name: e, namespace: a, labels: {app: e}}
 spec: {nodeName: node-1}
 status: {podIPs: [{ip: 10.0.1.11}]}
----
+`
+
+// peerSwap: pod d (node-1) admits 10.9.0.1 on port 81 and 10.9.0.2 on
+// port 82 (ipBlocks); pod e's rules select the remote pods w and q by
+// label, and the shared sets of those addresses are named after e's
+// rules.
+const peerSwap = localDE + `---
 apiVersion: v1
 kind: Pod
 metadata: {name: w, namespace: a, labels: {app: web}}
@@ -132,31 +136,12 @@ func TestChainMemoAfterPeerNamesSwap(t *testing.T) {
 func TestRandomPeerRenames(t *testing.T) {
 	const remote = 5
 	var b strings.Builder
-	b.WriteString(`apiVersion: v1
-kind: Namespace
-metadata: {name: a}
----
-apiVersion: v1
-kind: Namespace
-metadata: {name: z}
----
-apiVersion: v1
-kind: Pod
-metadata: {name: d, namespace: z, labels: {role: d}}
-spec: {nodeName: node-1}
-status: {podIPs: [{ip: 10.0.1.10}]}
----
-apiVersion: v1
-kind: Pod
-metadata: {name: e, namespace: a, labels: {role: e}}
-spec: {nodeName: node-1}
-status: {podIPs: [{ip: 10.0.1.11}]}
----
+	b.WriteString(localDE + `---
 apiVersion: networking.k8s.io/v1
 kind: NetworkPolicy
 metadata: {name: by-app, namespace: a}
 spec:
-  podSelector: {matchLabels: {role: e}}
+  podSelector: {matchLabels: {app: e}}
   ingress:
 `)
 	for app := range 4 {
@@ -167,7 +152,7 @@ apiVersion: networking.k8s.io/v1
 kind: NetworkPolicy
 metadata: {name: by-address, namespace: z}
 spec:
-  podSelector: {matchLabels: {role: d}}
+  podSelector: {matchLabels: {app: d}}
   ingress:
 `)
 	for i := range remote {
