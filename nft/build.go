@@ -309,20 +309,15 @@ func (b *builder) addChain(dir policy.Direction, rules []chainRule) string {
 	}
 	// The name hashes the rules' fields, each ended by a 0 byte, joined
 	// in the builder's scratch buffer.
-	buf := append(b.scratch[:0], dir.String()...)
-	buf = append(buf, 0)
+	buf := joinParts(b.scratch[:0], dir.String())
 	for _, r := range rules {
 		ports := ""
 		if r.Ports != nil {
 			ports = portsKey(r.Ports.ByProto)
 		}
-		for _, f := range [...]string{r.Peers, ports, r.PortSet, r.Set} {
-			buf = append(append(buf, f...), 0)
-		}
+		buf = joinParts(buf, r.Peers, ports, r.PortSet, r.Set)
 		buf = append(strconv.AppendInt(buf, int64(r.Verdict.Kind), 10), 0)
-		for _, f := range [...]string{r.Verdict.Target, r.Comment, r.Counter, "|"} {
-			buf = append(append(buf, f...), 0)
-		}
+		buf = joinParts(buf, r.Verdict.Target, r.Comment, r.Counter, "|")
 	}
 	b.scratch = buf
 	prefix := "eg-"

@@ -15,14 +15,19 @@ const hashLen = 16
 
 func hashName(prefix string, parts ...string) string {
 	var arr [512]byte
-	buf := arr[:0]
-	for _, p := range parts {
-		buf = append(append(buf, p...), 0)
-	}
-	return hashBytes(prefix, buf)
+	return hashBytes(prefix, joinParts(arr[:0], parts...))
 }
 
-// hashBytes is hashName of parts already joined, each ended by a 0 byte.
+// joinParts appends parts to dst, each ended by a 0 byte: the form names
+// and run keys hash.
+func joinParts(dst []byte, parts ...string) []byte {
+	for _, p := range parts {
+		dst = append(append(dst, p...), 0)
+	}
+	return dst
+}
+
+// hashBytes is hashName of parts already joined (joinParts).
 func hashBytes(prefix string, joined []byte) string {
 	sum := sha256.Sum256(joined)
 	var arr [64]byte

@@ -208,15 +208,9 @@ func verdictWord(v verdictKind, tier policy.Tier) string {
 // runKey hashes what identifies a run (its tier, direction and the names
 // of its rules or policies) into 16 bytes.
 func runKey(tier, dir string, names ...string) string {
-	h := sha256.New()
-	h.Write([]byte(tier))
-	h.Write([]byte{0})
-	h.Write([]byte(dir))
-	for _, n := range names {
-		h.Write([]byte{0})
-		h.Write([]byte(n))
-	}
-	return string(h.Sum(nil)[:16])
+	var arr [512]byte
+	sum := sha256.Sum256(joinParts(joinParts(arr[:0], tier, dir), names...))
+	return string(sum[:16])
 }
 
 // memoOf identifies a run's matches cheaply, by the identity of the run
