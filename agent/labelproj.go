@@ -82,12 +82,16 @@ func next(rest *string) string {
 	return s
 }
 
+// projectedFor reports whether the cached labels are already what the
+// compiler needs under keys: cached under keys, or nothing packed away.
+func (p *cachedPod) projectedFor(keys *keySet) bool { return p.rest == "" || p.keys == keys }
+
 // labelsFor returns the pod's labels as the compiler needs them under the
 // key set keys (nil: every label): the cached map when the pod was cached
 // under keys or packed nothing away, else the labels unpacked and
 // projected again.
 func (p *cachedPod) labelsFor(keys *keySet) map[string]string {
-	if p.rest == "" || p.keys == keys {
+	if p.projectedFor(keys) {
 		return p.Labels
 	}
 	all := maps.Clone(p.Labels)
@@ -103,7 +107,7 @@ func (p *cachedPod) labelsFor(keys *keySet) map[string]string {
 // one itself (cached pods are never changed, so the compiler may keep it)
 // unless its labels must be projected again.
 func (p *cachedPod) podFor(keys *keySet) *policy.Pod {
-	if p.rest == "" || p.keys == keys {
+	if p.projectedFor(keys) {
 		return &p.Pod
 	}
 	pod := p.Pod

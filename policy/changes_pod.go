@@ -284,16 +284,23 @@ func (s *state) setOwners(a netip.Addr, owners []*podState) {
 // a burst of changes to one large peer then copies its address set once,
 // not once per change.
 func (s *state) peerMember(pe *peer, ps *podState, was, now bool, oldIPs []netip.Addr) {
-	pods := pe.pods.Clone()
 	if was {
-		pods.Remove(ps.slot)
 		pe.pending = append(pe.pending, oldIPs...)
 	}
 	if now {
-		pods.Add(ps.slot)
 		pe.pending = append(pe.pending, ps.pod.IPs...)
 	}
-	pe.pods = pods
+	if was != now {
+		// A pod that stays (only its addresses or ports changed) leaves
+		// the peer's pods as they are.
+		pods := pe.pods.Clone()
+		if was {
+			pods.Remove(ps.slot)
+		} else {
+			pods.Add(ps.slot)
+		}
+		pe.pods = pods
+	}
 	s.dirty.peers[pe] = struct{}{}
 }
 

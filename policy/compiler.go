@@ -19,7 +19,7 @@ type Compiler struct {
 }
 
 // NewCompiler compiles c fully. The Compiler keeps references to the
-// NetworkPolicies, API objects and label maps of c; the caller must not
+// Pods, NetworkPolicies, API objects and label maps of c; the caller must not
 // change them (replace them instead), but may reuse c's slices.
 func NewCompiler(c *Cluster, opts Options) *Compiler {
 	return &Compiler{s: build(c, opts)}
