@@ -13,6 +13,7 @@ import (
 	networkingv1 "k8s.io/api/networking/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/intstr"
+	"sigs.k8s.io/knftables"
 
 	"github.com/moat-net/moat/internal/clustergen"
 	"github.com/moat-net/moat/internal/testenv"
@@ -92,14 +93,25 @@ func BenchmarkBuild(b *testing.B) {
 // BenchmarkProgramNode replaces benchNode's whole table in the kernel, as
 // on an agent's first sync, and reports the three parts separately: Build
 // (Program to Ruleset), render (the full-replace transaction, as the text
-// nft reads) and the nft transaction itself.
+// nft reads) and the nft transaction itself. "joined" runs it as the
+// agent does (NewInterface: each set's elements in one command),
+// "knftables" through knftables' own Run (one command per element).
 func BenchmarkProgramNode(b *testing.B) {
 	prog := policy.Compile(scaleCluster().ToCluster(), policy.Options{IngressNetworksAndNodes: true})
 	defer enterPrivateNetns(b)()
-	iface, err := NewInterface()
+	raw, err := knftables.New(knftables.InetFamily, Table)
 	if err != nil {
 		b.Fatal(err)
 	}
+	for _, c := range []struct {
+		name  string
+		iface knftables.Interface
+	}{{"joined", kernelNFT{raw}}, {"knftables", raw}} {
+		b.Run(c.name, func(b *testing.B) { benchProgramNode(b, c.iface, prog) })
+	}
+}
+
+func benchProgramNode(b *testing.B, iface knftables.Interface, prog *policy.Program) {
 	ctx := context.Background()
 	var build, render, run time.Duration
 	var rs *Ruleset
