@@ -38,7 +38,8 @@ func (k kernelNFT) run(ctx context.Context, tx *knftables.Transaction, flags ...
 		return err
 	}
 	var script bytes.Buffer
-	script.Grow(len(text))
+	// Joined, the elements of a full replace take about half the text.
+	script.Grow(len(text) / 2)
 	joinElements(&script, text)
 	path, err := exec.LookPath("nft")
 	if err != nil {
