@@ -271,17 +271,17 @@ func (s *state) statuses() []PolicyStatus {
 func (s *state) addressTables(p, old *Program) {
 	d := &s.dirty
 	if old == nil {
-		byIP := make(map[netip.Addr]uint32, len(s.ipOwners.one))
+		byIP := newAddrMap[uint32](len(s.ipOwners.one.v4))
 		p.dupAddrs = map[netip.Addr][]string{}
-		for a, owner := range s.ipOwners.one {
+		for a, owner := range s.ipOwners.one.all() {
 			if s.ipOwners.many[a] == nil {
-				byIP[a] = owner.slot
+				byIP.set(a, owner.slot)
 			}
 		}
 		for a, owners := range s.ipOwners.shared() {
 			p.dupAddrs[a] = claimants(owners)
 		}
-		p.podByIP = newCOWMap(byIP)
+		p.podByIP = newAddrCOW(byIP)
 		return
 	}
 	p.podByIP, p.dupAddrs = old.podByIP, old.dupAddrs

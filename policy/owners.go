@@ -11,12 +11,12 @@ import (
 // gives it more, so those are kept apart: one pointer per address instead
 // of a slice and its allocation.
 type addrOwners struct {
-	one  map[netip.Addr]*podState   // the owner, or the first of several
+	one  addrMap[*podState]         // the owner, or the first of several
 	many map[netip.Addr][]*podState // every owner, where there are several
 }
 
 func newAddrOwners(n int) addrOwners {
-	return addrOwners{one: make(map[netip.Addr]*podState, n), many: map[netip.Addr][]*podState{}}
+	return addrOwners{one: newAddrMap[*podState](n), many: map[netip.Addr][]*podState{}}
 }
 
 // of lists a's owners; the caller must not change the list.
@@ -24,7 +24,7 @@ func (o *addrOwners) of(a netip.Addr) []*podState {
 	if m := o.many[a]; m != nil {
 		return m
 	}
-	if p := o.one[a]; p != nil {
+	if p, _ := o.one.get(a); p != nil {
 		return []*podState{p}
 	}
 	return nil
@@ -35,7 +35,7 @@ func (o *addrOwners) count(a netip.Addr) int {
 	if m := o.many[a]; m != nil {
 		return len(m)
 	}
-	if o.one[a] != nil {
+	if p, _ := o.one.get(a); p != nil {
 		return 1
 	}
 	return 0
@@ -45,23 +45,23 @@ func (o *addrOwners) count(a netip.Addr) int {
 func (o *addrOwners) set(a netip.Addr, owners []*podState) {
 	switch len(owners) {
 	case 0:
-		delete(o.one, a)
+		o.one.delete(a)
 		delete(o.many, a)
 	case 1:
-		o.one[a] = owners[0]
+		o.one.set(a, owners[0])
 		delete(o.many, a)
 	default:
-		o.one[a] = owners[0]
+		o.one.set(a, owners[0])
 		o.many[a] = owners
 	}
 }
 
 // add adds ps to a's owners.
 func (o *addrOwners) add(a netip.Addr, ps *podState) {
-	first := o.one[a]
+	first, _ := o.one.get(a)
 	switch {
 	case first == nil:
-		o.one[a] = ps
+		o.one.set(a, ps)
 	case o.many[a] == nil:
 		o.many[a] = []*podState{first, ps}
 	default:
@@ -72,7 +72,7 @@ func (o *addrOwners) add(a netip.Addr, ps *podState) {
 // pairs yields every claimed address with each of its owners.
 func (o *addrOwners) pairs() iter.Seq2[netip.Addr, *podState] {
 	return func(yield func(netip.Addr, *podState) bool) {
-		for a, p := range o.one {
+		for a, p := range o.one.all() {
 			if m := o.many[a]; m != nil {
 				for _, p := range m {
 					if !yield(a, p) {
@@ -91,7 +91,7 @@ func (o *addrOwners) any(a netip.Addr, f func(*podState) bool) bool {
 	if m := o.many[a]; m != nil {
 		return slices.ContainsFunc(m, f)
 	}
-	p := o.one[a]
+	p, _ := o.one.get(a)
 	return p != nil && f(p)
 }
 

@@ -271,7 +271,7 @@ type Program struct {
 	// podByIP covers every pod, listed or not: the evaluator finds a
 	// remote peer's slot through it.
 	podByKey  *cowMap[string, uint32]
-	podByIP   *cowMap[netip.Addr, uint32]
+	podByIP   *addrCOW[uint32]
 	slotIndex []int32
 	podSlot   []uint32 // index in Pods -> slot
 	// dupAddrs are addresses more than one pod claims, with the keys of
