@@ -150,7 +150,7 @@ func (s *state) loadPods(pods []*Pod) {
 		run = run[:0]
 		for i := r.start; i < r.end; i++ {
 			ps := &states[i]
-			ps.pod, ps.ns, ps.index = pods[i], r.ns, i
+			ps.pod, ps.ns, ps.index = pods[i], r.ns, int32(i)
 			s.projOf(ps, keysID)
 			run = append(run, ps)
 		}
@@ -158,7 +158,7 @@ func (s *state) loadPods(pods []*Pod) {
 			if a.projs[0].proj != b.projs[0].proj {
 				return int(a.projs[0].proj - b.projs[0].proj)
 			}
-			return a.index - b.index
+			return int(a.index - b.index)
 		})
 		for _, ps := range run {
 			s.addLoaded(ps)

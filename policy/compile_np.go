@@ -24,22 +24,26 @@ type npState struct {
 	// be understood: the namespace is isolated).
 	subject labels.Selector
 	subjKey string
-	types   [2]bool
+	// types are the directions the policy isolates.
+	types [2]bool
+	// What compiling the rules needs besides the validation problems:
+	// whether the whole spec is voided, and in which directions rules
+	// count. (The flags sit together: a cluster has tens of thousands of
+	// NetworkPolicies.)
+	specBad bool
+	ruleOK  [2]bool
 	// rules by direction and index; a rule that failed closed has no set.
 	// They are compiled on first use (rulesOf), nil until then: a
 	// node-scoped Compiler never compiles the rules of the many policies
 	// that select none of its pods, and peers of theirs stay unresolved.
 	rules *[2][]*rule
-	// What compiling the rules needs besides the validation problems:
-	// whether the whole spec is voided, and in which directions rules
-	// count.
-	specBad bool
-	ruleOK  [2]bool
 	// namedPorts are the named ports of the rules that are not voided,
 	// known without compiling the rules (named-port warnings, classes).
+	// The port names the ingress rules use (ingressNames) and the label
+	// keys the subject reads (selectorKeys) are derived when needed
+	// rather than kept: nearly every policy has none of the first and one
+	// or two of the second.
 	namedPorts []npNamedPort
-	keys       []string // label keys the subject reads
-	names      []string // port names the ingress rules use
 	lists      map[*npList]struct{}
 	// problems is nil for the many policies with nothing to report.
 	problems *npProblems
@@ -124,7 +128,7 @@ func (s *state) compileNP(np *NetworkPolicy, errs field.ErrorList) *npState {
 	if subjectBad {
 		sel, key = everything, ""
 	}
-	out.subject, out.subjKey, out.keys = sel, key, selectorKeys(sel)
+	out.subject, out.subjKey = sel, key
 
 	// Policy types, defaulted as the API server does. Invalid types isolate
 	// both directions, but rules count only in a direction validly listed.
@@ -166,12 +170,29 @@ func (s *state) compileNP(np *NetworkPolicy, errs field.ErrorList) *npState {
 			out.addNamedPorts(Egress, i, path, r.Ports)
 		}
 	}
-	for _, n := range out.namedPorts {
-		if n.dir == Ingress && !slices.Contains(out.names, n.name) {
-			out.names = append(out.names, n.name)
+	return out
+}
+
+// ingressNames are the port names the policy's ingress rules use, each
+// once, in the order of the rules.
+func (np *npState) ingressNames() []string {
+	var out []string
+	for _, n := range np.namedPorts {
+		if n.dir == Ingress && !slices.Contains(out, n.name) {
+			out = append(out, n.name)
 		}
 	}
 	return out
+}
+
+// hasIngressNames: some ingress rule of the policy uses a named port.
+func (np *npState) hasIngressNames() bool {
+	for _, n := range np.namedPorts {
+		if n.dir == Ingress {
+			return true
+		}
+	}
+	return false
 }
 
 // npNamedPort is a named port of a NetworkPolicy rule.

@@ -70,7 +70,7 @@ func (s *state) refreshNamed() {
 	for _, ch := range d.namedPods {
 		ps := ch.ps
 		for np := range ps.ns.tier.nps {
-			if len(np.names) > 0 {
+			if np.hasIngressNames() {
 				d.namedPolicies[np] = struct{}{}
 			}
 		}

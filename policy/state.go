@@ -139,31 +139,32 @@ type nsState struct {
 	projVer [2]int
 }
 
-// podState is one pod.
+// podState is one pod. Its fields are ordered to pack (a compiler holds
+// one per pod of the cluster, pods elsewhere included).
 type podState struct {
 	// pod is the pod as given (Compiler.UpsertPod, Cluster.Pods), shared
 	// with the caller and never changed: the agent's pod cache and its
 	// compiler hold one copy.
-	pod  *Pod
-	slot uint32
-	ns   *nsState
-	// podnet: a pod-network pod with an address, so a peer and a subject.
-	podnet bool
-	// subject: it gets a PodPolicy (podnet, and on Options.Node if set).
-	subject bool
-	// index is the pod's position among the snapshot's pods, at a full
-	// compile (the Program finds pods by slot: Program.slotIndex).
-	index int
-	// projs caches the pod's label projections by key list (see projOf).
-	projs [2]podProj
-	gone  bool // deleted
-	// listed: the pod is in the last Program's Pods (see listable).
-	listed   bool
-	fullSig  int32
+	pod      *Pod
+	ns       *nsState
 	admin    *cnpClass
 	baseline *cnpClass
 	np       *npClass
 	combo    *combo
+	// projs caches the pod's label projections by key list (see projOf).
+	projs   [2]podProj
+	slot    uint32
+	fullSig int32
+	// index is the pod's position among the snapshot's pods, at a full
+	// compile (the Program finds pods by slot: Program.slotIndex).
+	index int32
+	// podnet: a pod-network pod with an address, so a peer and a subject.
+	podnet bool
+	// subject: it gets a PodPolicy (podnet, and on Options.Node if set).
+	subject bool
+	gone    bool // deleted
+	// listed: the pod is in the last Program's Pods (see listable).
+	listed bool
 }
 
 type slotAddr struct {

@@ -86,10 +86,10 @@ func (t *npTier) remove(np *npState) {
 }
 
 func (t *npTier) count(np *npState, d int) {
-	for _, k := range np.keys {
+	for _, k := range selectorKeys(np.subject) {
 		t.stale = t.keys.add(k, d) || t.stale
 	}
-	for _, n := range np.names {
+	for _, n := range np.ingressNames() {
 		t.stale = t.names.add(n, d) || t.stale
 	}
 }
