@@ -64,7 +64,9 @@ func (c *Compiler) DeletePod(key string) bool {
 	return ok
 }
 
-// UpsertNamespace stages a namespace, new or with new labels.
+// UpsertNamespace stages a namespace, new or with new labels. The
+// Compiler may keep ns.Labels: the caller must not change it (replace it
+// instead).
 func (c *Compiler) UpsertNamespace(ns Namespace) {
 	c.s.upsertNamespace(ns)
 	c.pending = true

@@ -252,7 +252,14 @@ func (s *state) dropNamespace(ns *nsState) {
 	delete(s.dirty.relistNS, ns.tier)
 }
 
+// withNSName is l with the name label the API server puts on every
+// namespace: l itself when it has it already, as namespaces from the API
+// do (the compiler keeps the label maps it is given and never changes
+// them), else a copy with it added.
 func withNSName(l map[string]string, name string) map[string]string {
+	if v, ok := l[nsNameLabel]; ok && v == name {
+		return l
+	}
 	out := make(map[string]string, len(l)+1)
 	for k, v := range l {
 		out[k] = v
