@@ -136,7 +136,7 @@ func (s *state) upsertNP(np *NetworkPolicy) {
 			s.removeNP(i)
 		}
 	}
-	st := s.addNP(np, validateNP(np))
+	st := s.addNP(np, (*validator)(nil).validateNP(np))
 	if pos >= 0 {
 		s.nps[pos], s.nps[len(s.nps)-1] = st, nil
 	}
@@ -172,7 +172,7 @@ func (s *state) upsertCNP(cnp *ClusterNetworkPolicy) {
 			s.removeCNP(i)
 		}
 	}
-	st := s.addCNP(cnp, validateCNP(cnp))
+	st := s.addCNP(cnp, (*validator)(nil).validateCNP(cnp))
 	if pos >= 0 {
 		s.cnps[pos], s.cnps[len(s.cnps)-1] = st, nil
 	}

@@ -143,49 +143,63 @@ func (c selectorCache) getKeyed(sel *metav1.LabelSelector) (labels.Selector, str
 	if len(sel.MatchLabels) == 0 && len(sel.MatchExpressions) == 0 {
 		return everything, "", true
 	}
-	key := selectorCacheKey(sel)
-	if cs, hit := c[key]; hit {
+	var buf [256]byte
+	key := appendSelectorKey(buf[:0], sel)
+	if cs, hit := c[string(key)]; hit { // no copy of the key to look it up
 		return cs.sel, cs.str, cs.sel != nil
 	}
 	s, err := metav1.LabelSelectorAsSelector(sel)
 	if err != nil {
-		c[key] = &cachedSel{}
+		c[string(key)] = &cachedSel{}
 		return nil, "", false
 	}
-	c[key] = &cachedSel{s, s.String()}
-	return s, c[key].str, true
+	cs := &cachedSel{s, s.String()}
+	c[string(key)] = cs
+	return s, cs.str, true
 }
 
-// selectorCacheKey identifies an API selector by content, more cheaply
-// than its String method. Every string is length-prefixed, so that no two
-// selectors share a key, valid or not.
-func selectorCacheKey(sel *metav1.LabelSelector) string {
-	var b strings.Builder
+// appendSelectorKey appends a key that identifies an API selector by
+// content, more cheaply than its String method. Every string is
+// length-prefixed, so that no two selectors share a key, valid or not.
+// Callers look keys up from a buffer on their stack: the compiler and
+// validation key every selector of every policy, and nearly all are
+// repeats.
+func appendSelectorKey(b []byte, sel *metav1.LabelSelector) []byte {
 	str := func(s string) {
-		b.WriteString(strconv.Itoa(len(s)))
-		b.WriteByte(':')
-		b.WriteString(s)
+		b = strconv.AppendInt(b, int64(len(s)), 10)
+		b = append(b, ':')
+		b = append(b, s...)
 	}
-	keys := make([]string, 0, len(sel.MatchLabels))
-	for k := range sel.MatchLabels {
-		keys = append(keys, k)
-	}
-	slices.Sort(keys)
-	b.WriteString(strconv.Itoa(len(keys)))
-	for _, k := range keys {
-		str(k)
-		str(sel.MatchLabels[k])
+	b = strconv.AppendInt(b, int64(len(sel.MatchLabels)), 10)
+	switch len(sel.MatchLabels) {
+	case 0:
+	case 1:
+		for k, v := range sel.MatchLabels {
+			str(k)
+			str(v)
+		}
+	default:
+		var arr [8]string
+		keys := arr[:0]
+		for k := range sel.MatchLabels {
+			keys = append(keys, k)
+		}
+		slices.Sort(keys)
+		for _, k := range keys {
+			str(k)
+			str(sel.MatchLabels[k])
+		}
 	}
 	for _, r := range sel.MatchExpressions {
-		b.WriteByte('|')
+		b = append(b, '|')
 		str(r.Key)
 		str(string(r.Operator))
-		b.WriteString(strconv.Itoa(len(r.Values)))
+		b = strconv.AppendInt(b, int64(len(r.Values)), 10)
 		for _, v := range r.Values {
 			str(v)
 		}
 	}
-	return b.String()
+	return b
 }
 
 // isEverything reports whether a selector selects every object.

@@ -6,7 +6,7 @@ import (
 	"runtime"
 	"slices"
 	"strings"
-	"sync"
+	"sync/atomic"
 
 	"k8s.io/apimachinery/pkg/util/validation/field"
 )
@@ -25,21 +25,21 @@ func Compile(c *Cluster, opts Options) *Program {
 
 // build compiles a snapshot into a fresh state and publishes its Program.
 func build(c *Cluster, opts Options) *state {
+	v := validateAll(c) // on other cores, while this one goes on
 	s := newState(opts)
 	s.loadNamespaces(c)
 	s.loadNodes(c.Nodes)
 	pods := s.uniquePods(c.Pods)
-	npErrs, cnpErrs := validateAll(c)
 	// The compiler keeps the NetworkPolicies themselves (there are tens
 	// of thousands; NewCompiler's doc says they must not change), and
 	// copies of the ClusterNetworkPolicies' wrappers, so that the caller
 	// may reuse the Cluster's slices.
 	for i, np := range c.NetworkPolicies {
-		s.addNP(np, npErrs[i])
+		s.addNP(np, v.get(i))
 	}
 	cnps := slices.Clone(c.ClusterNetworkPolicies)
 	for i := range cnps {
-		s.addCNP(&cnps[i], cnpErrs[i])
+		s.addCNP(&cnps[i], v.get(len(c.NetworkPolicies)+i))
 	}
 	s.loadPods(pods)
 	s.dirty.full = true
@@ -228,27 +228,58 @@ func projString(l map[string]string, keys []string) string {
 	return b.String()
 }
 
-// validateAll validates every policy, on every core: validation is a pure
-// function of one object, and the most costly step of compiling one.
-func validateAll(c *Cluster) (nps, cnps []field.ErrorList) {
-	nps = make([]field.ErrorList, len(c.NetworkPolicies))
-	cnps = make([]field.ErrorList, len(c.ClusterNetworkPolicies))
-	n := len(nps) + len(cnps)
-	workers := min(runtime.GOMAXPROCS(0), n/256+1)
-	var wg sync.WaitGroup
-	for w := range workers {
-		wg.Go(func() {
-			for i := w; i < n; i += workers {
-				if i < len(nps) {
-					nps[i] = validateNP(c.NetworkPolicies[i])
-				} else {
-					cnps[i-len(nps)] = validateCNP(&c.ClusterNetworkPolicies[i-len(nps)])
-				}
-			}
-		})
+// validation is the validation of a snapshot's policies, NetworkPolicies
+// then ClusterNetworkPolicies, done in chunks by other goroutines while
+// the compiler goes on; get waits for the chunk it needs.
+type validation struct {
+	errs []field.ErrorList
+	done []chan struct{} // closed when the chunk's errors are in
+}
+
+// validationChunk is how many policies a worker validates at a time.
+const validationChunk = 256
+
+// validateAll starts validating every policy, on every core: validation
+// is a pure function of one object, and the most costly step of compiling
+// one. Workers take chunks in input order, which is the order in which
+// the compiler reads them, so it rarely waits; meanwhile it loads
+// namespaces, nodes and pods, and compiles the policies already
+// validated.
+func validateAll(c *Cluster) *validation {
+	nps := len(c.NetworkPolicies)
+	n := nps + len(c.ClusterNetworkPolicies)
+	chunks := (n + validationChunk - 1) / validationChunk
+	v := &validation{errs: make([]field.ErrorList, n), done: make([]chan struct{}, chunks)}
+	for k := range v.done {
+		v.done[k] = make(chan struct{})
 	}
-	wg.Wait()
-	return nps, cnps
+	var next atomic.Int64
+	for range min(runtime.GOMAXPROCS(0), chunks) {
+		go func() {
+			val := newValidator()
+			for {
+				k := int(next.Add(1) - 1)
+				if k >= chunks {
+					return
+				}
+				for i := k * validationChunk; i < min(n, (k+1)*validationChunk); i++ {
+					if i < nps {
+						v.errs[i] = val.validateNP(c.NetworkPolicies[i])
+					} else {
+						v.errs[i] = val.validateCNP(&c.ClusterNetworkPolicies[i-nps])
+					}
+				}
+				close(v.done[k])
+			}
+		}()
+	}
+	return v
+}
+
+// get is the i-th policy's validation errors, waiting for them if needed.
+func (v *validation) get(i int) field.ErrorList {
+	<-v.done[i/validationChunk]
+	return v.errs[i]
 }
 
 // addNP compiles a NetworkPolicy into its namespace's tier.

@@ -30,6 +30,10 @@ var domainNamePattern = regexp.MustCompile(`^(\*\.)?([a-zA-z0-9]([-a-zA-Z0-9_]*[
 // `moat check` rejects what the API server would and the compiler knows
 // which parts to fail closed.
 func ValidateClusterNetworkPolicy(cnp *v1alpha2.ClusterNetworkPolicy) field.ErrorList {
+	return (*validator)(nil).clusterNetworkPolicy(cnp)
+}
+
+func (v *validator) clusterNetworkPolicy(cnp *v1alpha2.ClusterNetworkPolicy) field.ErrorList {
 	var errs field.ErrorList
 	errs = append(errs, validateObjectName(cnp.Name, "", false)...)
 	spec := field.NewPath("spec")
@@ -43,7 +47,7 @@ func ValidateClusterNetworkPolicy(cnp *v1alpha2.ClusterNetworkPolicy) field.Erro
 	if cnp.Spec.Priority < 0 || cnp.Spec.Priority > maxPriority {
 		errs = append(errs, field.Invalid(spec.Child("priority"), cnp.Spec.Priority, "must be between 0 and 1000"))
 	}
-	errs = append(errs, validateSubject(&cnp.Spec.Subject, spec.Child("subject"))...)
+	errs = append(errs, v.subject(&cnp.Spec.Subject, spec.Child("subject"))...)
 	if n := len(cnp.Spec.Ingress); n > maxCNPRules {
 		errs = append(errs, field.TooMany(spec.Child("ingress"), n, maxCNPRules))
 	}
@@ -59,7 +63,7 @@ func ValidateClusterNetworkPolicy(cnp *v1alpha2.ClusterNetworkPolicy) field.Erro
 		for j := range r.From {
 			peer := &r.From[j]
 			addrPeer = addrPeer || peer.Networks != nil || peer.Nodes != nil
-			errs = append(errs, validatePeer(peer.Namespaces, peer.Pods, peer.Nodes, peer.Networks, nil, p.Child("from").Index(j))...)
+			errs = append(errs, v.peer(peer.Namespaces, peer.Pods, peer.Nodes, peer.Networks, nil, p.Child("from").Index(j))...)
 		}
 		errs = append(errs, validateProtocols(r.Protocols, addrPeer, p)...)
 	}
@@ -72,7 +76,7 @@ func ValidateClusterNetworkPolicy(cnp *v1alpha2.ClusterNetworkPolicy) field.Erro
 		for j := range r.To {
 			peer := &r.To[j]
 			addrPeer = addrPeer || peer.Networks != nil || peer.Nodes != nil || peer.DomainNames != nil
-			errs = append(errs, validatePeer(peer.Namespaces, peer.Pods, peer.Nodes, peer.Networks, peer.DomainNames, p.Child("to").Index(j))...)
+			errs = append(errs, v.peer(peer.Namespaces, peer.Pods, peer.Nodes, peer.Networks, peer.DomainNames, p.Child("to").Index(j))...)
 			if peer.DomainNames != nil && r.Action != v1alpha2.ClusterNetworkPolicyRuleActionAccept {
 				// The API's contract (domainNames are an allowlist); the
 				// v0.2.0 CRD does not enforce it, Moat does and fails closed.
@@ -84,16 +88,16 @@ func ValidateClusterNetworkPolicy(cnp *v1alpha2.ClusterNetworkPolicy) field.Erro
 	return errs
 }
 
-func validateSubject(s *v1alpha2.ClusterNetworkPolicySubject, p *field.Path) field.ErrorList {
+func (v *validator) subject(s *v1alpha2.ClusterNetworkPolicySubject, p *field.Path) field.ErrorList {
 	var errs field.ErrorList
 	n := 0
 	if s.Namespaces != nil {
 		n++
-		errs = append(errs, validateSelector(s.Namespaces, p.Child("namespaces"))...)
+		errs = append(errs, v.selector(s.Namespaces, p.Child("namespaces"))...)
 	}
 	if s.Pods != nil {
 		n++
-		errs = append(errs, validateNamespacedPod(s.Pods, p.Child("pods"))...)
+		errs = append(errs, v.namespacedPod(s.Pods, p.Child("pods"))...)
 	}
 	return append(errs, exactlyOne(n, p, "namespaces, pods")...)
 }
@@ -108,9 +112,9 @@ func exactlyOne(n int, p *field.Path, fields string) field.ErrorList {
 	return nil
 }
 
-func validateNamespacedPod(np *v1alpha2.NamespacedPod, p *field.Path) field.ErrorList {
-	errs := validateSelector(&np.NamespaceSelector, p.Child("namespaceSelector"))
-	return append(errs, validateSelector(&np.PodSelector, p.Child("podSelector"))...)
+func (v *validator) namespacedPod(np *v1alpha2.NamespacedPod, p *field.Path) field.ErrorList {
+	errs := v.selector(&np.NamespaceSelector, p.Child("namespaceSelector"))
+	return append(errs, v.selector(&np.PodSelector, p.Child("podSelector"))...)
 }
 
 func validateRuleHead(name string, action v1alpha2.ClusterNetworkPolicyRuleAction, p *field.Path) field.ErrorList {
@@ -138,20 +142,20 @@ func validatePeerCount(n int, missing bool, p *field.Path) field.ErrorList {
 	return nil
 }
 
-func validatePeer(ns *metav1.LabelSelector, pods *v1alpha2.NamespacedPod, nodes *metav1.LabelSelector, networks []v1alpha2.CIDR, domains []v1alpha2.DomainName, p *field.Path) field.ErrorList {
+func (v *validator) peer(ns *metav1.LabelSelector, pods *v1alpha2.NamespacedPod, nodes *metav1.LabelSelector, networks []v1alpha2.CIDR, domains []v1alpha2.DomainName, p *field.Path) field.ErrorList {
 	var errs field.ErrorList
 	n := 0
 	if ns != nil {
 		n++
-		errs = append(errs, validateSelector(ns, p.Child("namespaces"))...)
+		errs = append(errs, v.selector(ns, p.Child("namespaces"))...)
 	}
 	if pods != nil {
 		n++
-		errs = append(errs, validateNamespacedPod(pods, p.Child("pods"))...)
+		errs = append(errs, v.namespacedPod(pods, p.Child("pods"))...)
 	}
 	if nodes != nil {
 		n++
-		errs = append(errs, validateSelector(nodes, p.Child("nodes"))...)
+		errs = append(errs, v.selector(nodes, p.Child("nodes"))...)
 	}
 	if networks != nil {
 		n++
@@ -260,8 +264,8 @@ func portNumber(n int32, p *field.Path) field.ErrorList {
 // validateCNP is what the compiler checks of a ClusterNetworkPolicy: what
 // decoding found (Invalid: wrongly typed parts, missing required fields)
 // first, then the CRD's rules.
-func validateCNP(cnp *ClusterNetworkPolicy) field.ErrorList {
-	return withDecodeErrors(cnp.Invalid, ValidateClusterNetworkPolicy(cnp.ClusterNetworkPolicy))
+func (v *validator) validateCNP(cnp *ClusterNetworkPolicy) field.ErrorList {
+	return withDecodeErrors(cnp.Invalid, v.clusterNetworkPolicy(cnp.ClusterNetworkPolicy))
 }
 
 // withDecodeErrors puts what decoding found before validation's errors,

@@ -17,22 +17,26 @@ import (
 // networking.k8s.io/v1 NetworkPolicy, including KEP-2079 endPort rules.
 // It returns every violation, not just the first.
 func ValidateNetworkPolicy(np *NetworkPolicy) field.ErrorList {
+	return (*validator)(nil).networkPolicy(np)
+}
+
+func (v *validator) networkPolicy(np *NetworkPolicy) field.ErrorList {
 	var errs field.ErrorList
 	errs = append(errs, validateObjectName(np.Name, np.Namespace, true)...)
 	spec := field.NewPath("spec")
-	errs = append(errs, validateSelector(&np.Spec.PodSelector, spec.Child("podSelector"))...)
+	errs = append(errs, v.selector(&np.Spec.PodSelector, spec.Child("podSelector"))...)
 	for i, r := range np.Spec.Ingress {
 		p := spec.Child("ingress").Index(i)
 		errs = append(errs, validateNPPorts(r.Ports, p.Child("ports"))...)
 		for j, peer := range r.From {
-			errs = append(errs, validateNPPeer(&peer, p.Child("from").Index(j))...)
+			errs = append(errs, v.npPeer(&peer, p.Child("from").Index(j))...)
 		}
 	}
 	for i, r := range np.Spec.Egress {
 		p := spec.Child("egress").Index(i)
 		errs = append(errs, validateNPPorts(r.Ports, p.Child("ports"))...)
 		for j, peer := range r.To {
-			errs = append(errs, validateNPPeer(&peer, p.Child("to").Index(j))...)
+			errs = append(errs, v.npPeer(&peer, p.Child("to").Index(j))...)
 		}
 	}
 	// Like the API server: known values, at most two; repeats are legal.
@@ -71,11 +75,37 @@ func validateObjectName(name, namespace string, namespaced bool) field.ErrorList
 	return errs
 }
 
-func validateSelector(sel *metav1.LabelSelector, p *field.Path) field.ErrorList {
+// validator validates policies. A compile's validators (one per worker)
+// remember the selectors they found valid, by content: a cluster's
+// policies repeat a few selectors thousands of times, and checking one
+// runs regular expressions over every key and value. Only validity is
+// remembered, never errors, which name the field they are found in. The
+// nil validator remembers nothing.
+type validator struct {
+	validSels map[string]struct{}
+}
+
+func newValidator() *validator {
+	return &validator{validSels: map[string]struct{}{}}
+}
+
+func (v *validator) selector(sel *metav1.LabelSelector, p *field.Path) field.ErrorList {
 	if sel == nil {
 		return nil
 	}
-	return metav1validation.ValidateLabelSelector(sel, metav1validation.LabelSelectorValidationOptions{}, p)
+	if v == nil {
+		return metav1validation.ValidateLabelSelector(sel, metav1validation.LabelSelectorValidationOptions{}, p)
+	}
+	var buf [256]byte
+	key := appendSelectorKey(buf[:0], sel)
+	if _, ok := v.validSels[string(key)]; ok {
+		return nil
+	}
+	errs := metav1validation.ValidateLabelSelector(sel, metav1validation.LabelSelectorValidationOptions{}, p)
+	if len(errs) == 0 {
+		v.validSels[string(key)] = struct{}{}
+	}
+	return errs
 }
 
 func validateNPPorts(ports []networkingv1.NetworkPolicyPort, p *field.Path) field.ErrorList {
@@ -119,16 +149,16 @@ func validateNPPorts(ports []networkingv1.NetworkPolicyPort, p *field.Path) fiel
 	return errs
 }
 
-func validateNPPeer(peer *networkingv1.NetworkPolicyPeer, p *field.Path) field.ErrorList {
+func (v *validator) npPeer(peer *networkingv1.NetworkPolicyPeer, p *field.Path) field.ErrorList {
 	var errs field.ErrorList
 	n := 0
 	if peer.PodSelector != nil {
 		n++
-		errs = append(errs, validateSelector(peer.PodSelector, p.Child("podSelector"))...)
+		errs = append(errs, v.selector(peer.PodSelector, p.Child("podSelector"))...)
 	}
 	if peer.NamespaceSelector != nil {
 		n++
-		errs = append(errs, validateSelector(peer.NamespaceSelector, p.Child("namespaceSelector"))...)
+		errs = append(errs, v.selector(peer.NamespaceSelector, p.Child("namespaceSelector"))...)
 	}
 	if peer.IPBlock != nil {
 		n++
@@ -172,6 +202,6 @@ func strictSubset(inner, outer netip.Prefix) bool {
 
 // validateNP is what the compiler checks of a NetworkPolicy: what decoding
 // found (Invalid) first, then the API server's validation.
-func validateNP(np *NetworkPolicy) field.ErrorList {
-	return withDecodeErrors(np.Invalid, ValidateNetworkPolicy(np))
+func (v *validator) validateNP(np *NetworkPolicy) field.ErrorList {
+	return withDecodeErrors(np.Invalid, v.networkPolicy(np))
 }
