@@ -150,19 +150,22 @@ func (s *state) internNSSel(key string, sel labels.Selector) *nsSel {
 // selectorPeer interns a pod peer: the pods of namespace ns (nsSel nil) or
 // of the namespaces nsSel selects that podSel (nil: all) selects.
 func (s *state) selectorPeer(ns *nsState, nsSel *nsSel, podSel *podSel) *peer {
-	var b strings.Builder
+	// The key is looked up from a buffer on the stack: nearly every rule
+	// of every policy names a peer met before.
+	var buf [256]byte
+	b := buf[:0]
 	if nsSel == nil {
-		b.WriteString("ns=" + ns.name)
+		b = append(append(b, "ns="...), ns.name...)
 	} else {
-		b.WriteString("nssel=" + nsSel.key)
+		b = append(append(b, "nssel="...), nsSel.key...)
 	}
 	if podSel != nil {
-		b.WriteString("|pod=" + podSel.key)
+		b = append(append(b, "|pod="...), podSel.key...)
 	}
-	key := b.String()
-	if p := s.peers[key]; p != nil {
+	if p := s.peers[string(b)]; p != nil {
 		return p
 	}
+	key := string(b)
 	p := &peer{key: key, kind: peerPods, nsSel: nsSel, podSel: podSel}
 	if nsSel == nil {
 		p.ns = ns
@@ -200,22 +203,26 @@ func (s *state) addrPeer(key string, addrs *AddrSet) *peer {
 
 // internSet returns the shared union of peers (all: every address).
 func (s *state) internSet(parts []*peer, all bool) *peerSet {
-	key := "*"
+	var buf [256]byte
+	b := append(buf[:0], '*')
 	if !all {
 		slices.SortFunc(parts, func(a, b *peer) int { return strings.Compare(a.key, b.key) })
 		parts = slices.CompactFunc(parts, func(a, b *peer) bool { return a == b })
-		keys := make([]string, len(parts))
+		b = b[:0]
 		for i, p := range parts {
-			keys[i] = p.key
+			if i > 0 {
+				b = append(b, '\n')
+			}
+			b = append(b, p.key...)
 		}
-		key = strings.Join(keys, "\n")
 	} else {
 		parts = nil
 	}
-	if ps := s.sets[key]; ps != nil {
+	if ps := s.sets[string(b)]; ps != nil { // no copy of the key to look it up
 		ps.refs++
 		return ps
 	}
+	key := string(b)
 	ps := &peerSet{key: key, parts: parts, all: all, refs: 1}
 	for _, p := range parts {
 		p.refs++
