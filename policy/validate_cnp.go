@@ -93,7 +93,7 @@ func (v *validator) subject(s *v1alpha2.ClusterNetworkPolicySubject, p *field.Pa
 	n := 0
 	if s.Namespaces != nil {
 		n++
-		errs = append(errs, v.selector(s.Namespaces, p.Child("namespaces"))...)
+		errs = append(errs, v.selector(s.Namespaces, p, "namespaces")...)
 	}
 	if s.Pods != nil {
 		n++
@@ -113,8 +113,8 @@ func exactlyOne(n int, p *field.Path, fields string) field.ErrorList {
 }
 
 func (v *validator) namespacedPod(np *v1alpha2.NamespacedPod, p *field.Path) field.ErrorList {
-	errs := v.selector(&np.NamespaceSelector, p.Child("namespaceSelector"))
-	return append(errs, v.selector(&np.PodSelector, p.Child("podSelector"))...)
+	errs := v.selector(&np.NamespaceSelector, p, "namespaceSelector")
+	return append(errs, v.selector(&np.PodSelector, p, "podSelector")...)
 }
 
 func validateRuleHead(name string, action v1alpha2.ClusterNetworkPolicyRuleAction, p *field.Path) field.ErrorList {
@@ -147,7 +147,7 @@ func (v *validator) peer(ns *metav1.LabelSelector, pods *v1alpha2.NamespacedPod,
 	n := 0
 	if ns != nil {
 		n++
-		errs = append(errs, v.selector(ns, p.Child("namespaces"))...)
+		errs = append(errs, v.selector(ns, p, "namespaces")...)
 	}
 	if pods != nil {
 		n++
@@ -155,7 +155,7 @@ func (v *validator) peer(ns *metav1.LabelSelector, pods *v1alpha2.NamespacedPod,
 	}
 	if nodes != nil {
 		n++
-		errs = append(errs, v.selector(nodes, p.Child("nodes"))...)
+		errs = append(errs, v.selector(nodes, p, "nodes")...)
 	}
 	if networks != nil {
 		n++

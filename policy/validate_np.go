@@ -24,7 +24,7 @@ func (v *validator) networkPolicy(np *NetworkPolicy) field.ErrorList {
 	var errs field.ErrorList
 	errs = append(errs, validateObjectName(np.Name, np.Namespace, true)...)
 	spec := field.NewPath("spec")
-	errs = append(errs, v.selector(&np.Spec.PodSelector, spec.Child("podSelector"))...)
+	errs = append(errs, v.selector(&np.Spec.PodSelector, spec, "podSelector")...)
 	for i, r := range np.Spec.Ingress {
 		p := spec.Child("ingress").Index(i)
 		errs = append(errs, validateNPPorts(r.Ports, p.Child("ports"))...)
@@ -89,19 +89,19 @@ func newValidator() *validator {
 	return &validator{validSels: map[string]struct{}{}}
 }
 
-func (v *validator) selector(sel *metav1.LabelSelector, p *field.Path) field.ErrorList {
+func (v *validator) selector(sel *metav1.LabelSelector, parent *field.Path, name string) field.ErrorList {
 	if sel == nil {
 		return nil
 	}
 	if v == nil {
-		return metav1validation.ValidateLabelSelector(sel, metav1validation.LabelSelectorValidationOptions{}, p)
+		return metav1validation.ValidateLabelSelector(sel, metav1validation.LabelSelectorValidationOptions{}, parent.Child(name))
 	}
 	var buf [256]byte
 	key := appendSelectorKey(buf[:0], sel)
 	if _, ok := v.validSels[string(key)]; ok {
-		return nil
+		return nil // and no field path made for it
 	}
-	errs := metav1validation.ValidateLabelSelector(sel, metav1validation.LabelSelectorValidationOptions{}, p)
+	errs := metav1validation.ValidateLabelSelector(sel, metav1validation.LabelSelectorValidationOptions{}, parent.Child(name))
 	if len(errs) == 0 {
 		v.validSels[string(key)] = struct{}{}
 	}
@@ -154,11 +154,11 @@ func (v *validator) npPeer(peer *networkingv1.NetworkPolicyPeer, p *field.Path) 
 	n := 0
 	if peer.PodSelector != nil {
 		n++
-		errs = append(errs, v.selector(peer.PodSelector, p.Child("podSelector"))...)
+		errs = append(errs, v.selector(peer.PodSelector, p, "podSelector")...)
 	}
 	if peer.NamespaceSelector != nil {
 		n++
-		errs = append(errs, v.selector(peer.NamespaceSelector, p.Child("namespaceSelector"))...)
+		errs = append(errs, v.selector(peer.NamespaceSelector, p, "namespaceSelector")...)
 	}
 	if peer.IPBlock != nil {
 		n++
