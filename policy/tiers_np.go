@@ -183,13 +183,25 @@ func (s *state) npDirOf(l *npList, dir Direction, sig int32) *npDir {
 }
 
 func (s *state) buildNPDir(l *npList, dir Direction, sig int32) *npDir {
-	var t *NPTier
+	// Sized first: a full compile builds hundreds of thousands of these
+	// lists, and growing them copied each several times.
+	policies, rules := 0, 0
+	for _, np := range l.nps {
+		if np.types[dir] {
+			policies++
+			rules += len(s.rulesOf(np)[dir])
+		}
+	}
+	if policies == 0 {
+		return &npDir{}
+	}
+	t := &NPTier{Policies: make([]PolicyRef, 0, policies)}
+	if rules > 0 {
+		t.Rules = make([]NPRule, 0, rules)
+	}
 	for _, np := range l.nps {
 		if !np.types[dir] {
 			continue
-		}
-		if t == nil {
-			t = &NPTier{}
 		}
 		t.Policies = append(t.Policies, np.ref())
 		for _, r := range s.rulesOf(np)[dir] {
@@ -197,6 +209,9 @@ func (s *state) buildNPDir(l *npList, dir Direction, sig int32) *npDir {
 				t.Rules = append(t.Rules, NPRule{Policy: np.ref(), Index: r.index, Match: m})
 			}
 		}
+	}
+	if len(t.Rules) == 0 {
+		t.Rules = nil // as when nothing was appended
 	}
 	return &npDir{tier: t}
 }
