@@ -159,13 +159,13 @@ func (s *state) compileNP(np *NetworkPolicy, errs field.ErrorList) *npState {
 	out.specBad, out.ruleOK = specBad, ruleOK
 
 	for i, r := range spec.Ingress {
-		path := "spec.ingress[" + strconv.Itoa(i) + "]"
+		path := rulePath("spec.ingress", i, bad)
 		if !npRuleVoid(path, "from", bad, specBad || !ruleOK[Ingress]) {
 			out.addNamedPorts(Ingress, i, path, r.Ports)
 		}
 	}
 	for i, r := range spec.Egress {
-		path := "spec.egress[" + strconv.Itoa(i) + "]"
+		path := rulePath("spec.egress", i, bad)
 		if !npRuleVoid(path, "to", bad, specBad || !ruleOK[Egress]) {
 			out.addNamedPorts(Egress, i, path, r.Ports)
 		}
@@ -224,14 +224,24 @@ func (s *state) rulesOf(np *npState) *[2][]*rule {
 	np.rules = new([2][]*rule)
 	spec, bad := &np.src.Spec, np.bad()
 	for i, r := range spec.Ingress {
-		path := "spec.ingress[" + strconv.Itoa(i) + "]"
+		path := rulePath("spec.ingress", i, bad)
 		np.rules[Ingress] = append(np.rules[Ingress], s.compileNPRule(np, Ingress, i, path, "from", r.From, r.Ports, bad, np.specBad || !np.ruleOK[Ingress]))
 	}
 	for i, r := range spec.Egress {
-		path := "spec.egress[" + strconv.Itoa(i) + "]"
+		path := rulePath("spec.egress", i, bad)
 		np.rules[Egress] = append(np.rules[Egress], s.compileNPRule(np, Egress, i, path, "to", r.To, r.Ports, bad, np.specBad || !np.ruleOK[Egress]))
 	}
 	return np.rules
+}
+
+// rulePath is a rule's field path, which only the policy's problems are
+// matched against: "" when it has none, as nearly every policy, so that
+// compiling its rules makes no string for them.
+func rulePath(list string, i int, bad badPaths) string {
+	if len(bad) == 0 {
+		return ""
+	}
+	return list + "[" + strconv.Itoa(i) + "]"
 }
 
 // npRuleVoid reports whether a rule matches nothing: a problem on the rule
