@@ -49,7 +49,11 @@ func (s *state) program() *Program {
 			p.Pods = append(p.Pods, *ps.pod)
 			p.Policies = append(p.Policies, pp)
 			p.podSlot = append(p.podSlot, ps.slot)
-			byKey[ps.pod.Key()] = ps.slot
+			if s.loadKeys != nil {
+				byKey[s.loadKeys[ps.index]] = ps.slot // made once, by uniquePods
+			} else {
+				byKey[ps.pod.Key()] = ps.slot
+			}
 		}
 		p.podByKey = newCOWMap(byKey)
 		p.slotIndex = slotIndex(p.podSlot, len(s.slots))

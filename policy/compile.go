@@ -44,6 +44,7 @@ func build(c *Cluster, opts Options) *state {
 	s.loadPods(pods)
 	s.dirty.full = true
 	s.publish()
+	s.loadKeys = nil
 	return s
 }
 
@@ -71,7 +72,8 @@ func (s *state) loadNodes(nodes []Node) {
 	s.dirty.nodes = true
 }
 
-// uniquePods sorts pods by key and keeps the first of duplicates.
+// uniquePods sorts pods by key and keeps the first of duplicates; it
+// keeps their keys for the first Program (loadKeys).
 func (s *state) uniquePods(in []*Pod) []*Pod {
 	type keyed struct {
 		key string
@@ -83,12 +85,14 @@ func (s *state) uniquePods(in []*Pod) []*Pod {
 	}
 	slices.SortStableFunc(ks, func(a, b keyed) int { return strings.Compare(a.key, b.key) })
 	pods := make([]*Pod, 0, len(in))
+	s.loadKeys = make([]string, 0, len(in))
 	for j, k := range ks {
 		if j > 0 && ks[j-1].key == k.key {
 			s.diag(SeverityWarning, "Pod "+k.key, "", "", "duplicate object: the first one is used")
 			continue
 		}
 		pods = append(pods, cleanAddrs(in[k.i]))
+		s.loadKeys = append(s.loadKeys, k.key)
 	}
 	return pods
 }

@@ -75,6 +75,9 @@ type state struct {
 	// onlyPods are Options.Pods as a set; nil when not set.
 	onlyPods map[string]struct{}
 	npSeq    int
+	// loadKeys are the keys of a full compile's pods by their index
+	// (podState.index), until its first Program is made.
+	loadKeys []string
 	// pendingFree are slots of pods deleted since the last publication.
 	pendingFree []uint32
 	// podsWithDiags are the pods without an address or with one that
