@@ -92,6 +92,51 @@ func TestDuplicateAddresses(t *testing.T) {
 	}
 }
 
+// PodByIP names each address's one owner, IPv4 (kept under 4-byte keys)
+// and IPv6 alike, in a full compile and after changes: no owner for an
+// address two pods claim, nor for one no pod has.
+func TestPodByIPOwners(t *testing.T) {
+	pod := func(name string, ips ...string) *policy.Pod {
+		p := &policy.Pod{Namespace: "n", Name: name, NodeName: "n1"}
+		for _, ip := range ips {
+			p.IPs = append(p.IPs, netip.MustParseAddr(ip))
+		}
+		return p
+	}
+	c := &policy.Cluster{Pods: []*policy.Pod{
+		pod("a", "10.0.0.1"),
+		pod("b", "10.0.0.1", "fd00::b"),
+		pod("c", "0.0.0.7", "fd00::c"),
+		pod("d", "::ffff:10.0.0.4"),
+	}}
+	comp := policy.NewCompiler(c, policy.Options{})
+	check := func(what string, want map[string]string) {
+		t.Helper()
+		prog := comp.Program()
+		for addr, owner := range want {
+			i, ok := prog.PodByIP(netip.MustParseAddr(addr))
+			got := ""
+			if ok {
+				got = prog.Pods[i].Name
+			}
+			if got != owner {
+				t.Errorf("%s: PodByIP(%s) = %q, want %q", what, addr, got, owner)
+			}
+		}
+	}
+	check("full compile", map[string]string{
+		"10.0.0.1": "", "fd00::b": "b", "0.0.0.7": "c", "::ffff:0.0.0.7": "c", "fd00::c": "c",
+		"10.0.0.4": "d", "::ffff:10.0.0.4": "d", "10.0.0.2": "", "fd00::a": "",
+	})
+	comp.DeletePod("n/a")
+	comp.UpsertPod(pod("e", "10.0.0.2", "fd00::e"))
+	comp.UpsertPod(pod("c", "10.0.0.3", "fd00::c"))
+	check("after changes", map[string]string{
+		"10.0.0.1": "b", "fd00::b": "b", "10.0.0.2": "e", "fd00::e": "e",
+		"0.0.0.7": "", "10.0.0.3": "c", "fd00::c": "c", "10.0.0.4": "d",
+	})
+}
+
 func denyAll(ns string) *networkingv1.NetworkPolicy {
 	return &networkingv1.NetworkPolicy{ObjectMeta: metav1.ObjectMeta{Name: "deny-all", Namespace: ns}}
 }
