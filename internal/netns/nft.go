@@ -10,9 +10,9 @@ import (
 )
 
 // Dataplane returns an nft.Syncer for table inet moat inside the
-// namespace, with conntrack cleanup and drop counter readings there too. Only the calls that reach
-// the kernel enter the namespace; the caller's threads stay where they
-// are.
+// namespace, with conntrack cleanup, drop counter and nftables generation
+// readings there too. Only the calls that reach the kernel enter the
+// namespace; the caller's threads stay where they are.
 func (n *NS) Dataplane(opts nft.Options) (*nft.Syncer, error) {
 	open := func() (knftables.Interface, error) {
 		var inner knftables.Interface
@@ -36,6 +36,7 @@ func (n *NS) Dataplane(opts nft.Options) (*nft.Syncer, error) {
 	opts.Conntrack = nft.NetlinkConntrack{Handle: nl}
 	// The namespace's descriptor stays open until Close, like nl.
 	opts.Counters = nft.NetlinkCounters{NetNS: int(n.h)}
+	opts.Generation = nft.NetlinkGeneration{NetNS: int(n.h)}
 	opts.Reopen = open
 	return nft.New(iface, opts), nil
 }

@@ -1,0 +1,135 @@
+package nft
+
+import (
+	"context"
+	"encoding/binary"
+	"errors"
+	"fmt"
+
+	"github.com/mdlayher/netlink"
+	"golang.org/x/sys/unix"
+)
+
+// The kernel numbers the states of a network namespace's nftables: each
+// committed transaction, by anyone, raises the namespace's generation by
+// one (skipping 0, which it never holds: it starts at 1). `nft monitor`
+// reports each new one ("# new generation N"). A Syncer that reads the
+// generation before and after its own commit knows, when the two differ by
+// exactly one, that nobody else committed in between; when the generation
+// later still reads the same, nobody has committed since, so the table is
+// still what the Syncer last programmed and a periodic resync need not
+// replace it (Syncer.InvalidateIfChanged).
+
+// GenerationReader reads the nftables generation of the namespace a
+// Syncer programs.
+type GenerationReader interface {
+	ReadGeneration(ctx context.Context) (uint32, error)
+}
+
+// NetlinkGeneration reads the generation with one NFT_MSG_GETGEN request
+// over a netlink socket. github.com/google/nftables (v0.3.0) decodes the
+// generation only in its monitor and has no request for it, so the
+// request is built here on the netlink package it uses.
+type NetlinkGeneration struct {
+	// NetNS is an open file descriptor of the network namespace to read;
+	// 0 means the calling thread's namespace at the time of the reading,
+	// where a knftables.New Interface runs its nft (as NetlinkCounters).
+	NetNS int
+}
+
+// getGen is the request's message type: subsystem nf_tables, message
+// NFT_MSG_GETGEN; the answer is an NFT_MSG_NEWGEN.
+const (
+	getGen = netlink.HeaderType(unix.NFNL_SUBSYS_NFTABLES<<8 | unix.NFT_MSG_GETGEN)
+	newGen = netlink.HeaderType(unix.NFNL_SUBSYS_NFTABLES<<8 | unix.NFT_MSG_NEWGEN)
+)
+
+// ReadGeneration implements GenerationReader. The socket lives for one
+// reading; a deadline of ctx bounds it.
+func (r NetlinkGeneration) ReadGeneration(ctx context.Context) (uint32, error) {
+	if err := ctx.Err(); err != nil {
+		return 0, err
+	}
+	conn, err := netlink.Dial(unix.NETLINK_NETFILTER, &netlink.Config{NetNS: r.NetNS})
+	if err != nil {
+		return 0, fmt.Errorf("nftables generation: %w", err)
+	}
+	defer conn.Close()
+	if dl, ok := ctx.Deadline(); ok {
+		if err := conn.SetDeadline(dl); err != nil {
+			return 0, fmt.Errorf("nftables generation: %w", err)
+		}
+	}
+	// The nfgenmsg header: family AF_UNSPEC, version NFNETLINK_V0,
+	// resource id 0.
+	msgs, err := conn.Execute(netlink.Message{
+		Header: netlink.Header{Type: getGen, Flags: netlink.Request},
+		Data:   []byte{unix.AF_UNSPEC, unix.NFNETLINK_V0, 0, 0},
+	})
+	if err != nil {
+		return 0, fmt.Errorf("nftables generation: %w", err)
+	}
+	for _, m := range msgs {
+		if m.Header.Type != newGen || len(m.Data) < 4 {
+			continue
+		}
+		ad, err := netlink.NewAttributeDecoder(m.Data[4:])
+		if err != nil {
+			return 0, fmt.Errorf("nftables generation: %w", err)
+		}
+		ad.ByteOrder = binary.BigEndian
+		for ad.Next() {
+			if ad.Type() == unix.NFTA_GEN_ID {
+				if id := ad.Uint32(); id != 0 {
+					return id, nil
+				}
+			}
+		}
+		if err := ad.Err(); err != nil {
+			return 0, fmt.Errorf("nftables generation: %w", err)
+		}
+	}
+	return 0, errors.New("nftables generation: the kernel's answer holds none")
+}
+
+// nextGeneration is the generation one commit after g.
+func nextGeneration(g uint32) uint32 {
+	if g++; g == 0 {
+		return 1
+	}
+	return g
+}
+
+// GenerationCheck is what a sync after InvalidateIfChanged found.
+type GenerationCheck struct {
+	// Left is the generation the Syncer's last commit left; 0 when it
+	// is not known (another commit came between the readings around
+	// it, a reading failed, the last transaction failed, or the
+	// Interface has no generation).
+	Left uint32
+	// Found is the generation read by the check; 0 when there is none
+	// to read (Err says why when reading failed).
+	Found uint32
+	Err   error
+}
+
+// Unchanged reports whether nobody committed to nftables since the
+// Syncer's last commit: the sync patched the table instead of replacing
+// it.
+func (c *GenerationCheck) Unchanged() bool { return c.Left != 0 && c.Found == c.Left }
+
+// Reason says why the check replaced the table ("" when it did not).
+func (c *GenerationCheck) Reason() string {
+	switch {
+	case c.Unchanged():
+		return ""
+	case c.Err != nil:
+		return fmt.Sprintf("cannot read the nftables generation: %v", c.Err)
+	case c.Found == 0:
+		return "the dataplane has no nftables generation to check"
+	case c.Left == 0:
+		return fmt.Sprintf("the nftables generation the last commit left is unknown (now %d)", c.Found)
+	default:
+		return fmt.Sprintf("nftables generation moved from %d to %d", c.Left, c.Found)
+	}
+}

@@ -1,0 +1,235 @@
+package nft
+
+import (
+	"bufio"
+	"context"
+	"os/exec"
+	"regexp"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/vishvananda/netns"
+)
+
+// generationMonitor follows `nft monitor` in the calling thread's
+// namespace: each value is a generation it reported ("# new generation
+// N by process ...").
+type generationMonitor struct {
+	cmd  *exec.Cmd
+	gens chan uint32
+}
+
+var newGenerationLine = regexp.MustCompile(`^# new generation (\d+)`)
+
+// startGenerationMonitor starts nft monitor and waits until it reports:
+// until then it commits a probe, over and over, for the monitor may not
+// have subscribed yet. It returns the generation of the last probe.
+func startGenerationMonitor(t *testing.T) (*generationMonitor, uint32) {
+	t.Helper()
+	// stdbuf: nft buffers its output to a pipe.
+	cmd := exec.Command("stdbuf", "-oL", "nft", "monitor")
+	out, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		t.Fatalf("nft monitor: %v", err)
+	}
+	m := &generationMonitor{cmd: cmd, gens: make(chan uint32, 100)}
+	t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
+	go func() {
+		defer close(m.gens)
+		sc := bufio.NewScanner(out)
+		// A set's elements are one line.
+		sc.Buffer(nil, 64<<20)
+		for sc.Scan() {
+			if g := newGenerationLine.FindStringSubmatch(sc.Text()); g != nil {
+				n, _ := strconv.ParseUint(g[1], 10, 32)
+				m.gens <- uint32(n)
+			}
+		}
+	}()
+	for range 100 {
+		// Adding and deleting a table: a commit that changes something
+		// (one that changes nothing raises no generation) and leaves
+		// nothing.
+		if out, err := exec.Command("nft", "add table inet probe; delete table inet probe").CombinedOutput(); err != nil {
+			t.Fatalf("nft probe: %v: %s", err, out)
+		}
+		select {
+		case g, ok := <-m.gens:
+			if !ok {
+				t.Fatal("nft monitor ended")
+			}
+			// Probes the monitor saw after the first queue behind it;
+			// the last one is the generation now.
+			for {
+				select {
+				case g = <-m.gens:
+					continue
+				default:
+				}
+				return m, g
+			}
+		case <-time.After(100 * time.Millisecond):
+		}
+	}
+	t.Fatal("nft monitor reported no generation for 100 commits")
+	return nil, 0
+}
+
+// next returns the next generation the monitor reports.
+func (m *generationMonitor) next(t *testing.T, step string) uint32 {
+	t.Helper()
+	select {
+	case g, ok := <-m.gens:
+		if !ok {
+			t.Fatalf("%s: nft monitor ended", step)
+		}
+		return g
+	case <-time.After(time.Minute):
+		t.Fatalf("%s: nft monitor reported no generation within a minute", step)
+	}
+	return 0
+}
+
+// readGeneration reads the generation in the calling thread's namespace
+// and, from a thread outside it, through the namespace's descriptor; both
+// must agree.
+func readGeneration(t *testing.T, step string) uint32 {
+	t.Helper()
+	ctx := context.Background()
+	g, err := NetlinkGeneration{}.ReadGeneration(ctx)
+	if err != nil {
+		t.Fatalf("%s: %v", step, err)
+	}
+	ns, err := netns.Get()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ns.Close()
+	type reading struct {
+		g   uint32
+		err error
+	}
+	done := make(chan reading)
+	go func() { // an unlocked goroutine: not on this namespace's thread
+		g, err := NetlinkGeneration{NetNS: int(ns)}.ReadGeneration(ctx)
+		done <- reading{g, err}
+	}()
+	if r := <-done; r.err != nil || r.g != g {
+		t.Errorf("%s: generation through the namespace's descriptor %d, %v; in the namespace %d", step, r.g, r.err, g)
+	}
+	return g
+}
+
+// TestKernelGeneration: the generation read over netlink is the one nft
+// monitor reports, and each Syncer commit, full or patch, raises it by
+// one, which the Syncer records.
+func TestKernelGeneration(t *testing.T) {
+	inPrivateNetns(t, func() {
+		ctx := context.Background()
+		mon, probe := startGenerationMonitor(t)
+		if g := readGeneration(t, "after the probe"); g != probe {
+			t.Fatalf("generation read %d; nft monitor reported %d", g, probe)
+		}
+		iface, err := NewInterface()
+		if err != nil {
+			t.Fatal(err)
+		}
+		s := New(iface, Options{Node: "n1"})
+		more := counterPods + `---
+apiVersion: v1
+kind: Pod
+metadata: {name: b2, namespace: x, labels: {app: b}}
+spec: {nodeName: n2}
+status: {podIP: 10.0.1.4}
+`
+		want := probe
+		for i, yaml := range []string{counterPods, more} {
+			res, err := s.Sync(ctx, compileYAML(t, yaml))
+			if err != nil || res.Operations == 0 || res.Full != (i == 0) {
+				t.Fatalf("sync %d: %+v, %v; want a full replace, then a patch", i, res, err)
+			}
+			want = nextGeneration(want)
+			step := "after sync " + strconv.Itoa(i)
+			if got := mon.next(t, step); got != want {
+				t.Errorf("%s: nft monitor reported generation %d, want %d", step, got, want)
+			}
+			if g := readGeneration(t, step); g != want {
+				t.Errorf("%s: generation read %d, want %d", step, g, want)
+			}
+			if s.left != want {
+				t.Errorf("%s: the Syncer recorded generation %d, want %d", step, s.left, want)
+			}
+		}
+	})
+}
+
+// TestKernelCheckedResync: a checked resync patches a table nobody else
+// touched, and replaces it after another commit in the namespace, be it to
+// another table or an edit or removal of Moat's; the replaced table is
+// what a fresh sync programs.
+func TestKernelCheckedResync(t *testing.T) {
+	inPrivateNetns(t, func() {
+		ctx := context.Background()
+		iface, err := NewInterface()
+		if err != nil {
+			t.Fatal(err)
+		}
+		s := New(iface, Options{Node: "n1"})
+		if res, err := s.Sync(ctx, compileYAML(t, counterPods)); err != nil || !res.Full {
+			t.Fatalf("first sync: %+v, %v", res, err)
+		}
+		fresh := nftList(t)
+		checked := func(step string, wantFull bool) Result {
+			t.Helper()
+			s.InvalidateIfChanged()
+			res, err := s.Sync(ctx, compileYAML(t, counterPods))
+			if err != nil {
+				t.Fatalf("%s: %v", step, err)
+			}
+			if res.Check == nil || res.Full != wantFull || res.Check.Unchanged() == wantFull {
+				t.Fatalf("%s: %+v (check %+v); want full replace %v", step, res, res.Check, wantFull)
+			}
+			if got := nftList(t); got != fresh {
+				t.Errorf("%s: table differs from a fresh sync's:\n%s\nwant\n%s", step, got, fresh)
+			}
+			if g := readGeneration(t, step); s.left != g {
+				t.Errorf("%s: the Syncer recorded generation %d, the kernel is at %d", step, s.left, g)
+			}
+			return res
+		}
+		// Nobody else committed: the same program again is an empty patch.
+		if res := checked("quiet", false); res.Operations != 0 {
+			t.Errorf("quiet checked resync sent %d operations, want 0", res.Operations)
+		}
+		checked("quiet again", false)
+
+		nft := func(args ...string) {
+			t.Helper()
+			if out, err := exec.Command("nft", args...).CombinedOutput(); err != nil {
+				t.Fatalf("nft %s: %v: %s", strings.Join(args, " "), err, out)
+			}
+		}
+		for _, edit := range [][]string{
+			{"add", "table", "inet", "other"},
+			{"add", "chain", "inet", Table, "intruder"},
+			{"flush", "table", "inet", Table},
+			{"delete", "table", "inet", Table},
+		} {
+			step := "after nft " + strings.Join(edit, " ")
+			before := readGeneration(t, step)
+			nft(edit...)
+			res := checked(step, true)
+			if want := "nftables generation moved from " + strconv.FormatUint(uint64(before), 10); !strings.HasPrefix(res.Check.Reason(), want) {
+				t.Errorf("%s: reason %q, want %q...", step, res.Check.Reason(), want)
+			}
+			checked(step+", then quiet", false)
+		}
+		// The other table was left alone.
+		nft("list", "table", "inet", "other")
+	})
+}
