@@ -24,6 +24,36 @@ type Dataplane interface {
 	Sync(ctx context.Context, prog *policy.Program) (nft.Result, error)
 	// Invalidate makes the next Sync replace the whole table.
 	Invalidate()
+	// InvalidateIfChanged makes the next Sync build the ruleset anew and
+	// replace the whole table only if someone else may have changed
+	// nftables since the dataplane's last commit; otherwise it patches.
+	InvalidateIfChanged()
+}
+
+// resyncKind is what a sync is asked to do beyond applying the changes
+// since the last one. A greater kind includes the lesser ones.
+type resyncKind int32
+
+const (
+	resyncNone resyncKind = iota
+	// resyncChecked compiles from scratch (which repairs any drift of
+	// the incremental path) and has the dataplane replace the table only
+	// when nftables' generation moved since its last commit: --resync.
+	resyncChecked
+	// resyncForced compiles from scratch and replaces the whole table:
+	// the first sync, and SIGHUP (an operator's explicit request).
+	resyncForced
+)
+
+// String is the kind label of moat_agent_resyncs_total.
+func (k resyncKind) String() string {
+	switch k {
+	case resyncChecked:
+		return "checked"
+	case resyncForced:
+		return "forced"
+	}
+	return "none"
 }
 
 // problemScanGap is the least time between two reads of the caches for
@@ -51,8 +81,9 @@ type Agent struct {
 	watches []*watchState
 	queue   workqueue.TypedRateLimitingInterface[string]
 
-	// fullResync asks the next sync to replace the whole table.
-	fullResync atomic.Bool
+	// resync holds the resyncKind the next sync is asked for; requests
+	// fold into the greatest (requestResync), the sync takes it once.
+	resync atomic.Int32
 	// programmed: the first sync has been applied. lastFailed: the last
 	// sync attempt failed (the previous rules are still in force).
 	programmed, lastFailed atomic.Bool
@@ -169,8 +200,7 @@ func (a *Agent) Run(ctx context.Context) error {
 	a.log.Info("Caches synced: programming the node")
 	// The first sync replaces whatever table a previous agent left, in one
 	// transaction.
-	a.fullResync.Store(true)
-	a.queue.Add(syncKey)
+	a.requestResync(resyncForced)
 	wg.Add(1)
 	go func() {
 		defer wg.Done()
@@ -188,7 +218,7 @@ func (a *Agent) Run(ctx context.Context) error {
 				case <-ctx.Done():
 					return
 				case <-t.C:
-					a.Resync()
+					a.CheckedResync()
 				}
 			}
 		}()
@@ -210,14 +240,42 @@ func (a *Agent) Run(ctx context.Context) error {
 	return nil
 }
 
-// Resync asks for a full resync now, as each --resync period does: the
-// next sync compiles from the caches from scratch and replaces the whole
-// table in one transaction, repairing edits made to it behind the agent's
-// back. moat-agent calls it on SIGHUP. Before the first sync it changes
-// nothing (the first sync is a full one).
+// Resync asks for a forced resync now: the next sync compiles from the
+// caches from scratch and replaces the whole table in one transaction,
+// repairing edits made to it behind the agent's back whether or not
+// nftables shows any. moat-agent calls it on SIGHUP. Before the first
+// sync it changes nothing (the first sync is a forced one).
 func (a *Agent) Resync() {
-	a.fullResync.Store(true)
+	a.requestResync(resyncForced)
+}
+
+// CheckedResync asks for the resync each --resync period does: the next
+// sync compiles from scratch, and the dataplane replaces the whole table
+// only if nftables changed since its last commit (someone else committed:
+// they may have edited or deleted the table), and otherwise patches it
+// with whatever the new compilation changed. On a node where nothing else
+// writes nftables it costs a compilation, not a transaction of the whole
+// table. A forced resync asked for before the sync takes the request
+// wins.
+func (a *Agent) CheckedResync() {
+	a.requestResync(resyncChecked)
+}
+
+// requestResync asks the next sync for k at least and queues it.
+func (a *Agent) requestResync(k resyncKind) {
+	for {
+		cur := a.resync.Load()
+		if resyncKind(cur) >= k || a.resync.CompareAndSwap(cur, int32(k)) {
+			break
+		}
+	}
 	a.queue.Add(syncKey)
+}
+
+// takeResync returns the resync the next sync is asked for and clears
+// the request: each is taken by one sync.
+func (a *Agent) takeResync() resyncKind {
+	return resyncKind(a.resync.Swap(int32(resyncNone)))
 }
 
 func (a *Agent) processNext(ctx context.Context) bool {
@@ -249,14 +307,21 @@ func (a *Agent) sync(ctx context.Context) error {
 	a.syncStarted.Store(start.UnixNano())
 	defer a.syncStarted.Store(0)
 
-	resync := a.fullResync.Swap(false)
-	if resync {
-		// Before compiling: the dataplane lets go of what it keeps of the
-		// old Program (its last ruleset and build cache), so that a full
-		// resync does not hold them beside the new compiler's state.
+	resync := a.takeResync()
+	// Before compiling: the dataplane lets go of what it keeps of the
+	// old Program (its build cache; for a forced resync its last ruleset
+	// too), so that a resync does not hold them beside the new
+	// compiler's state. A checked resync keeps the last ruleset, to patch
+	// against.
+	switch resync {
+	case resyncForced:
 		a.dp.Invalidate()
+	case resyncChecked:
+		a.dp.InvalidateIfChanged()
 	}
-	prog, full, changed := a.compile(resync)
+	// The first sync is no resync.
+	countResync := resync != resyncNone && a.programmed.Load()
+	prog, full, changed := a.compile(resync != resyncNone)
 	compiled := time.Now()
 	a.metrics.syncDuration.WithLabelValues("compile").Observe(compiled.Sub(start).Seconds())
 	a.status.publish(a.compiled, prog)
@@ -291,6 +356,9 @@ func (a *Agent) sync(ctx context.Context) error {
 			err = errors.New("dataplane did not apply the ruleset")
 		}
 		a.metrics.syncs.WithLabelValues(kind, resultError).Inc()
+		if countResync {
+			a.metrics.resyncs.WithLabelValues(resync.String(), resultError).Inc()
+		}
 		if !a.lastFailed.Swap(true) {
 			a.status.nodeFailed(err)
 		}
@@ -313,6 +381,18 @@ func (a *Agent) sync(ctx context.Context) error {
 		a.log.Error(err, "Rules applied but removing denied established connections failed")
 	}
 	a.metrics.syncs.WithLabelValues(kind, result).Inc()
+	if countResync {
+		outcome := resyncUnchanged
+		if res.Full {
+			outcome = resyncReplaced
+		}
+		a.metrics.resyncs.WithLabelValues(resync.String(), outcome).Inc()
+		if res.Check != nil && res.Full {
+			a.log.V(2).Info("Checked resync replaced the table", "reason", res.Check.Reason())
+		} else if res.Check != nil {
+			a.log.V(2).Info("Checked resync patched the table: nftables unchanged since the agent's last commit", "generation", res.Check.Found, "operations", res.Operations)
+		}
+	}
 	if a.lastFailed.Swap(false) {
 		a.log.Info("Sync recovered")
 	}

@@ -28,7 +28,8 @@ import (
 )
 
 // testDP is the real nft.Syncer on a knftables fake, with a switch to make
-// transactions fail as a broken nft would.
+// transactions fail as a broken nft would, and a generation of nftables
+// as the kernel keeps (recordingNFT).
 type testDP struct {
 	*nft.Syncer
 	fake  *knftables.Fake
@@ -45,19 +46,28 @@ func newTestDP(node string) *testDP {
 // table that may already hold rules.
 func newTestDPOn(f *knftables.Fake, node string) *testDP {
 	rec := &recordingNFT{Interface: f, fake: f}
-	return &testDP{Syncer: nft.New(rec, nft.Options{Node: node}), fake: f, nft: rec}
+	rec.gen.Store(1)
+	return &testDP{Syncer: nft.New(rec, nft.Options{Node: node, Generation: rec}), fake: f, nft: rec}
 }
 
-// recordingNFT records the table after every transaction.
+// recordingNFT records the table after every transaction. Like the
+// kernel it counts generations: each transaction that runs raises gen by
+// one, and a test raises it to stand for another writer's commit.
 type recordingNFT struct {
 	knftables.Interface
 	fake  *knftables.Fake
+	gen   atomic.Uint32
 	mu    sync.Mutex
 	dumps []string
 }
 
+func (r *recordingNFT) ReadGeneration(context.Context) (uint32, error) { return r.gen.Load(), nil }
+
 func (r *recordingNFT) Run(ctx context.Context, tx *knftables.Transaction) error {
 	err := r.Interface.Run(ctx, tx)
+	if err == nil {
+		r.gen.Add(1)
+	}
 	r.mu.Lock()
 	r.dumps = append(r.dumps, r.fake.Dump())
 	r.mu.Unlock()
@@ -182,8 +192,7 @@ func TestAgentFollowsTheCluster(t *testing.T) {
 	// The incremental result equals a full compilation of the same caches.
 	incremental := dp.fake.Dump()
 	syncs := a.syncs.Load()
-	a.fullResync.Store(true)
-	a.queue.Add(syncKey)
+	a.Resync()
 	fixture.Eventually(t, 10*time.Second, "full resync", func() (bool, string) { return a.syncs.Load() > syncs, "no sync" })
 	if full := dp.fake.Dump(); full != incremental {
 		t.Errorf("incremental and full compilation differ:\nincremental:\n%s\nfull:\n%s", incremental, full)

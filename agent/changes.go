@@ -35,8 +35,7 @@ func (a *Agent) changed(k objKind, obj any) {
 	if err != nil {
 		// Not an object of the caches: compile everything to be safe.
 		a.log.Error(err, "Cannot key a changed object; compiling in full")
-		a.fullResync.Store(true)
-		a.queue.Add(syncKey)
+		a.requestResync(resyncChecked)
 		return
 	}
 	p := &a.pending

@@ -252,8 +252,7 @@ spec:
 		time.Sleep(500 * time.Millisecond)
 		before1, before2 := n1.dp.fake.Dump(), n2.dp.fake.Dump()
 		// A full resync from the caches meanwhile must write the same rules.
-		n1.fullResync.Store(true)
-		n1.queue.Add(syncKey)
+		n1.Resync()
 		syncs := n1.syncs.Load()
 		fixture.Eventually(t, 10*time.Second, "resync during the outage", func() (bool, string) { return n1.syncs.Load() > syncs, "no sync" })
 		time.Sleep(2 * time.Second)

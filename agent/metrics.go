@@ -14,6 +14,7 @@ type metrics struct {
 
 	syncDuration *prometheus.HistogramVec
 	syncs        *prometheus.CounterVec
+	resyncs      *prometheus.CounterVec
 	compiles     *prometheus.CounterVec
 	operations   prometheus.Histogram
 	programmed   *prometheus.GaugeVec
@@ -40,6 +41,17 @@ const (
 	// resultConntrackError: rules applied, but removing established
 	// connections they deny failed.
 	resultConntrackError = "conntrack_error"
+)
+
+// Outcomes of a resync that programmed the node, the result label of
+// moat_agent_resyncs_total besides resultError.
+const (
+	// resyncReplaced: the whole table was replaced.
+	resyncReplaced = "replaced"
+	// resyncUnchanged: nftables had not changed since the agent's last
+	// commit; the table was patched with what the compilation from
+	// scratch changed, usually nothing.
+	resyncUnchanged = "unchanged"
 )
 
 // watchState adds the event count and staleness series of one
@@ -76,6 +88,10 @@ func newMetrics() *metrics {
 	m.syncs = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "moat_agent_syncs_total",
 		Help: "Syncs by kind (full: the whole table replaced; diff: a patch) and result (success, error, conntrack_error).",
+	}, []string{"kind", "result"})
+	m.resyncs = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "moat_agent_resyncs_total",
+		Help: "Resyncs after the first sync by kind (checked: --resync, which replaces the table only if nftables' generation moved since the agent's last commit; forced: SIGHUP) and result (replaced, unchanged: patched, error).",
 	}, []string{"kind", "result"})
 	m.compiles = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "moat_agent_compilations_total",
@@ -134,11 +150,19 @@ func newMetrics() *metrics {
 		Name: "moat_agent_leader",
 		Help: "1 while this agent holds the status-writer Lease.",
 	})
-	m.reg.MustRegister(m.syncDuration, m.syncs, m.compiles, m.operations, m.programmed, m.policies, m.changes, m.ignoredRelabels, m.watchErrors, m.watchEvents,
+	m.reg.MustRegister(m.syncDuration, m.syncs, m.resyncs, m.compiles, m.operations, m.programmed, m.policies, m.changes, m.ignoredRelabels, m.watchErrors, m.watchEvents,
 		m.problems, m.statusWrites, m.conntrack, m.lastSuccess, m.ready, m.leader)
 	for _, r := range []string{resultSuccess, resultError, resultConntrackError} {
 		for _, k := range []string{"full", "diff"} {
 			m.syncs.WithLabelValues(k, r)
+		}
+	}
+	for _, k := range []resyncKind{resyncChecked, resyncForced} {
+		for _, r := range []string{resyncReplaced, resyncUnchanged, resultError} {
+			if k == resyncForced && r == resyncUnchanged {
+				continue
+			}
+			m.resyncs.WithLabelValues(k.String(), r)
 		}
 	}
 	for _, n := range informerNames {
