@@ -21,8 +21,10 @@ type Config struct {
 	// AllowNodeLocal lets the node's own addresses reach its pods whatever
 	// the policies say (kubelet probes); false polices that traffic too.
 	AllowNodeLocal bool
-	// Resync is how often the whole table is rewritten from the caches in
-	// one transaction, repairing edits made behind the agent's back. Zero
+	// Resync is how often the agent compiles from the caches from
+	// scratch and, when anything else committed to nftables since its
+	// last transaction, rewrites the whole table in one transaction,
+	// repairing edits made behind its back (Agent.CheckedResync). Zero
 	// turns the timer off.
 	Resync time.Duration
 	// Features holds the feature gates (features.New); nil means every

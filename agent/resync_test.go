@@ -154,3 +154,29 @@ func TestCheckedResync(t *testing.T) {
 		t.Errorf("a %v resync is still asked for", k)
 	}
 }
+
+// TestResyncPeriodIsChecked: the --resync ticker asks for checked
+// resyncs, which leave a table nobody else touched alone.
+func TestResyncPeriodIsChecked(t *testing.T) {
+	c := newFakeCluster(t,
+		fixture.Namespace("a", nil),
+		fixture.Pod("a", "x", "n1", map[string]string{"app": "x"}, nil, "10.0.0.1"),
+		fixture.YAML(t, npAllowYtoX),
+	)
+	dp := newTestDP("n1")
+	a, stop := startAgent(t, c, Config{Resync: 10 * time.Millisecond}, dp)
+	fixture.Eventually(t, 10*time.Second, "two checked resyncs", func() (bool, string) {
+		v := testutilValue(t, a, "moat_agent_resyncs_total", `kind="checked",result="unchanged"`)
+		return v != "0" && v != "1", "checked resyncs that left the table: " + v
+	})
+	stop()
+	for _, series := range []string{`kind="checked",result="replaced"`, `kind="forced",result="replaced"`} {
+		if v := testutilValue(t, a, "moat_agent_resyncs_total", series); v != "0" {
+			t.Errorf("moat_agent_resyncs_total{%s} = %s, want 0", series, v)
+		}
+	}
+	// The first sync's replace, and nothing since.
+	if n := len(dp.nft.transactions()); n != 1 {
+		t.Errorf("%d transactions, want 1", n)
+	}
+}

@@ -35,8 +35,9 @@ func requireHost(t *testing.T) {
 	testenv.RequirePrivileged(t)
 }
 
-// buildAgent compiles cmd/moat-agent once per test binary; TestMain
-// removes it.
+// buildAgent compiles cmd/moat-agent once per test binary, with -tags
+// moatbench (SIGUSR1 asks for a checked resync, for BenchmarkAgentScale);
+// TestMain removes it.
 var buildOnce struct {
 	sync.Once
 	dir, path string
@@ -65,7 +66,7 @@ func agentBinary(t testing.TB) string {
 			return
 		}
 		buildOnce.dir, buildOnce.path = dir, filepath.Join(dir, "moat-agent")
-		cmd := exec.Command("go", "build", "-o", buildOnce.path, "./cmd/moat-agent")
+		cmd := exec.Command("go", "build", "-tags", "moatbench", "-o", buildOnce.path, "./cmd/moat-agent")
 		cmd.Dir = root
 		if out, err := cmd.CombinedOutput(); err != nil {
 			buildOnce.err = fmt.Errorf("go build ./cmd/moat-agent: %v\n%s", err, out)

@@ -24,8 +24,9 @@ import (
 const long = `moat-agent watches the API server (pods, namespaces, nodes, NetworkPolicies,
 ClusterNetworkPolicies) and keeps this node's nftables table "inet moat" in
 step with them: every change is compiled and applied as one nftables
-transaction, a diff where possible, the whole table on start and every
---resync (or on SIGHUP). When the API server is unreachable the last programmed rules stay;
+transaction, a diff where possible, the whole table on start and on SIGHUP,
+and every --resync if anything else committed to nftables since the agent's
+last transaction. When the API server is unreachable the last programmed rules stay;
 when the agent restarts, the table it left keeps enforcing until the new
 agent's first full sync replaces it in one transaction. /readyz turns ready
 after that first sync.
@@ -56,10 +57,11 @@ func NewCommand() (*cobra.Command, error) {
 		}), nil
 }
 
-// resyncOnHangup turns each SIGHUP into a request for a full resync,
+// resyncOnHangup turns each SIGHUP into a request for a forced resync,
 // until ctx ends: an operator who edited or deleted the node's table by
 // hand gets it rewritten at once, without restarting the agent (which
-// would list the whole cluster again) or waiting for --resync.
+// would list the whole cluster again) or waiting for --resync. Forced,
+// not checked as --resync's: the operator asked for the rewrite.
 func resyncOnHangup(ctx context.Context, hup <-chan os.Signal, a *agent.Agent, log klog.Logger) {
 	for {
 		select {
@@ -111,6 +113,7 @@ func Run(ctx context.Context, o *options.Options) error {
 	defer cancel()
 	serveErr := srv.serve(ctx, a)
 	go resyncOnHangup(ctx, hup, a, log)
+	go checkedResyncOnUser1(ctx, a, log)
 	runErr := make(chan error, 1)
 	go func() { runErr <- a.Run(ctx) }()
 	select {

@@ -76,7 +76,7 @@ func (o *Options) Flags() cliflag.NamedFlagSets {
 	fs.StringVar(&o.MetricsBindAddress, "metrics-bind-address", o.MetricsBindAddress, "Address (host:port) serving Prometheus metrics on /metrics; empty disables")
 	fs.StringVar(&o.HealthBindAddress, "health-bind-address", o.HealthBindAddress, "Address (host:port) serving /healthz (liveness) and /readyz (ready after the first full sync; lists how current each watch is); empty disables")
 	fs.BoolVar(&o.Profiling, "profiling", o.Profiling, "Serve Go's runtime profiles (CPU, heap, goroutines) on /debug/pprof/ at --metrics-bind-address")
-	fs.DurationVar(&o.Resync, "resync", o.Resync, "Period of the full resync, which rewrites the whole table in one transaction (repairs edits made behind the agent's back); 0 disables")
+	fs.DurationVar(&o.Resync, "resync", o.Resync, "Period of the resync: a compilation from scratch, and a rewrite of the whole table in one transaction if anything committed to nftables since the agent's last transaction (repairs edits made behind the agent's back; SIGHUP rewrites unconditionally); 0 disables")
 	o.Features.AddFlag(fs)
 
 	fs = fss.FlagSet("dataplane")
