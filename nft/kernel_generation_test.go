@@ -184,6 +184,13 @@ func TestKernelCheckedResync(t *testing.T) {
 			t.Fatalf("first sync: %+v, %v", res, err)
 		}
 		fresh := nftList(t)
+		more := counterPods + `---
+apiVersion: v1
+kind: Pod
+metadata: {name: b2, namespace: x, labels: {app: b}}
+spec: {nodeName: n2}
+status: {podIP: 10.0.1.4}
+`
 		checked := func(step string, wantFull bool) Result {
 			t.Helper()
 			s.InvalidateIfChanged()
@@ -229,6 +236,18 @@ func TestKernelCheckedResync(t *testing.T) {
 			}
 			checked(step+", then quiet", false)
 		}
+		// An edit, then a patch of the Syncer's own before the resync:
+		// the patch must not pass for the state the Syncer knows.
+		nft("add", "chain", "inet", Table, "intruder")
+		fix := func(res Result, err error) {
+			t.Helper()
+			if err != nil || res.Full || res.Operations == 0 {
+				t.Fatalf("patch after an edit: %+v, %v", res, err)
+			}
+		}
+		fix(s.Sync(ctx, compileYAML(t, more)))
+		fix(s.Sync(ctx, compileYAML(t, counterPods)))
+		checked("after an edit and two patches", true)
 		// The other table was left alone.
 		nft("list", "table", "inet", "other")
 	})

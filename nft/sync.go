@@ -179,6 +179,12 @@ func (s *Syncer) apply(ctx context.Context, rs *Ruleset, in *buildInputs) (Resul
 		incErr = s.nft.Run(ctx, tx)
 		res.Transaction = time.Since(start)
 		if incErr == nil {
+			// A patch leaves applied only on the table applied was:
+			// if anyone committed since the last commit (g0 is not
+			// left), they may have edited it.
+			if g0 != s.left {
+				g0 = 0
+			}
 			s.left = s.leftAfter(ctx, g0)
 			s.applied, s.inputs = rs, in
 			s.counters = rs.counters
@@ -265,8 +271,8 @@ func (s *Syncer) generation(ctx context.Context) uint32 {
 }
 
 // leftAfter is the generation a successful commit left when g0 was read
-// just before it: the one after g0 if the generation reads so now, else
-// unknown (0), because someone else committed too.
+// just before it (0: not known): the one after g0 if the generation reads
+// so now, else unknown (0), because someone else committed too.
 func (s *Syncer) leftAfter(ctx context.Context, g0 uint32) uint32 {
 	if g0 == 0 {
 		return 0
