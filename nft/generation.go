@@ -15,10 +15,11 @@ import (
 // one (skipping 0, which it never holds: it starts at 1). `nft monitor`
 // reports each new one ("# new generation N"). A Syncer that reads the
 // generation before and after its own commit knows, when the two differ by
-// exactly one, that nobody else committed in between; when the generation
-// later still reads the same, nobody has committed since, so the table is
-// still what the Syncer last programmed and a periodic resync need not
-// replace it (Syncer.InvalidateIfChanged).
+// exactly one, that nobody else committed in between, and, when the one
+// before is the one its previous commit left (or it replaced the whole
+// table), that the table now holds what it programmed. When the generation
+// later still reads the same, nobody has committed since, so a periodic
+// resync need not replace the table (Syncer.InvalidateIfChanged).
 
 // GenerationReader reads the nftables generation of the namespace a
 // Syncer programs.
@@ -104,8 +105,8 @@ func nextGeneration(g uint32) uint32 {
 type GenerationCheck struct {
 	// Left is the generation the Syncer's last commit left; 0 when it
 	// is not known (another commit came between the readings around
-	// it, a reading failed, the last transaction failed, or the
-	// Interface has no generation).
+	// it or, for a patch, since the commit before; a reading failed;
+	// the last transaction failed; the Interface has no generation).
 	Left uint32
 	// Found is the generation read by the check; 0 when there is none
 	// to read (Err says why when reading failed).
