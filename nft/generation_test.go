@@ -85,6 +85,15 @@ status: {podIP: 10.0.1.4}
 	checked("after a commit beside the Syncer's", true, "generation the last commit left is unknown (now 6)")
 	checked("quiet after the replace", false, "")
 
+	// Another commit, then a patch of the Syncer's: the patch succeeds
+	// on a table that may have been edited.
+	f.gen++
+	if res, err := s.Sync(ctx, more); err != nil || res.Full || res.Operations == 0 {
+		t.Fatalf("patch: %+v, %v", res, err)
+	}
+	checked("after another commit and a patch", true, "generation the last commit left is unknown (now 9)")
+	checked("quiet after the replace", false, "")
+
 	f.err = errors.New("netlink broke")
 	checked("unreadable generation", true, "netlink broke")
 	f.err = nil

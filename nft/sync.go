@@ -92,8 +92,9 @@ type Syncer struct {
 	// holds mean the same in any table Moat wrote.
 	counters map[string]*DropCounter
 	// left is the nftables generation the last commit left when nobody
-	// else committed around it, 0 when not known. While the kernel's
-	// generation still equals it, the table holds applied.
+	// else committed around it (nor, before a patch, since the commit
+	// before), 0 when not known. While the kernel's generation still
+	// equals it, the table holds applied.
 	left uint32
 	// checkNext: the next apply checks the generation
 	// (InvalidateIfChanged).
