@@ -5,12 +5,15 @@ import (
 	"context"
 	"os/exec"
 	"regexp"
+	"runtime"
 	"strconv"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/vishvananda/netns"
+
+	"github.com/moat-net/moat/internal/testenv"
 )
 
 // generationMonitor follows `nft monitor` in the calling thread's
@@ -250,5 +253,51 @@ status: {podIP: 10.0.1.4}
 		checked("after an edit and two patches", true)
 		// The other table was left alone.
 		nft("list", "table", "inet", "other")
+	})
+}
+
+// BenchmarkReadGeneration: what each of the two readings around each of
+// the Syncer's transactions costs, in the calling thread's namespace and
+// through a namespace's descriptor (moat-agent --netns).
+func BenchmarkReadGeneration(b *testing.B) {
+	testenv.RequirePrivileged(b)
+	runtime.LockOSThread()
+	orig, err := netns.Get()
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer orig.Close()
+	ns, err := netns.New() // moves this thread into it
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer ns.Close()
+	if err := netns.Set(orig); err != nil {
+		b.Fatal(err) // the thread stays locked, and dies with the goroutine
+	}
+	runtime.UnlockOSThread()
+	ctx := context.Background()
+	b.Run("in-netns", func(b *testing.B) {
+		runtime.LockOSThread()
+		if err := netns.Set(ns); err != nil {
+			b.Fatal(err)
+		}
+		defer func() {
+			if netns.Set(orig) == nil {
+				runtime.UnlockOSThread()
+			}
+		}()
+		for b.Loop() {
+			if _, err := (NetlinkGeneration{}).ReadGeneration(ctx); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
+	b.Run("netns-fd", func(b *testing.B) {
+		for b.Loop() {
+			if _, err := (NetlinkGeneration{NetNS: int(ns)}).ReadGeneration(ctx); err != nil {
+				b.Fatal(err)
+			}
+		}
 	})
 }
