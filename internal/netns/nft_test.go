@@ -89,3 +89,53 @@ func TestDataplaneCountersInside(t *testing.T) {
 		t.Errorf("Dataplane counters %v; nft inside the namespace lists %v", got, want)
 	}
 }
+
+// TestDataplaneGenerationInside: a Dataplane checks the nftables
+// generation of its namespace, not the caller's: a checked resync patches
+// while nobody commits there, and replaces after a commit inside.
+func TestDataplaneGenerationInside(t *testing.T) {
+	testenv.RequirePrivileged(t)
+	if !netnstest.Isolate(t) {
+		return
+	}
+	ns, err := Create("moat-nstest-gen")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() {
+		ns.Close()
+		if err := Delete("moat-nstest-gen"); err != nil {
+			t.Error(err)
+		}
+	}()
+	res, err := (&manifest.Loader{Stdin: strings.NewReader(oneDeny)}).Load("-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	prog := policy.Compile(&res.Cluster, policy.Options{})
+	dp, err := ns.Dataplane(nft.Options{Node: "n1"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	if _, err := dp.Sync(ctx, prog); err != nil {
+		t.Fatal(err)
+	}
+	dp.InvalidateIfChanged()
+	if res, err := dp.Sync(ctx, prog); err != nil || res.Full || !res.Check.Unchanged() {
+		t.Fatalf("quiet checked resync: %+v (check %+v), %v; want a patch", res, res.Check, err)
+	}
+	other, err := ns.Tables(knftables.InetFamily, "other")
+	if err != nil {
+		t.Fatal(err)
+	}
+	tx := other.NewTransaction()
+	tx.Add(&knftables.Table{})
+	if err := other.Run(ctx, tx); err != nil {
+		t.Fatal(err)
+	}
+	dp.InvalidateIfChanged()
+	if res, err := dp.Sync(ctx, prog); err != nil || !res.Full {
+		t.Fatalf("checked resync after a commit inside: %+v (check %+v), %v; want a replace", res, res.Check, err)
+	}
+}
