@@ -89,12 +89,14 @@ var scaleCases = []struct {
 //     sync, a checked resync (as each --resync period; SIGUSR1 in the
 //     benchmark's build): compile from scratch, and since nothing else
 //     has committed to nftables in the node's namespace yet, no replace of
-//     the table; its sync's duration and the agent's peak memory during
-//     it (the peak is reset before it). Later the monitor below commits
-//     probes there, as another nftables writer would;
+//     the table; its sync's duration, the agent's resident memory when it
+//     started (checked-resync-rss-MB) and its peak during it (the peak is
+//     reset before it). Later the monitor below commits probes there, as
+//     another nftables writer would;
 //
-//   - resync-ms, resync-hwm-MB: then a forced resync (SIGHUP: compile from
-//     scratch, replace the whole table): the same, after the bursts.
+//   - resync-ms, resync-rss-MB, resync-hwm-MB: then a forced resync
+//     (SIGHUP: compile from scratch, replace the whole table): the same,
+//     after the bursts.
 //
 //     go test -run '^$' -bench 'BenchmarkAgentScale/pods=30000' -benchtime 1x -timeout 90m ./agent/e2e
 //
@@ -225,10 +227,12 @@ func benchScale(b *testing.B, cfg clustergen.Config) {
 	b.ReportMetric(sum.hwm/n, "hwm-MB")
 	b.ReportMetric(sum.rssFile/n, "rss-file-MB")
 	b.ReportMetric(sum.heap/n, "heap-MB")
-	b.ReportMetric(sum.checkedResyncMS/n, "checked-resync-ms")
-	b.ReportMetric(sum.checkedResyncHWM/n, "checked-resync-hwm-MB")
-	b.ReportMetric(sum.resyncMS/n, "resync-ms")
-	b.ReportMetric(sum.resyncHWM/n, "resync-hwm-MB")
+	b.ReportMetric(sum.checkedResync.ms/n, "checked-resync-ms")
+	b.ReportMetric(sum.checkedResync.rss/n, "checked-resync-rss-MB")
+	b.ReportMetric(sum.checkedResync.hwm/n, "checked-resync-hwm-MB")
+	b.ReportMetric(sum.resync.ms/n, "resync-ms")
+	b.ReportMetric(sum.resync.rss/n, "resync-rss-MB")
+	b.ReportMetric(sum.resync.hwm/n, "resync-hwm-MB")
 	b.Logf("%d label updates: min %.1f ms, p50 %.1f ms, p99 %.1f ms, max %.1f ms", len(lat), pct(lat, 0), pct(lat, 50), pct(lat, 99), pct(lat, 100))
 	slices.Sort(apiLat)
 	b.Logf("of which the API server's accepting the update: p50 %.1f ms, p99 %.1f ms, max %.1f ms", pct(apiLat, 50), pct(apiLat, 99), pct(apiLat, 100))
@@ -256,9 +260,7 @@ type scaleResult struct {
 	bytesPerEvent              float64
 	rss, hwm, heap             float64
 	rssFile                    float64 // of rss: file-backed (the binary)
-	checkedResyncMS            float64
-	checkedResyncHWM           float64
-	resyncMS, resyncHWM        float64
+	checkedResync, resync      resyncCost
 	latencies                  []time.Duration
 	// apiLatencies: how long each label update took the API server to
 	// accept (part of latencies; the agent is not involved).
@@ -281,10 +283,8 @@ func (s *scaleResult) add(r scaleResult) {
 	s.hwm += r.hwm
 	s.rssFile += r.rssFile
 	s.heap += r.heap
-	s.checkedResyncMS += r.checkedResyncMS
-	s.checkedResyncHWM += r.checkedResyncHWM
-	s.resyncMS += r.resyncMS
-	s.resyncHWM += r.resyncHWM
+	s.checkedResync.add(r.checkedResync)
+	s.resync.add(r.resync)
 }
 
 func runScaleIteration(ctx context.Context, b *testing.B, env *kubetest.Env, proxy *countingProxy, bin, kubeconfig, netns, node string, target *corev1.Pod, others []*corev1.Pod) scaleResult {
@@ -363,7 +363,7 @@ func runScaleIteration(ctx context.Context, b *testing.B, env *kubetest.Env, pro
 	// It resets the peak: hwm-MB is the greater of the peak until then
 	// (the first sync's) and the one after the bursts.
 	_, firstHWM, _ := procMemMB(b, cmd.Process.Pid)
-	res.checkedResyncMS, res.checkedResyncHWM = resync(b, cmd.Process, metricsURL, fail, syscall.SIGUSR1, "checked", "unchanged")
+	res.checkedResync = resync(b, cmd.Process, metricsURL, fail, syscall.SIGUSR1, "checked", "unchanged")
 	// The relabels' phases are what the syncs after it add.
 	m = scrape(b, metricsURL)
 	baseSyncs := m.get(`moat_agent_sync_duration_seconds_count{phase="compile"}`)
@@ -452,16 +452,22 @@ func runScaleIteration(ctx context.Context, b *testing.B, env *kubetest.Env, pro
 	res.rss, res.hwm, res.rssFile = procMemMB(b, cmd.Process.Pid)
 	res.hwm = max(res.hwm, firstHWM)
 	res.heap = scrape(b, metricsURL).get("go_memstats_heap_inuse_bytes") / (1 << 20)
-	res.resyncMS, res.resyncHWM = resync(b, cmd.Process, metricsURL, fail, syscall.SIGHUP, "forced", "replaced")
+	res.resync = resync(b, cmd.Process, metricsURL, fail, syscall.SIGHUP, "forced", "replaced")
 	return res
 }
 
+// resyncCost is what one resync took: its sync's duration, the agent's
+// resident memory when it started and its peak during it.
+type resyncCost struct{ ms, rss, hwm float64 }
+
+func (c *resyncCost) add(o resyncCost) { c.ms += o.ms; c.rss += o.rss; c.hwm += o.hwm }
+
 // resync has the agent resync (sig: SIGUSR1 for a checked resync, as
-// every --resync period does; SIGHUP for a forced one) once the bursts
-// are over, waits for it to end with result, and returns how long that
-// sync took and the agent's peak memory during it (the peak is reset
-// first): the peak a memory limit must allow for.
-func resync(b *testing.B, p *os.Process, metricsURL string, fail func(string, ...any), sig syscall.Signal, kind, result string) (ms, hwm float64) {
+// every --resync period does; SIGHUP for a forced one), waits for it to
+// end with result, and returns its cost. The peak is reset first: what
+// the resync adds to the resident memory it starts from is what a memory
+// limit must allow for.
+func resync(b *testing.B, p *os.Process, metricsURL string, fail func(string, ...any), sig syscall.Signal, kind, result string) resyncCost {
 	series := func(result string) string {
 		return `moat_agent_resyncs_total{kind="` + kind + `",result="` + result + `"}`
 	}
@@ -471,6 +477,8 @@ func resync(b *testing.B, p *os.Process, metricsURL string, fail func(string, ..
 	if err := os.WriteFile(fmt.Sprintf("/proc/%d/clear_refs", p.Pid), []byte("5"), 0); err != nil {
 		b.Fatal(err)
 	}
+	var c resyncCost
+	c.rss, _, _ = procMemMB(b, p.Pid)
 	before := scrape(b, metricsURL)
 	if err := p.Signal(sig); err != nil {
 		b.Fatal(err)
@@ -493,8 +501,9 @@ func resync(b *testing.B, p *os.Process, metricsURL string, fail func(string, ..
 		}
 		if done {
 			// The cluster is still: the resync is the only sync since.
-			_, hwm, _ = procMemMB(b, p.Pid)
-			return (m.get(total) - before.get(total)) * 1000, hwm
+			_, c.hwm, _ = procMemMB(b, p.Pid)
+			c.ms = (m.get(total) - before.get(total)) * 1000
+			return c
 		}
 	}
 }
