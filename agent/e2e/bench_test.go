@@ -96,7 +96,9 @@ var scaleCases = []struct {
 //
 //   - resync-ms, resync-rss-MB, resync-hwm-MB: then a forced resync
 //     (SIGHUP: compile from scratch, replace the whole table): the same,
-//     after the bursts.
+//     after the bursts; checked-after-ms, checked-after-rss-MB,
+//     checked-after-hwm-MB: a checked resync right after it (which
+//     recorded the generation), in the same state.
 //
 //     go test -run '^$' -bench 'BenchmarkAgentScale/pods=30000' -benchtime 1x -timeout 90m ./agent/e2e
 //
@@ -233,6 +235,9 @@ func benchScale(b *testing.B, cfg clustergen.Config) {
 	b.ReportMetric(sum.resync.ms/n, "resync-ms")
 	b.ReportMetric(sum.resync.rss/n, "resync-rss-MB")
 	b.ReportMetric(sum.resync.hwm/n, "resync-hwm-MB")
+	b.ReportMetric(sum.checkedAfter.ms/n, "checked-after-ms")
+	b.ReportMetric(sum.checkedAfter.rss/n, "checked-after-rss-MB")
+	b.ReportMetric(sum.checkedAfter.hwm/n, "checked-after-hwm-MB")
 	b.Logf("%d label updates: min %.1f ms, p50 %.1f ms, p99 %.1f ms, max %.1f ms", len(lat), pct(lat, 0), pct(lat, 50), pct(lat, 99), pct(lat, 100))
 	slices.Sort(apiLat)
 	b.Logf("of which the API server's accepting the update: p50 %.1f ms, p99 %.1f ms, max %.1f ms", pct(apiLat, 50), pct(apiLat, 99), pct(apiLat, 100))
@@ -261,6 +266,7 @@ type scaleResult struct {
 	rss, hwm, heap             float64
 	rssFile                    float64 // of rss: file-backed (the binary)
 	checkedResync, resync      resyncCost
+	checkedAfter               resyncCost
 	latencies                  []time.Duration
 	// apiLatencies: how long each label update took the API server to
 	// accept (part of latencies; the agent is not involved).
@@ -285,6 +291,7 @@ func (s *scaleResult) add(r scaleResult) {
 	s.heap += r.heap
 	s.checkedResync.add(r.checkedResync)
 	s.resync.add(r.resync)
+	s.checkedAfter.add(r.checkedAfter)
 }
 
 func runScaleIteration(ctx context.Context, b *testing.B, env *kubetest.Env, proxy *countingProxy, bin, kubeconfig, netns, node string, target *corev1.Pod, others []*corev1.Pod) scaleResult {
@@ -453,6 +460,9 @@ func runScaleIteration(ctx context.Context, b *testing.B, env *kubetest.Env, pro
 	res.hwm = max(res.hwm, firstHWM)
 	res.heap = scrape(b, metricsURL).get("go_memstats_heap_inuse_bytes") / (1 << 20)
 	res.resync = resync(b, cmd.Process, metricsURL, fail, syscall.SIGHUP, "forced", "replaced")
+	// The forced replace recorded the generation it left: a checked
+	// resync in the same state as it, after the bursts.
+	res.checkedAfter = resync(b, cmd.Process, metricsURL, fail, syscall.SIGUSR1, "checked", "unchanged")
 	return res
 }
 
