@@ -340,7 +340,7 @@ func (s *Syncer) Invalidate() {
 // table, which still holds what the Syncer last programmed. A periodic
 // resync repairs edits made behind Moat's back this way without rewriting
 // a table nobody touched: at 30,000 pods that replace is a transaction of
-// ~63,000 set elements, seconds of nft and a peak of the agent's memory.
+// ~75,000 operations (63,000 set elements), seconds of nft.
 //
 // The next sync builds the ruleset anew, never reusing the last one
 // (Sync's Reused): a resync compiles from scratch to catch any drift of
