@@ -21,6 +21,8 @@ type builder struct {
 	peers  map[string]*peerGroup
 	peerOf map[*policy.AddrSet]*peerGroup
 	shapes map[string]*runShape // by run memo
+	// runsOf counts the distinct runs that match each peer.
+	runsOf map[*peerGroup]int
 	// Union runs, by run memo: elements, their hash, the sets' base name.
 	content map[string]*setContents
 	hashOf  map[string]string
@@ -72,6 +74,7 @@ func buildCached(prog *policy.Program, node string, cache *buildCache) *Ruleset 
 			r.shape = b.shape(r)
 		}
 	}
+	b.shareCrowded()
 	// 4. Set names and elements.
 	b.namePeers()
 	b.nameUnionSets()
@@ -99,6 +102,7 @@ func newBuilder(node string, cache *buildCache) *builder {
 		peers:   map[string]*peerGroup{},
 		peerOf:  map[*policy.AddrSet]*peerGroup{},
 		shapes:  map[string]*runShape{},
+		runsOf:  map[*peerGroup]int{},
 		content: map[string]*setContents{},
 		hashOf:  map[string]string{},
 		setName: map[string]string{},

@@ -16,6 +16,16 @@ import (
 // bounded whatever the number of policies.
 const maxLookups = 32
 
+// maxSharedLookups bounds the lookups of a run longer than maxLookups
+// that takes shared sets anyway because its peers are mostly other runs'
+// peers too (shareCrowded).
+const maxSharedLookups = 512
+
+// unionFloor is the number of address ranges under which a union run
+// keeps its sets however many runs copy the same peers: small unions cost
+// little, and they keep each chain one lookup long.
+const unionFloor = 1024
+
 // runShape is how a run is matched: by lookups into shared peer sets,
 // or (union) by one lookup per kind into sets of its own.
 type runShape struct {
@@ -23,6 +33,14 @@ type runShape struct {
 	// lookups are in rule order (by peer name, then ports) once the
 	// Build has named its peers (sortLookups).
 	lookups []lookup
+	// pending are a union run's lookups until shareCrowded decides, with
+	// the uses that name their peers' sets.
+	pending []pendingLookup
+}
+
+type pendingLookup struct {
+	lookup
+	uses []string
 }
 
 // sortLookups puts every shape's lookups in rule order, once the peers
@@ -125,19 +143,61 @@ func (b *builder) shape(r *run) *runShape {
 		}
 		seen[groups[i]] = true
 	}
-	sh := &runShape{}
-	if len(terms) > maxLookups {
-		sh.union = true
-	} else {
-		for i, t := range terms {
-			for _, u := range t.uses {
-				groups[i].use(u)
-			}
-			sh.lookups = append(sh.lookups, lookup{peer: groups[i], ports: t.ports, key: t.key})
+	sh := &runShape{union: len(terms) > maxLookups}
+	for i, t := range terms {
+		l := lookup{peer: groups[i], ports: t.ports, key: t.key}
+		b.runsOf[groups[i]]++
+		if sh.union {
+			sh.pending = append(sh.pending, pendingLookup{l, t.uses})
+			continue
 		}
+		for _, u := range t.uses {
+			groups[i].use(u)
+		}
+		sh.lookups = append(sh.lookups, l)
 	}
 	b.shapes[r.memo] = sh
 	return sh
+}
+
+// shareCrowded gives shared lookups to the union runs whose addresses
+// are mostly in peers that other runs match too, once every run has its
+// shape. A union run's sets are its own: when many pods each have a
+// different long list of policies over the same peers (tens of
+// NetworkPolicies selecting overlapping sets of pods), every list's union
+// copies the same peers' addresses, and the node's elements grow with
+// lists x their peers' pods (millions, past what nft can load) where
+// shared sets hold each peer once. A run whose peers are its own (one
+// pod's hundreds of ipBlocks) keeps its union: there is nothing to share;
+// so does a small one (unionFloor) and one that would take more than
+// maxSharedLookups lookups.
+// The decision depends only on the Build's runs, not on their order.
+func (b *builder) shareCrowded() {
+	for _, sh := range b.shapes {
+		if !sh.union {
+			continue
+		}
+		if len(sh.pending) <= maxSharedLookups {
+			shared, all := 0, 0
+			for _, l := range sh.pending {
+				n := len(l.peer.addrs.Ranges())
+				all += n
+				if b.runsOf[l.peer] > 1 {
+					shared += n
+				}
+			}
+			if all > unionFloor && 2*shared > all {
+				sh.union = false
+				for _, l := range sh.pending {
+					for _, u := range l.uses {
+						l.peer.use(u)
+					}
+					sh.lookups = append(sh.lookups, l.lookup)
+				}
+			}
+		}
+		sh.pending = nil
+	}
 }
 
 // peerTerms are the terms of a run that share a peer, merged: the union
