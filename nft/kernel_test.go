@@ -10,7 +10,6 @@ import (
 	"testing"
 
 	"github.com/vishvananda/netns"
-	"sigs.k8s.io/knftables"
 
 	"github.com/moat-net/moat/internal/testenv"
 	"github.com/moat-net/moat/policy"
@@ -171,39 +170,4 @@ func mustRead(t *testing.T, path string) string {
 		t.Fatal(err)
 	}
 	return string(b)
-}
-
-// TestKernelReopenAfterFullReplace: with Options.Reopen the Syncer opens
-// the table anew after a full replace only, and goes on patching through
-// the new Interface.
-func TestKernelReopenAfterFullReplace(t *testing.T) {
-	inPrivateNetns(t, func() {
-		ctx := context.Background()
-		nft, err := NewInterface()
-		if err != nil {
-			t.Fatal(err)
-		}
-		reopened := 0
-		s := New(nft, Options{Node: "node-1", Reopen: func() (knftables.Interface, error) {
-			reopened++
-			return NewInterface()
-		}})
-		prog := compileFile(t, "tiers.yaml", policy.Options{IngressNetworksAndNodes: true})
-		if res, err := s.Sync(ctx, prog); err != nil || !res.Full {
-			t.Fatalf("first sync: %+v, %v", res, err)
-		}
-		if reopened != 1 {
-			t.Errorf("reopened %d times after the full replace, want 1", reopened)
-		}
-		prog2 := compileYAMLOpts(t, strings.Replace(mustRead(t, "testdata/tiers.yaml"), "10.0.2.10", "10.0.2.99", -1), policy.Options{IngressNetworksAndNodes: true})
-		if res, err := s.Sync(ctx, prog2); err != nil || res.Full || res.Operations == 0 {
-			t.Fatalf("patch through the reopened interface: %+v, %v", res, err)
-		}
-		if reopened != 1 {
-			t.Errorf("reopened %d times in all, want 1 (a patch keeps the Interface)", reopened)
-		}
-		if listed := nftList(t); !strings.Contains(listed, "10.0.2.99 . ipv4") {
-			t.Errorf("patch not applied:\n%s", listed)
-		}
-	})
 }

@@ -23,6 +23,9 @@ const maxJoined = 256
 // elements in one command per set, and the agent's first sync and every
 // resync wait for it. The text is knftables' own rendering; only line
 // boundaries change, so what the kernel ends up holding is the same.
+// Nor does it keep the text between runs, as knftables' Run does with its
+// largest transaction's for as long as the Interface lives (megabytes
+// after a full replace).
 func (k kernelNFT) Run(ctx context.Context, tx *knftables.Transaction) error {
 	return k.run(ctx, tx)
 }

@@ -22,12 +22,6 @@ type Options struct {
 	// Conntrack is where those connections are found; nil means
 	// NetlinkConntrack in the calling thread's network namespace.
 	Conntrack Conntrack
-	// Reopen, when set, opens the table anew after each full replace,
-	// and the Syncer drops the Interface it used. knftables keeps the
-	// text of the largest transaction an Interface ran for as long as
-	// the Interface lives: megabytes for a full replace, for the sake
-	// of patches that need kilobytes.
-	Reopen func() (knftables.Interface, error)
 	// Counters reads the drop counters, for Syncer.Counters and for
 	// carrying them over a full replace. nil means, for the Interface
 	// NewInterface returns, NetlinkCounters in the calling thread's
@@ -221,7 +215,6 @@ func (s *Syncer) apply(ctx context.Context, rs *Ruleset, in *buildInputs) (Resul
 		s.applied, s.inputs = rs, in
 		s.counters = rs.counters
 		res.Applied = true
-		s.reopen()
 	}
 	if s.opts.CutDenied {
 		n, err := s.opts.Conntrack.Delete(ctx, func(p Packet) bool { return !rs.Allows(p) })
@@ -294,17 +287,6 @@ func (s *Syncer) check(ctx context.Context) *GenerationCheck {
 		}
 	}
 	return c
-}
-
-// reopen replaces the Interface after a full replace (Options.Reopen).
-// On failure the old one stays: it works, it only holds memory.
-func (s *Syncer) reopen() {
-	if s.opts.Reopen == nil {
-		return
-	}
-	if nft, err := s.opts.Reopen(); err == nil {
-		s.nft = nft
-	}
 }
 
 // Applied returns the ruleset last programmed, nil if none (or if the

@@ -14,21 +14,15 @@ import (
 // readings there too. Only the calls that reach the kernel enter the
 // namespace; the caller's threads stay where they are.
 func (n *NS) Dataplane(opts nft.Options) (*nft.Syncer, error) {
-	open := func() (knftables.Interface, error) {
-		var inner knftables.Interface
-		if err := n.Do(func() error {
-			var err error
-			inner, err = nft.NewInterface()
-			return err
-		}); err != nil {
-			return nil, fmt.Errorf("network namespace %s: %w", n.name, err)
-		}
-		return &nsNFT{ns: n, inner: inner}, nil
+	var inner knftables.Interface
+	if err := n.Do(func() error {
+		var err error
+		inner, err = nft.NewInterface()
+		return err
+	}); err != nil {
+		return nil, fmt.Errorf("network namespace %s: %w", n.name, err)
 	}
-	iface, err := open()
-	if err != nil {
-		return nil, err
-	}
+	iface := &nsNFT{ns: n, inner: inner}
 	nl, err := n.Netlink()
 	if err != nil {
 		return nil, err
@@ -37,7 +31,6 @@ func (n *NS) Dataplane(opts nft.Options) (*nft.Syncer, error) {
 	// The namespace's descriptor stays open until Close, like nl.
 	opts.Counters = nft.NetlinkCounters{NetNS: int(n.h)}
 	opts.Generation = nft.NetlinkGeneration{NetNS: int(n.h)}
-	opts.Reopen = open
 	return nft.New(iface, opts), nil
 }
 

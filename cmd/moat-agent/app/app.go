@@ -128,7 +128,7 @@ func Run(ctx context.Context, o *options.Options) error {
 
 // dataplane opens nftables in the agent's namespace or in --netns.
 func dataplane(o *options.Options) (*nft.Syncer, func(), error) {
-	opts := nft.Options{Node: o.NodeName, CutDenied: o.CutDeniedEstablished, Reopen: nft.NewInterface}
+	opts := nft.Options{Node: o.NodeName, CutDenied: o.CutDeniedEstablished}
 	if o.NetNS != "" {
 		ns, err := netns.Open(o.NetNS)
 		if err != nil {
