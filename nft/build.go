@@ -115,27 +115,10 @@ func newBuilder(node string, cache *buildCache) *builder {
 	return b
 }
 
-// nodeLocal lists the node's addresses unless node-local traffic is
-// policed.
+// nodeLocal lists the addresses whose connections to the node's pods
+// are node-local (Program.NodeLocalAddrs).
 func (b *builder) nodeLocal(prog *policy.Program) {
-	if prog.Options.DenyNodeLocal {
-		return
-	}
-	rs := b.rs
-	seen := map[netip.Addr]bool{}
-	for _, n := range prog.Nodes {
-		if n.Name != rs.node {
-			continue
-		}
-		for _, a := range n.Addrs {
-			a = a.Unmap()
-			if a.IsValid() && !seen[a] {
-				seen[a] = true
-				rs.nodeLocal = append(rs.nodeLocal, a)
-			}
-		}
-	}
-	sort.Slice(rs.nodeLocal, func(i, j int) bool { return rs.nodeLocal[i].Less(rs.nodeLocal[j]) })
+	b.rs.nodeLocal = prog.NodeLocalAddrs(b.rs.node)
 }
 
 // localPods finds the policed pods on the node and plans their

@@ -34,8 +34,8 @@ type buildInputs struct {
 	// from anywhere in the cluster (rare, and an input problem anyway).
 	rebuild       bool
 	denyNodeLocal bool
-	// nodeAddrs are the addresses of the Node entries named like the
-	// node, in order.
+	// nodeAddrs are the node's node-local addresses
+	// (Program.NodeLocalAddrs).
 	nodeAddrs []netip.Addr
 	// pods are the Program's pods on the node, in order.
 	pods []podInputs
@@ -58,11 +58,7 @@ func readInputs(prog *policy.Program, node string) *buildInputs {
 		in.rebuild = true
 		return in
 	}
-	for i := range prog.Nodes {
-		if prog.Nodes[i].Name == node {
-			in.nodeAddrs = append(in.nodeAddrs, prog.Nodes[i].Addrs...)
-		}
-	}
+	in.nodeAddrs = prog.NodeLocalAddrs(node)
 	for i := range prog.Pods {
 		p := &prog.Pods[i]
 		if p.NodeName != node {

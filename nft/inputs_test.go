@@ -478,3 +478,76 @@ func TestReuseSeesPolicedPods(t *testing.T) {
 		checkSyncedAsFresh(t, fake, "node-1", p, "policy of shop/web")
 	}
 }
+
+// TestNodeAddressAPodClaims: a node address that a pod-network pod
+// elsewhere claims too is not node-local on the node (as the evaluator
+// judges it), and a pod taking it makes the next sync build, though no
+// peer of the node selects that pod.
+func TestNodeAddressAPodClaims(t *testing.T) {
+	const cluster = `
+apiVersion: v1
+kind: Node
+metadata: {name: node-1}
+status: {addresses: [{type: InternalIP, address: 192.168.0.1}]}
+---
+apiVersion: v1
+kind: Node
+metadata: {name: node-2}
+status: {addresses: [{type: InternalIP, address: 192.168.0.2}]}
+---
+apiVersion: v1
+kind: Namespace
+metadata: {name: a}
+---
+apiVersion: v1
+kind: Namespace
+metadata: {name: b}
+---
+apiVersion: v1
+kind: Pod
+metadata: {name: x, namespace: a}
+spec: {nodeName: node-1, containers: [{name: c, ports: [{containerPort: 80}]}]}
+status: {podIPs: [{ip: 10.0.1.1}]}
+---
+apiVersion: v1
+kind: Pod
+metadata: {name: c, namespace: b}
+spec: {nodeName: node-2, containers: [{name: c}]}
+status: {podIPs: [{ip: 10.0.2.1}]}
+---
+apiVersion: networking.k8s.io/v1
+kind: NetworkPolicy
+metadata: {name: deny-all, namespace: a}
+spec: {podSelector: {}}
+`
+	ctx := context.Background()
+	c := policy.NewCompiler(loadCluster(t, cluster), policy.Options{Node: "node-1"})
+	fake := knftables.NewFake(knftables.InetFamily, Table)
+	s := New(fake, Options{Node: "node-1"})
+	plain := c.Program()
+	if _, err := s.Sync(ctx, plain); err != nil {
+		t.Fatal(err)
+	}
+	if got := s.Applied().nodeLocal; len(got) != 1 {
+		t.Errorf("node-local addresses without the claim: %v, want the node's", got)
+	}
+	p := podIn(t, loadCluster(t, cluster), "b/c")
+	p.IPs = []netip.Addr{netip.MustParseAddr("192.168.0.1")}
+	c.UpsertPod(&p)
+	claimed := c.Program()
+	res, err := s.Sync(ctx, claimed)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.Reused {
+		t.Error("the sync after a pod took the node's address kept the ruleset")
+	}
+	checkSyncedAsFresh(t, fake, "node-1", claimed, "pod takes the node's address")
+	if got := s.Applied().nodeLocal; len(got) != 0 {
+		t.Errorf("node-local addresses with the claim: %v, want none", got)
+	}
+	ports := []Packet{{Proto: 6, Port: 80}}
+	extra := []netip.Addr{netip.MustParseAddr("192.168.0.1"), netip.MustParseAddr("192.168.0.2")}
+	checkAgainstEvaluator(t, claimed, extra, ports)
+	checkAgainstEvaluator(t, plain, extra, ports)
+}

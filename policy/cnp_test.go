@@ -79,6 +79,27 @@ spec:
 	runFlows(t, off, []flowCase{
 		{name: "switched off: node address policed", from: "10.0.0.1", to: "a/x", port: 80, allowed: false, ingress: npTier},
 	})
+	// A pod-network pod (on n2) that claims n1's address: the address is
+	// judged as the pod's on n1 too, not let through as node-local.
+	claimed := compile(t, isolate+`
+---
+apiVersion: v1
+kind: Pod
+metadata: {name: claims-n1, namespace: b, labels: {app: c}}
+spec: {nodeName: n2, containers: [{name: c}]}
+status: {podIPs: [{ip: 10.0.0.1}]}
+`, policy.Options{})
+	runFlows(t, claimed, []flowCase{
+		{name: "node address a pod claims is policed", from: "10.0.0.1", to: "a/x", port: 80, allowed: false, ingress: npTier},
+		{name: "the pod itself is policed", from: "b/claims-n1", to: "a/x", port: 80, allowed: false, ingress: npTier},
+		{name: "the node's other address stays node-local", from: "fd00::a:1", to: "fd00::1:1", port: 80, allowed: true, ingress: nodeLoc},
+	})
+	if got := claimed.NodeLocalAddrs("n1"); len(got) != 1 || got[0].String() != "fd00::a:1" {
+		t.Errorf("NodeLocalAddrs(n1) = %v, want [fd00::a:1]", got)
+	}
+	if got := on.NodeLocalAddrs("n1"); len(got) != 2 {
+		t.Errorf("NodeLocalAddrs(n1) without the claim = %v, want both addresses", got)
+	}
 }
 
 // docs/semantics.md: host-network pods are never subjects or pod/namespace peers;

@@ -117,8 +117,8 @@ func (p *Program) slotOf(e Endpoint) int32 {
 // on.
 func (p *Program) nodeLocal(pod *Pod, remote netip.Addr) bool {
 	n, ok := p.nodeByIP[remote]
-	if !ok {
-		return false
+	if !ok || p.podClaims(remote) {
+		return false // not a node's, or a pod's too (NodeLocalAddrs)
 	}
 	if p.Nodes[n].Name == pod.NodeName {
 		return true

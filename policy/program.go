@@ -318,6 +318,39 @@ func (p *Program) DuplicateAddrs() []netip.Addr {
 	return out
 }
 
+// podClaims reports whether a pod-network pod claims the address, on any
+// node, alone or with others.
+func (p *Program) podClaims(a netip.Addr) bool {
+	_, ok := p.podByIP.get(a)
+	return ok || p.dupAddrs[a] != nil
+}
+
+// NodeLocalAddrs lists, sorted, the addresses from which connections to
+// the pods of the node are node-local (allowed before any tier): the
+// node's own, less any that a pod-network pod claims too. Such a claim is
+// an input problem (a pod given its node's address, or a forged status),
+// and a packet's source address cannot tell the two apart, so its
+// connections are judged as the pod's rather than let through. Nil when
+// Options.DenyNodeLocal.
+func (p *Program) NodeLocalAddrs(node string) []netip.Addr {
+	if p.Options.DenyNodeLocal {
+		return nil
+	}
+	var out []netip.Addr
+	for i := range p.Nodes {
+		if p.Nodes[i].Name != node {
+			continue
+		}
+		for _, a := range p.Nodes[i].Addrs {
+			if a = a.Unmap(); a.IsValid() && !p.podClaims(a) && !slices.Contains(out, a) {
+				out = append(out, a)
+			}
+		}
+	}
+	slices.SortFunc(out, func(a, b netip.Addr) int { return a.Compare(b) })
+	return out
+}
+
 // NodeByIP finds the node that owns an address.
 func (p *Program) NodeByIP(a netip.Addr) (int, bool) {
 	i, ok := p.nodeByIP[a.Unmap()]
