@@ -160,7 +160,11 @@ func (c selectorCache) getKeyed(sel *metav1.LabelSelector) (labels.Selector, str
 
 // appendSelectorKey appends a key that identifies an API selector by
 // content, more cheaply than its String method. Every string is
-// length-prefixed, so that no two selectors share a key, valid or not.
+// length-prefixed and every count ends in '#', so that the key reads back
+// one way only and no two selectors share a key, valid or not (a count
+// written straight before a length would let "1"+"140:" equal
+// "11"+"40:", and the validator's memo take an invalid selector for a
+// valid one).
 // Callers look keys up from a buffer on their stack: the compiler and
 // validation key every selector of every policy, and nearly all are
 // repeats.
@@ -171,6 +175,7 @@ func appendSelectorKey(b []byte, sel *metav1.LabelSelector) []byte {
 		b = append(b, s...)
 	}
 	b = strconv.AppendInt(b, int64(len(sel.MatchLabels)), 10)
+	b = append(b, '#')
 	switch len(sel.MatchLabels) {
 	case 0:
 	case 1:
@@ -195,6 +200,7 @@ func appendSelectorKey(b []byte, sel *metav1.LabelSelector) []byte {
 		str(r.Key)
 		str(string(r.Operator))
 		b = strconv.AppendInt(b, int64(len(r.Values)), 10)
+		b = append(b, '#')
 		for _, v := range r.Values {
 			str(v)
 		}

@@ -3,6 +3,7 @@ package policy_test
 import (
 	"fmt"
 	"math/rand/v2"
+	"strings"
 	"testing"
 
 	networkingv1 "k8s.io/api/networking/v1"
@@ -33,6 +34,11 @@ func TestValidatorMemoReportsWhatValidationDoes(t *testing.T) {
 		// The same strings split differently between key and value.
 		{MatchLabels: map[string]string{"ab": "c"}},
 		{MatchLabels: map[string]string{"a": "bc"}},
+		// A count and the length after it split differently: eleven
+		// valid values, and one invalid value spelling the other ten's
+		// length prefixes ("1"+"140:" against "11"+"40:").
+		collidingCount(false),
+		collidingCount(true),
 	}
 	pick := func() *metav1.LabelSelector { return sels[r.IntN(len(sels))] }
 	var nps []*policy.NetworkPolicy
@@ -83,4 +89,22 @@ func TestValidatorMemoReportsWhatValidationDoes(t *testing.T) {
 	if invalid == 0 || v.Remembered() == 0 {
 		t.Fatalf("the test validated no invalid policy (%d) or remembered no selector (%d)", invalid, v.Remembered())
 	}
+}
+
+// collidingCount is a selector k In [a*40, ten 8-byte values] (valid), or
+// (invalid) k In [one value holding all of them with their length
+// prefixes, ':' included]: their keys would be equal if a count ran into
+// the length after it.
+func collidingCount(invalid bool) *metav1.LabelSelector {
+	first := strings.Repeat("a", 40)
+	values, joined := []string{first}, first
+	for i := range 10 {
+		v := "b" + strings.Repeat(string(rune('a'+i)), 7)
+		values = append(values, v)
+		joined += "8:" + v
+	}
+	if invalid {
+		values = []string{joined}
+	}
+	return &metav1.LabelSelector{MatchExpressions: []metav1.LabelSelectorRequirement{{Key: "k", Operator: metav1.LabelSelectorOpIn, Values: values}}}
 }
