@@ -106,7 +106,7 @@ func BenchmarkProgramNode(b *testing.B) {
 	for _, c := range []struct {
 		name  string
 		iface knftables.Interface
-	}{{"joined", kernelNFT{raw}}, {"knftables", raw}} {
+	}{{"joined", kernelNFT{raw, "nft"}}, {"knftables", raw}} {
 		b.Run(c.name, func(b *testing.B) { benchProgramNode(b, c.iface, prog) })
 	}
 }

@@ -12,8 +12,10 @@ import (
 // relabel changes the chains of a few DirPolicies at most).
 //
 // A DirPolicy's chains are a function of its plan (fixed for the
-// DirPolicy), the shapes of its runs (which depend on the runs and on
-// immutable address sets alone) and the names this Build gives the
+// DirPolicy), the shapes of its runs (which depend on the runs, on
+// immutable address sets and, through shareCrowded, on the node's other
+// runs: setNames tells a union run's one set name from a shared run's
+// lookups) and the names this Build gives the
 // shared sets its rules look up: peer sets, named after the smallest use
 // over every run of the node, and union sets. The memo is taken only
 // while those names are the ones it was built with, each peer set's

@@ -94,7 +94,8 @@ func sortedLines(s string) string {
 }
 
 // TestRandomWriteReplaceIsFirstSync: what WriteReplace prints (moat nft)
-// is the transaction a new Syncer runs, byte for byte.
+// is the transaction a new Syncer runs, byte for byte as knftables
+// renders it (the agent's Interface then joins each set's element lines).
 func TestRandomWriteReplaceIsFirstSync(t *testing.T) {
 	cfg := randcluster.Default()
 	for seed := int64(1); seed <= int64(*randomRounds)/5+1; seed++ {

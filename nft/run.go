@@ -44,11 +44,7 @@ func (k kernelNFT) run(ctx context.Context, tx *knftables.Transaction, flags ...
 	// Joined, the elements of a full replace take about half the text.
 	script.Grow(len(text) / 2)
 	joinElements(&script, text)
-	path, err := exec.LookPath("nft")
-	if err != nil {
-		return fmt.Errorf("nft: %w", err)
-	}
-	cmd := exec.CommandContext(ctx, path, append(flags, "-f", "-")...)
+	cmd := exec.CommandContext(ctx, k.path, append(flags, "-f", "-")...)
 	cmd.Stdin = &script
 	if _, err := cmd.Output(); err != nil {
 		return nftError(err)

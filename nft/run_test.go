@@ -137,7 +137,7 @@ func TestKernelJoinedElements(t *testing.T) {
 			}
 			var iface knftables.Interface = raw
 			if joined {
-				iface = kernelNFT{raw}
+				iface = kernelNFT{raw, "nft"}
 			}
 			for i, tx := range []*knftables.Transaction{full, patch} {
 				if err := iface.Run(ctx, tx); err != nil {

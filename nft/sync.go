@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"os/exec"
 	"sync"
 	"time"
 
@@ -112,13 +113,23 @@ func NewInterface() (knftables.Interface, error) {
 	if err != nil {
 		return nil, fmt.Errorf("nftables: %w", err)
 	}
-	return kernelNFT{nft}, nil
+	path, err := exec.LookPath("nft")
+	if err != nil {
+		return nil, fmt.Errorf("nftables: %w", err)
+	}
+	return kernelNFT{nft, path}, nil
 }
 
-// kernelNFT marks the Interface of NewInterface: a Syncer on it reads the
-// counters over netlink by default (Options.Counters), knowing that its
-// nft runs in the calling thread's namespace as that netlink socket does.
-type kernelNFT struct{ knftables.Interface }
+// kernelNFT is the Interface of NewInterface: knftables for everything
+// but Run and Check, which hand nft knftables' text with each set's
+// elements joined (run.go). A Syncer on it reads the counters and the
+// nftables generation over netlink by default (Options.Counters,
+// Options.Generation), knowing that its nft runs in the calling thread's
+// namespace as those netlink sockets do.
+type kernelNFT struct {
+	knftables.Interface
+	path string // of the nft binary
+}
 
 // Sync programs the node's part of prog. When nothing the node's
 // ruleset is built from changed since the last sync that programmed one
@@ -168,6 +179,9 @@ func (s *Syncer) apply(ctx context.Context, rs *Ruleset, in *buildInputs) (Resul
 			s.counters = rs.counters
 			res.Applied = true
 			return res, nil
+		}
+		if s.generationReader() != nil {
+			markCommit(tx)
 		}
 		g0 := s.generation(ctx)
 		start = time.Now()
@@ -352,4 +366,18 @@ func (s *Syncer) remove(ctx context.Context) error {
 	s.left = 0
 	s.counters = nil
 	return nil
+}
+
+// commitMark is a chain each patch adds and deletes (markCommit).
+const commitMark = "commit-mark"
+
+// markCommit makes a patch change the ruleset whatever else it does. The
+// kernel raises the generation only for a commit that changes something:
+// a patch whose changes another writer made first (between the Syncer's
+// reading of the generation and its commit) would raise nothing, and the
+// other commit's generation would pass for the patch's, the other
+// writer's edits for the Syncer's own.
+func markCommit(tx *knftables.Transaction) {
+	tx.Add(&knftables.Chain{Name: commitMark})
+	tx.Delete(&knftables.Chain{Name: commitMark})
 }
