@@ -332,6 +332,7 @@ func TestAgentInputProblems(t *testing.T) {
 		fixture.Pod("a", "twin", "n1", map[string]string{"app": "x"}, nil, "10.0.0.1"),
 		fixture.Pod("a", "pending", "n1", map[string]string{"app": "x"}, nil),
 		fixture.Pod("a", "garbage", "n1", map[string]string{"app": "x"}, nil, "not-an-ip"),
+		fixture.Pod("a", "on-n1-address", "bare", map[string]string{"app": "y"}, nil, "192.168.0.1"),
 		fixture.YAML(t, `
 apiVersion: networking.k8s.io/v1
 kind: NetworkPolicy
@@ -340,7 +341,7 @@ spec: {podSelector: {}, ingress: "everything"}
 `),
 	)
 	dp := newTestDP("n1")
-	a, _ := startAgent(t, c, Config{}, dp)
+	a, _ := startAgent(t, c, Config{AllowNodeLocal: true}, dp) // pod_claims_node_address needs node-local traffic
 	fixture.Eventually(t, 10*time.Second, "ready", func() (bool, string) { return a.Ready() == nil, "not ready" })
 	for problem, want := range map[string]string{
 		problemPodWithoutIP:      "1",
@@ -348,6 +349,7 @@ spec: {podSelector: {}, ingress: "everything"}
 		problemInvalidPodField:   "1",
 		problemNodeWithoutAddr:   "1",
 		problemUndecodablePolicy: "1",
+		problemPodOnNodeAddr:     "1",
 	} {
 		if got := testutilValue(t, a, "moat_agent_input_problems", `problem="`+problem+`"`); got != want {
 			t.Errorf("moat_agent_input_problems{%s} = %s, want %s", problem, got, want)

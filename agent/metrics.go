@@ -128,7 +128,7 @@ func newMetrics() *metrics {
 	}, []string{"resource"})
 	m.problems = prometheus.NewGaugeVec(prometheus.GaugeOpts{
 		Name: "moat_agent_input_problems",
-		Help: "Objects in the last snapshot that policy cannot use fully, by problem (pod_without_ip, duplicate_pod_ip, invalid_pod_field, node_without_address, invalid_node_address, undecodable_policy, duplicate_local_address).",
+		Help: "Objects in the last snapshot that policy cannot use fully, by problem (pod_without_ip, duplicate_pod_ip, invalid_pod_field, node_without_address, invalid_node_address, undecodable_policy, duplicate_local_address, pod_claims_node_address).",
 	}, []string{"problem"})
 	m.statusWrites = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "moat_agent_status_writes_total",

@@ -1,6 +1,8 @@
 package agent
 
 import (
+	"net/netip"
+	"slices"
 	"strings"
 
 	"github.com/moat-net/moat/policy"
@@ -15,9 +17,10 @@ const (
 	problemInvalidNodeAddr   = "invalid_node_address"
 	problemUndecodablePolicy = "undecodable_policy"
 	problemDuplicateLocal    = "duplicate_local_address"
+	problemPodOnNodeAddr     = "pod_claims_node_address"
 )
 
-var allProblems = []string{problemPodWithoutIP, problemDuplicatePodIP, problemInvalidPodField, problemNodeWithoutAddr, problemInvalidNodeAddr, problemUndecodablePolicy, problemDuplicateLocal}
+var allProblems = []string{problemPodWithoutIP, problemDuplicatePodIP, problemInvalidPodField, problemNodeWithoutAddr, problemInvalidNodeAddr, problemUndecodablePolicy, problemDuplicateLocal, problemPodOnNodeAddr}
 
 // snapshot is one consistent reading of the caches: the compiler's input
 // for a full compilation and the policy objects it compiles.
@@ -88,6 +91,8 @@ func (a *Agent) scanProblems(prog *policy.Program) map[string]problem {
 			problems["Node "+n.Name] = problem{problemInvalidNodeAddr, diagMessages(n.diags)}
 		} else if len(n.Addrs) == 0 {
 			problems["Node "+n.Name] = problem{problemNodeWithoutAddr, "node has no IP address in status.addresses: `nodes` peers select nothing on it and node-local traffic from it is not recognised"}
+		} else if addr, ok := podOnNodeAddr(prog, n); ok && n.Name == a.cfg.NodeName {
+			problems["Node "+n.Name] = problem{problemPodOnNodeAddr, "address " + addr.String() + " is also a pod's: connections from it to this node's pods are judged as that pod's, not as node-local (kubelet probes from it are policed)"}
 		}
 	}
 	for _, o := range a.inf.pods.GetStore().List() {
@@ -168,4 +173,20 @@ func (a *Agent) reportProblems(problems map[string]problem, rulesetWarnings []st
 	for k, n := range counts {
 		a.metrics.problems.WithLabelValues(k).Set(float64(n))
 	}
+}
+
+// podOnNodeAddr finds an address of n that a pod-network pod claims too,
+// which the Program therefore does not treat as node-local
+// (policy.Program.NodeLocalAddrs).
+func podOnNodeAddr(prog *policy.Program, n *cachedNode) (netip.Addr, bool) {
+	if prog.Options.DenyNodeLocal {
+		return netip.Addr{}, false
+	}
+	local := prog.NodeLocalAddrs(n.Name)
+	for _, a := range n.Addrs {
+		if !slices.Contains(local, a.Unmap()) {
+			return a, true
+		}
+	}
+	return netip.Addr{}, false
 }
