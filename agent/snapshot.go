@@ -91,8 +91,10 @@ func (a *Agent) scanProblems(prog *policy.Program) map[string]problem {
 			problems["Node "+n.Name] = problem{problemInvalidNodeAddr, diagMessages(n.diags)}
 		} else if len(n.Addrs) == 0 {
 			problems["Node "+n.Name] = problem{problemNodeWithoutAddr, "node has no IP address in status.addresses: `nodes` peers select nothing on it and node-local traffic from it is not recognised"}
-		} else if addr, ok := podOnNodeAddr(prog, n); ok && n.Name == a.cfg.NodeName {
-			problems["Node "+n.Name] = problem{problemPodOnNodeAddr, "address " + addr.String() + " is also a pod's: connections from it to this node's pods are judged as that pod's, not as node-local (kubelet probes from it are policed)"}
+		} else if n.Name == a.cfg.NodeName {
+			if addr, ok := podOnNodeAddr(prog, n); ok {
+				problems["Node "+n.Name] = problem{problemPodOnNodeAddr, "address " + addr.String() + " is also a pod's: connections from it to this node's pods are judged as that pod's, not as node-local (kubelet probes from it are policed)"}
+			}
 		}
 	}
 	for _, o := range a.inf.pods.GetStore().List() {

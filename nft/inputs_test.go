@@ -484,35 +484,11 @@ func TestReuseSeesPolicedPods(t *testing.T) {
 // judges it), and a pod taking it makes the next sync build, though no
 // peer of the node selects that pod.
 func TestNodeAddressAPodClaims(t *testing.T) {
-	const cluster = `
-apiVersion: v1
-kind: Node
-metadata: {name: node-1}
-status: {addresses: [{type: InternalIP, address: 192.168.0.1}]}
----
-apiVersion: v1
-kind: Node
-metadata: {name: node-2}
-status: {addresses: [{type: InternalIP, address: 192.168.0.2}]}
----
-apiVersion: v1
-kind: Namespace
-metadata: {name: a}
----
-apiVersion: v1
-kind: Namespace
-metadata: {name: b}
----
+	const cluster = localDE + `---
 apiVersion: v1
 kind: Pod
-metadata: {name: x, namespace: a}
-spec: {nodeName: node-1, containers: [{name: c, ports: [{containerPort: 80}]}]}
-status: {podIPs: [{ip: 10.0.1.1}]}
----
-apiVersion: v1
-kind: Pod
-metadata: {name: c, namespace: b}
-spec: {nodeName: node-2, containers: [{name: c}]}
+metadata: {name: c, namespace: z}
+spec: {nodeName: node-2}
 status: {podIPs: [{ip: 10.0.2.1}]}
 ---
 apiVersion: networking.k8s.io/v1
@@ -531,7 +507,7 @@ spec: {podSelector: {}}
 	if got := s.Applied().nodeLocal; len(got) != 1 {
 		t.Errorf("node-local addresses without the claim: %v, want the node's", got)
 	}
-	p := podIn(t, loadCluster(t, cluster), "b/c")
+	p := podIn(t, loadCluster(t, cluster), "z/c")
 	p.IPs = []netip.Addr{netip.MustParseAddr("192.168.0.1")}
 	c.UpsertPod(&p)
 	claimed := c.Program()

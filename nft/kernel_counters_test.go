@@ -64,6 +64,16 @@ spec:
     to: [{pods: {namespaceSelector: {}, podSelector: {matchLabels: {app: b}}}}]
 `
 
+// counterPodsMore adds a pod b2 on n2 to counterPods: a new peer address,
+// which n1's table takes in a patch of set elements.
+const counterPodsMore = counterPods + `---
+apiVersion: v1
+kind: Pod
+metadata: {name: b2, namespace: x, labels: {app: b}}
+spec: {nodeName: n2}
+status: {podIP: 10.0.1.4}
+`
+
 // addLoopbackAddrs brings lo up in the current (private) namespace and
 // gives it the pods' addresses, so that packets between them cross the
 // output hook like pod traffic crosses forward.
@@ -192,21 +202,14 @@ func TestKernelDropCounters(t *testing.T) {
 
 		// A new pod b2 joins the Deny rule's peers: an element-only
 		// patch, which must not reset the counts.
-		more := counterPods + `---
-apiVersion: v1
-kind: Pod
-metadata: {name: b2, namespace: x, labels: {app: b}}
-spec: {nodeName: n2}
-status: {podIP: 10.0.1.4}
-`
 		tx := nft.NewTransaction()
-		diffTransaction(tx, s.Applied(), Build(compileYAML(t, more), "n1"))
+		diffTransaction(tx, s.Applied(), Build(compileYAML(t, counterPodsMore), "n1"))
 		for _, line := range strings.Split(strings.TrimSpace(tx.String()), "\n") {
 			if !strings.Contains(line, " element ") {
 				t.Errorf("new peer pod patch touches more than elements: %q", line)
 			}
 		}
-		res, err := s.Sync(ctx, compileYAML(t, more))
+		res, err := s.Sync(ctx, compileYAML(t, counterPodsMore))
 		if err != nil || res.Full || res.Operations == 0 {
 			t.Fatalf("patch: %+v, %v", res, err)
 		}
@@ -220,7 +223,7 @@ status: {podIP: 10.0.1.4}
 
 		// A full replace (periodic resync, restart) carries them over.
 		s.Invalidate()
-		if res, err := s.Sync(ctx, compileYAML(t, more)); err != nil || !res.Full {
+		if res, err := s.Sync(ctx, compileYAML(t, counterPodsMore)); err != nil || !res.Full {
 			t.Fatalf("replace: %+v, %v", res, err)
 		}
 		if d, i := read("after full replace"); d.Packets != 4 || i.Packets != 2 || d.Bytes != 4*128 {
@@ -228,7 +231,7 @@ status: {podIP: 10.0.1.4}
 		}
 		// A fresh Syncer (agent restart) also starts from the old table.
 		s = New(nft, Options{Node: "n1"})
-		if _, err := s.Sync(ctx, compileYAML(t, more)); err != nil {
+		if _, err := s.Sync(ctx, compileYAML(t, counterPodsMore)); err != nil {
 			t.Fatal(err)
 		}
 		if d, _ := read("after restart"); d.Packets != 4 {

@@ -143,15 +143,8 @@ func TestKernelGeneration(t *testing.T) {
 			t.Fatal(err)
 		}
 		s := New(iface, Options{Node: "n1"})
-		more := counterPods + `---
-apiVersion: v1
-kind: Pod
-metadata: {name: b2, namespace: x, labels: {app: b}}
-spec: {nodeName: n2}
-status: {podIP: 10.0.1.4}
-`
 		want := probe
-		for i, yaml := range []string{counterPods, more} {
+		for i, yaml := range []string{counterPods, counterPodsMore} {
 			res, err := s.Sync(ctx, compileYAML(t, yaml))
 			if err != nil || res.Operations == 0 || res.Full != (i == 0) {
 				t.Fatalf("sync %d: %+v, %v; want a full replace, then a patch", i, res, err)
@@ -187,13 +180,6 @@ func TestKernelCheckedResync(t *testing.T) {
 			t.Fatalf("first sync: %+v, %v", res, err)
 		}
 		fresh := nftList(t)
-		more := counterPods + `---
-apiVersion: v1
-kind: Pod
-metadata: {name: b2, namespace: x, labels: {app: b}}
-spec: {nodeName: n2}
-status: {podIP: 10.0.1.4}
-`
 		checked := func(step string, wantFull bool) Result {
 			t.Helper()
 			s.InvalidateIfChanged()
@@ -248,7 +234,7 @@ status: {podIP: 10.0.1.4}
 				t.Fatalf("patch after an edit: %+v, %v", res, err)
 			}
 		}
-		fix(s.Sync(ctx, compileYAML(t, more)))
+		fix(s.Sync(ctx, compileYAML(t, counterPodsMore)))
 		fix(s.Sync(ctx, compileYAML(t, counterPods)))
 		checked("after an edit and two patches", true)
 		// The other table was left alone.

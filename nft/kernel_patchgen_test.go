@@ -44,14 +44,7 @@ func TestKernelPatchAfterAnotherWriterMadeItsChanges(t *testing.T) {
 		if _, err := s.Sync(ctx, compileYAML(t, counterPods)); err != nil {
 			t.Fatal(err)
 		}
-		more := counterPods + `---
-apiVersion: v1
-kind: Pod
-metadata: {name: b2, namespace: x, labels: {app: b}}
-spec: {nodeName: n2}
-status: {podIP: 10.0.1.4}
-`
-		prog2 := compileYAML(t, more)
+		prog2 := compileYAML(t, counterPodsMore)
 		tx := knftables.NewFake(knftables.InetFamily, Table).NewTransaction()
 		diffTransaction(tx, s.Applied(), Build(prog2, "n1"))
 		text := tx.String()
