@@ -174,30 +174,35 @@ func (b *builder) shape(r *run) *runShape {
 // The decision depends only on the Build's runs, not on their order.
 func (b *builder) shareCrowded() {
 	for _, sh := range b.shapes {
-		if !sh.union {
-			continue
-		}
-		if len(sh.pending) <= maxSharedLookups {
-			shared, all := 0, 0
+		if sh.union && b.crowded(sh) {
+			sh.union = false
 			for _, l := range sh.pending {
-				n := len(l.peer.addrs.Ranges())
-				all += n
-				if b.runsOf[l.peer] > 1 {
-					shared += n
+				for _, u := range l.uses {
+					l.peer.use(u)
 				}
-			}
-			if all > unionFloor && 2*shared > all {
-				sh.union = false
-				for _, l := range sh.pending {
-					for _, u := range l.uses {
-						l.peer.use(u)
-					}
-					sh.lookups = append(sh.lookups, l.lookup)
-				}
+				sh.lookups = append(sh.lookups, l.lookup)
 			}
 		}
 		sh.pending = nil
 	}
+}
+
+// crowded reports whether a union run should take shared lookups: its
+// peers hold more than unionFloor ranges, mostly in peers other runs
+// match too, and it needs at most maxSharedLookups lookups.
+func (b *builder) crowded(sh *runShape) bool {
+	if len(sh.pending) > maxSharedLookups {
+		return false
+	}
+	shared, all := 0, 0
+	for _, l := range sh.pending {
+		n := len(l.peer.addrs.Ranges())
+		all += n
+		if b.runsOf[l.peer] > 1 {
+			shared += n
+		}
+	}
+	return all > unionFloor && 2*shared > all
 }
 
 // peerTerms are the terms of a run that share a peer, merged: the union
