@@ -22,17 +22,25 @@ func PodFromAPI(o *corev1.Pod) (Pod, []Diagnostic) {
 		diags = append(diags, Diagnostic{Severity: SeverityError, Object: object, Field: field, Message: msg})
 	}
 	p := Pod{Namespace: ns, Name: o.Name, Labels: o.Labels, NodeName: o.Spec.NodeName, HostNetwork: o.Spec.HostNetwork}
+	// status.podIPs is authoritative; status.podIP is read only when it
+	// is alone (older writers). The API server requires podIP to be
+	// podIPs[0]; a file that disagrees is reported, and podIPs is used.
+	field := func(i int) string { return fmt.Sprintf("status.podIPs[%d].ip", i) }
 	var ips []string
 	for _, ip := range o.Status.PodIPs {
 		ips = append(ips, ip.IP)
 	}
-	if len(ips) == 0 && o.Status.PodIP != "" {
+	switch {
+	case len(ips) == 0 && o.Status.PodIP != "":
 		ips = []string{o.Status.PodIP}
+		field = func(int) string { return "status.podIP" }
+	case len(ips) > 0 && o.Status.PodIP != "" && o.Status.PodIP != ips[0]:
+		bad("status.podIP", fmt.Sprintf("%q must equal status.podIPs[0].ip %q: status.podIPs is used", o.Status.PodIP, ips[0]))
 	}
 	for i, s := range ips {
 		a, err := netip.ParseAddr(s)
 		if err != nil {
-			bad(fmt.Sprintf("status.podIPs[%d].ip", i), fmt.Sprintf("invalid IP %q", s))
+			bad(field(i), fmt.Sprintf("invalid IP %q", s))
 			continue
 		}
 		p.IPs = append(p.IPs, a.Unmap())
