@@ -38,6 +38,10 @@ type Decision struct {
 	Action   Action     `json:"action,omitempty"`
 	// Passed lists the Pass rules that handed the decision on.
 	Passed []string `json:"passed,omitempty"`
+	// Isolating lists the NetworkPolicies that select the pod when none
+	// of them allowed the flow (Action ActionIsolate); Reason names only
+	// the first few.
+	Isolating []PolicyRef `json:"isolating,omitempty"`
 	Reason string   `json:"reason"`
 }
 
@@ -180,6 +184,27 @@ func judgeTier(o *outcome, rules []RuleMatch, ix *matchIndex, remote netip.Addr,
 	return true
 }
 
+// reasonNames is how many policies a Reason names; Decision.Isolating
+// has them all. A namespace may hold thousands of NetworkPolicies that
+// select one pod, and a reason is a line for people.
+const reasonNames = 10
+
+// policyNames lists refs as namespace/name, the first reasonNames of them.
+func policyNames(refs []PolicyRef) string {
+	var b strings.Builder
+	for i, r := range refs {
+		if i == reasonNames {
+			fmt.Fprintf(&b, " and %d more", len(refs)-i)
+			break
+		}
+		if i > 0 {
+			b.WriteString(", ")
+		}
+		b.WriteString(r.Namespace + "/" + r.Name)
+	}
+	return b.String()
+}
+
 func ruleDesc(r *Rule) string {
 	desc := fmt.Sprintf("%s %s rule %d", r.Policy, r.Direction, r.Index)
 	if r.Name != "" {
@@ -219,12 +244,9 @@ func (p *Program) explain(o outcome, local Endpoint, dir Direction) Decision {
 		d.Policy, d.Rule, d.Action = &r.Policy, &r.Index, ActionAllow
 		d.Reason = fmt.Sprintf("%s %s rule %d allows it", r.Policy, dir, r.Index)
 	case o.np != nil:
-		names := make([]string, len(o.np.Policies))
-		for i, r := range o.np.Policies {
-			names[i] = r.Namespace + "/" + r.Name
-		}
 		d.Action = ActionIsolate
-		d.Reason = fmt.Sprintf("NetworkPolicies select the pod for %s (%s) and no rule allows it", dir, strings.Join(names, ", "))
+		d.Isolating = o.np.Policies
+		d.Reason = fmt.Sprintf("NetworkPolicies select the pod for %s (%s) and no rule allows it", dir, policyNames(o.np.Policies))
 	case o.quiet:
 		d.Reason = "no policy selects this pod for " + dir.String() + ": default allow"
 	default:

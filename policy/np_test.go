@@ -1,6 +1,8 @@
 package policy_test
 
 import (
+	"fmt"
+	"strings"
 	"testing"
 
 	"github.com/moat-net/moat/policy"
@@ -153,5 +155,26 @@ spec:
 				}
 			}
 		}
+	}
+}
+
+// A pod that many NetworkPolicies select: the reason names the first few,
+// Decision.Isolating lists them all, in order.
+func TestIsolationReasonNamesFew(t *testing.T) {
+	var b strings.Builder
+	for i := range 12 {
+		fmt.Fprintf(&b, "---\napiVersion: networking.k8s.io/v1\nkind: NetworkPolicy\nmetadata: {name: iso-%02d, namespace: a}\nspec:\n  podSelector: {matchLabels: {app: x}}\n  ingress: [{ports: [{port: %d}]}]\n", i, 1000+i)
+	}
+	prog := compile(t, b.String(), policy.Options{})
+	f := judgeFlow(t, prog, "a/y", "a/x", 80, "TCP")
+	d := f.Ingress
+	if f.Allowed || d.Action != policy.ActionIsolate {
+		t.Fatalf("ingress = %+v, want isolation", d)
+	}
+	if len(d.Isolating) != 12 || d.Isolating[0].Name != "iso-00" || d.Isolating[11].Name != "iso-11" {
+		t.Errorf("Isolating = %v, want iso-00..iso-11", d.Isolating)
+	}
+	if !strings.Contains(d.Reason, "(a/iso-00, a/iso-01,") || !strings.Contains(d.Reason, "a/iso-09 and 2 more)") || strings.Contains(d.Reason, "iso-10") {
+		t.Errorf("reason %q: want the first 10 names and \"and 2 more\"", d.Reason)
 	}
 }
