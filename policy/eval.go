@@ -42,7 +42,7 @@ type Decision struct {
 	// of them allowed the flow (Action ActionIsolate); Reason names only
 	// the first few.
 	Isolating []PolicyRef `json:"isolating,omitempty"`
-	Reason string   `json:"reason"`
+	Reason    string      `json:"reason"`
 }
 
 // Verdict is the answer for one flow: allowed iff both directions allow.
