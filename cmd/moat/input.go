@@ -67,7 +67,7 @@ func (f *inputFlags) register(cmd *cobra.Command) {
 	fl.BoolVar(&f.live, "live", false, "read the live cluster (kubeconfig as kubectl finds it, or the in-cluster service account)")
 	fl.StringVar(&f.kubeconfig, "kubeconfig", "", "kubeconfig file of the live cluster (implies --live)")
 	fl.StringVar(&f.context, "context", "", "kubeconfig context of the live cluster (implies --live)")
-	fl.BoolVarP(&f.verbose, "verbose", "v", false, "also report skipped objects")
+	fl.BoolVarP(&f.verbose, "verbose", "v", false, "also report skipped objects, and every warning (not only the first 20)")
 	fl.BoolVar(&f.allowNodeLocal, "allow-node-local", true, "allow traffic from a node's own addresses to its pods (kubelet probes)")
 	gates, err := features.New()
 	if err != nil {
@@ -189,6 +189,10 @@ func (f *inputFlags) compile(cmd *cobra.Command) (*policy.Program, error) {
 	return f.compileLoaded(cmd, l.Result)
 }
 
+// maxWarnings is how many warnings a command prints before it only
+// counts them.
+const maxWarnings = 20
+
 // compileLoaded compiles a loaded snapshot, reporting as compile does.
 func (f *inputFlags) compileLoaded(cmd *cobra.Command, res *manifest.Result) (*policy.Program, error) {
 	prog := policy.Compile(&res.Cluster, f.policyOptions())
@@ -198,18 +202,37 @@ func (f *inputFlags) compileLoaded(cmd *cobra.Command, res *manifest.Result) (*p
 			fmt.Fprintln(stderr, "skipped:", s)
 		}
 	}
+	// Warnings are a side channel here: a large cluster can have
+	// thousands, so past maxWarnings they are counted, not printed, unless
+	// -v. Errors are always printed. moat check lists everything.
+	warnings := 0
+	warn := func(line string) {
+		if warnings++; warnings <= maxWarnings || f.verbose {
+			fmt.Fprintln(stderr, line)
+		}
+	}
 	for _, d := range res.Diagnostics {
+		if d.Severity == policy.SeverityWarning {
+			warn(fmt.Sprintf("%s: %s", d.Severity, d))
+			continue
+		}
 		fmt.Fprintf(stderr, "%s: %s\n", d.Severity, d)
 	}
 	for _, d := range prog.Diagnostics {
-		if d.Severity == policy.SeverityWarning || f.verbose {
+		switch {
+		case d.Severity == policy.SeverityWarning:
+			warn(fmt.Sprintf("%s: %s", d.Severity, d))
+		case f.verbose:
 			fmt.Fprintf(stderr, "%s: %s\n", d.Severity, d)
 		}
 	}
 	for _, s := range prog.Status {
 		if !s.Accepted {
-			fmt.Fprintf(stderr, "warning: %s: %s\n", s.Policy, s.Message)
+			warn(fmt.Sprintf("warning: %s: %s", s.Policy, s.Message))
 		}
+	}
+	if warnings > maxWarnings && !f.verbose {
+		fmt.Fprintf(stderr, "... and %d more warnings: -v prints them all, moat check lists every finding\n", warnings-maxWarnings)
 	}
 	if len(res.Dropped) > 0 {
 		return nil, fmt.Errorf("%d object(s) could not be loaded (see above): refusing to judge traffic without them", len(res.Dropped))

@@ -3,6 +3,8 @@ package main
 import (
 	"bytes"
 	"encoding/json"
+	"fmt"
+	"slices"
 	"strings"
 	"testing"
 )
@@ -157,5 +159,34 @@ spec: {tier: Admin, priority: 1, subject: {namespaces: {}}, egress: [{action: De
 	out, _, code := run(t, in, "explain", "-f", "-", "--from", "ds/a", "--to", "ds/b", "--port", "80")
 	if code != 0 || !strings.Contains(out, "ds/a -> ds/b 80/TCP: DENIED") || !strings.Contains(out, "fd00:1::1 -> fd00:1::2 80/TCP: ALLOWED") {
 		t.Errorf("code %d, out:\n%s", code, out)
+	}
+}
+
+// Past 20 warnings a command counts the rest; -v prints them all.
+func TestWarningsCapped(t *testing.T) {
+	var b strings.Builder
+	for i := range 23 {
+		fmt.Fprintf(&b, "---\napiVersion: policy.networking.k8s.io/v1alpha2\nkind: ClusterNetworkPolicy\nmetadata: {name: c%02d}\nspec:\n  tier: Admin\n  priority: %d\n  subject: {namespaces: {}}\n  ingress: [{action: Deny, from: [{serviceAccounts: {}}]}]\n", i, i)
+	}
+	args := []string{"explain", "-f", "-", "--from", "10.0.0.1", "--to", "10.0.0.2", "--port", "80"}
+	for _, c := range []struct {
+		verbose   bool
+		warnings  int
+		truncated bool
+	}{{false, 20, true}, {true, 23, false}} {
+		a := args
+		if c.verbose {
+			a = append(slices.Clone(args), "-v")
+		}
+		_, errOut, code := run(t, b.String(), a...)
+		if code != 0 {
+			t.Fatalf("-v=%v: code %d, stderr:\n%s", c.verbose, code, errOut)
+		}
+		if n := strings.Count(errOut, "warning: "); n != c.warnings {
+			t.Errorf("-v=%v: %d warnings printed, want %d:\n%s", c.verbose, n, c.warnings, errOut)
+		}
+		if got := strings.Contains(errOut, "... and 3 more warnings"); got != c.truncated {
+			t.Errorf("-v=%v: count line printed = %v, want %v:\n%s", c.verbose, got, c.truncated, errOut)
+		}
 	}
 }
