@@ -26,14 +26,34 @@ type cnpState struct {
 	nsSel, podSel labels.Selector
 	nsKey, podKey string
 	subjNone      bool
-	rules         [2][]*rule
-	status        PolicyStatus
-	diags         []Diagnostic
-	named         []Diagnostic
-	nsKeys        []string
-	podKeys       []string
-	names         []string // port names the ingress rules use
-	lists         map[*cnpList]struct{}
+	// rules by direction and index; a rule voided by fail-closed has no
+	// set. They are compiled on first use (cnpRulesOf), nil until then, as a
+	// NetworkPolicy's are: a node-scoped Compiler never compiles the rules
+	// of the policies that select none of its pods, and their peers are
+	// never interned. Status and diagnostics come from validation alone,
+	// so an invalid policy is reported whether or not it selects a pod.
+	rules *[2][]*rule
+	// fail is what compiling the rules needs of the validation problems;
+	// nil for the many policies with none.
+	fail   *cnpFail
+	status PolicyStatus
+	diags  []Diagnostic
+	named  []Diagnostic
+	// namedPorts are the named ports of the rules not voided, known
+	// without compiling them (named-port warnings, classes).
+	namedPorts []ruleNamedPort
+	nsKeys     []string
+	podKeys    []string
+	names      []string // port names the ingress rules use
+	lists      map[*cnpList]struct{}
+}
+
+// cnpFail is what fail-closed compilation of a ClusterNetworkPolicy's
+// rules reads: the problems' paths, the problem with the whole policy
+// (every rule fails closed) and the one with its subject.
+type cnpFail struct {
+	bad            badPaths
+	whole, subject string
 }
 
 func (c *cnpState) dropTiers(s *state, dir Direction) {
@@ -52,8 +72,8 @@ type cnpPeerFields struct {
 	domains    []v1alpha2.DomainName
 }
 
-// compileCNP compiles a ClusterNetworkPolicy; errs are its validation
-// errors.
+// compileCNP compiles a ClusterNetworkPolicy, all but its rules (see
+// cnpRulesOf); errs are its validation errors.
 func (s *state) compileCNP(cnp *ClusterNetworkPolicy, errs field.ErrorList) *cnpState {
 	ref := PolicyRef{Kind: "ClusterNetworkPolicy", Name: cnp.Name}
 	// A field a disabled feature gate hides counts as unknown.
@@ -90,7 +110,9 @@ func (s *state) compileCNP(cnp *ClusterNetworkPolicy, errs field.ErrorList) *cnp
 
 	// An unknown field outside spec may have been meant to change anything:
 	// the policy denies all its subject's traffic both ways, at its place.
+	// (Rare: these two rules are compiled at once.)
 	if msg := objectProblem(unknown); msg != "" {
+		out.rules = new([2][]*rule)
 		for _, dir := range []Direction{Ingress, Egress} {
 			failed := []string{msg}
 			if subjectBad != "" {
@@ -101,14 +123,61 @@ func (s *state) compileCNP(cnp *ClusterNetworkPolicy, errs field.ErrorList) *cnp
 		}
 		return out
 	}
+	if len(bad) > 0 {
+		out.fail = &cnpFail{bad: bad, whole: whole, subject: subjectBad}
+	}
 
+	// The named ports of the rules that are not voided, as compiling them
+	// would leave them.
+	for i := range spec.Ingress {
+		r := &spec.Ingress[i]
+		out.addNamedPorts(Ingress, i, r.Action, len(r.From), r.Protocols)
+	}
+	for i := range spec.Egress {
+		r := &spec.Egress[i]
+		out.addNamedPorts(Egress, i, r.Action, len(r.To), r.Protocols)
+	}
+	for _, n := range out.namedPorts {
+		if n.dir == Ingress && !slices.Contains(out.names, n.name) {
+			out.names = append(out.names, n.name)
+		}
+	}
+	return out
+}
+
+// addNamedPorts records the named ports a rule keeps after fail-closed
+// (cnpRuleForm).
+func (c *cnpState) addNamedPorts(dir Direction, index int, action v1alpha2.ClusterNetworkPolicyRuleAction, peers int, protos []v1alpha2.ClusterNetworkPolicyProtocol) {
+	hasNamed := false
+	for j := range protos {
+		hasNamed = hasNamed || protos[j].DestinationNamedPort != ""
+	}
+	if !hasNamed {
+		return
+	}
+	f := c.ruleForm(dir, index, action, peers, protos)
+	if f.voided {
+		return
+	}
+	for _, n := range f.ports.named {
+		c.namedPorts = append(c.namedPorts, ruleNamedPort{dir, index, n})
+	}
+}
+
+// cnpRulesOf compiles the policy's rules the first time they are needed.
+func (s *state) cnpRulesOf(c *cnpState) *[2][]*rule {
+	if c.rules != nil {
+		return c.rules
+	}
+	c.rules = new([2][]*rule)
+	spec := &c.src.Spec
 	for i := range spec.Ingress {
 		r := &spec.Ingress[i]
 		pfs := make([]cnpPeerFields, len(r.From))
 		for j, p := range r.From {
 			pfs[j] = cnpPeerFields{namespaces: p.Namespaces, pods: p.Pods, nodes: p.Nodes, networks: p.Networks}
 		}
-		out.rules[Ingress] = append(out.rules[Ingress], s.compileCNPRule(out, Ingress, i, r.Name, r.Action, "from", pfs, r.Protocols, bad, whole, subjectBad))
+		c.rules[Ingress] = append(c.rules[Ingress], s.compileCNPRule(c, Ingress, i, r.Name, r.Action, pfs, r.Protocols))
 	}
 	for i := range spec.Egress {
 		r := &spec.Egress[i]
@@ -116,16 +185,9 @@ func (s *state) compileCNP(cnp *ClusterNetworkPolicy, errs field.ErrorList) *cnp
 		for j, p := range r.To {
 			pfs[j] = cnpPeerFields{namespaces: p.Namespaces, pods: p.Pods, nodes: p.Nodes, networks: p.Networks, domains: p.DomainNames}
 		}
-		out.rules[Egress] = append(out.rules[Egress], s.compileCNPRule(out, Egress, i, r.Name, r.Action, "to", pfs, r.Protocols, bad, whole, subjectBad))
+		c.rules[Egress] = append(c.rules[Egress], s.compileCNPRule(c, Egress, i, r.Name, r.Action, pfs, r.Protocols))
 	}
-	for _, r := range out.rules[Ingress] {
-		for _, n := range r.ports.named {
-			if !slices.Contains(out.names, n.name) {
-				out.names = append(out.names, n.name)
-			}
-		}
-	}
-	return out
+	return c.rules
 }
 
 // cnpSubject reads a valid subject into selectors.
@@ -147,22 +209,54 @@ func (s *state) cnpSubject(out *cnpState, subj *v1alpha2.ClusterNetworkPolicySub
 	}
 }
 
-// compileCNPRule resolves one rule and applies fail-closed semantics
-// (docs/semantics.md, Fail closed): a part Moat cannot understand makes an
-// Accept rule match nothing and turns a Deny or Pass rule into a Deny of
-// everything that part could have matched. wide is a problem with the whole
-// policy (everything could be meant); subject is a problem with the subject
-// only (the rule keeps its peers and protocols, and already applies to
-// every pod).
-func (s *state) compileCNPRule(c *cnpState, dir Direction, index int, name string, action v1alpha2.ClusterNetworkPolicyRuleAction, peerField string, pfs []cnpPeerFields, protos []v1alpha2.ClusterNetworkPolicyProtocol, bad badPaths, wide, subject string) *rule {
-	path := fmt.Sprintf("spec.%s[%d]", dir, index)
-	cr := &Rule{Policy: c.ref, Tier: c.tier, Priority: c.priority, Direction: dir, Index: index, Name: name, Action: Action(action)}
-	out := &rule{dir: dir, owner: c, cnp: cr, index: index}
+// cnpRuleForm is what fail-closed (docs/semantics.md, Fail closed) makes of
+// one rule, before any peer is interned.
+type cnpRuleForm struct {
+	// failed are the problems that changed the rule; none for a rule Moat
+	// understands.
+	failed []string
+	// voided: an Accept rule that failed matches nothing (no set, no ports).
+	voided bool
+	// widePeers: the rule's peers widen to every address; else good are
+	// the indexes of the peers that are understood.
+	widePeers bool
+	good      []int
+	ports     portSpec
+}
 
-	var failed []string
-	for _, f := range []string{wide, subject} {
-		if f != "" {
-			failed = append(failed, f)
+// ruleForm applies fail-closed semantics to one rule: a part Moat cannot
+// understand makes an Accept rule match nothing and turns a Deny or Pass
+// rule into a Deny of everything that part could have matched. The
+// problem with the whole policy (everything could be meant) widens peers
+// and ports; the one with the subject only fails the rule (it keeps its
+// peers and protocols, and already applies to every pod).
+func (c *cnpState) ruleForm(dir Direction, index int, action v1alpha2.ClusterNetworkPolicyRuleAction, peers int, protos []v1alpha2.ClusterNetworkPolicyProtocol) cnpRuleForm {
+	var f cnpRuleForm
+	fail := c.fail
+	if fail == nil {
+		// Nearly every policy: nothing failed, no field path to make.
+		f.good = make([]int, peers)
+		for j := range f.good {
+			f.good[j] = j
+		}
+		f.ports.all = len(protos) == 0
+		for j := range protos {
+			addCNPProtocol(&f.ports, &protos[j], j)
+		}
+		if f.ports.all {
+			f.ports = portSpec{all: true}
+		}
+		return f
+	}
+	bad := fail.bad
+	path := fmt.Sprintf("spec.%s[%d]", dir, index)
+	peerField := "from"
+	if dir == Egress {
+		peerField = "to"
+	}
+	for _, p := range []string{fail.whole, fail.subject} {
+		if p != "" {
+			f.failed = append(f.failed, p)
 		}
 	}
 	// Problems on the rule itself (its action, an unknown field beside
@@ -175,63 +269,72 @@ func (s *state) compileCNPRule(c *cnpState, dir Direction, index int, name strin
 		}
 	}
 	if ruleWide != "" {
-		failed = append(failed, ruleWide)
+		f.failed = append(f.failed, ruleWide)
 	} else {
-		ruleWide = wide
+		ruleWide = fail.whole
 	}
 
 	// Peers.
-	widePeers := ruleWide != ""
-	var good []int
-	for j := range pfs {
+	f.widePeers = ruleWide != ""
+	for j := range peers {
 		pp := fmt.Sprintf("%s.%s[%d]", path, peerField, j)
 		if msg := bad.under(pp); msg != "" {
-			failed = append(failed, msg)
-			widePeers = true
+			f.failed = append(f.failed, msg)
+			f.widePeers = true
 			continue
 		}
-		good = append(good, j)
+		f.good = append(f.good, j)
 	}
 	if msg := bad.exactly(path + "." + peerField); msg != "" {
-		widePeers = true
-		failed = append(failed, msg)
+		f.widePeers = true
+		f.failed = append(f.failed, msg)
 	}
 
 	// Protocols.
 	allPorts := ruleWide != "" || len(protos) == 0
 	if msg := bad.exactly(path + ".protocols"); msg != "" {
 		allPorts = true
-		failed = append(failed, msg)
+		f.failed = append(f.failed, msg)
 	}
 	for j := range protos {
 		pp := fmt.Sprintf("%s.protocols[%d]", path, j)
 		if msg := bad.under(pp); msg != "" {
-			failed = append(failed, msg)
+			f.failed = append(f.failed, msg)
 			allPorts = true
 			continue
 		}
-		addCNPProtocol(&out.ports, &protos[j], j)
+		addCNPProtocol(&f.ports, &protos[j], j)
 	}
 	if allPorts {
-		out.ports = portSpec{all: true}
+		f.ports = portSpec{all: true}
 	}
+	if len(f.failed) > 0 && Action(action) == ActionAccept {
+		// Matches nothing, also after any change (no peers to redo).
+		f.voided, f.ports = true, portSpec{}
+	}
+	return f
+}
 
-	if len(failed) > 0 {
-		cr.FailClosed = strings.Join(failed, "; ")
-		if cr.Action == ActionAccept {
-			// Matches nothing, also after any change (no peers to redo).
-			out.ports = portSpec{}
+// compileCNPRule compiles one rule as ruleForm shapes it, interning its
+// peers.
+func (s *state) compileCNPRule(c *cnpState, dir Direction, index int, name string, action v1alpha2.ClusterNetworkPolicyRuleAction, pfs []cnpPeerFields, protos []v1alpha2.ClusterNetworkPolicyProtocol) *rule {
+	f := c.ruleForm(dir, index, action, len(pfs), protos)
+	cr := &Rule{Policy: c.ref, Tier: c.tier, Priority: c.priority, Direction: dir, Index: index, Name: name, Action: Action(action)}
+	out := &rule{dir: dir, owner: c, cnp: cr, index: index, ports: f.ports}
+	if len(f.failed) > 0 {
+		cr.FailClosed = strings.Join(f.failed, "; ")
+		if f.voided {
 			return out
 		}
 		cr.Action = ActionDeny
 	}
 	var peers []*peer
-	if !widePeers {
-		for _, j := range good {
+	if !f.widePeers {
+		for _, j := range f.good {
 			peers = append(peers, s.cnpPeer(&pfs[j]))
 		}
 	}
-	out.set = s.internSet(peers, widePeers)
+	out.set = s.internSet(peers, f.widePeers)
 	return s.newRule(out)
 }
 
@@ -304,6 +407,9 @@ func (s *state) cnpPeer(p *cnpPeerFields) *peer {
 
 // dropCNP forgets a compiled ClusterNetworkPolicy's rules and peers.
 func (s *state) dropCNP(c *cnpState) {
+	if c.rules == nil {
+		return
+	}
 	for d := range c.rules {
 		for _, r := range c.rules[d] {
 			s.dropRule(r)

@@ -43,7 +43,7 @@ type npState struct {
 	// keys the subject reads (selectorKeys) are derived when needed
 	// rather than kept: nearly every policy has none of the first and one
 	// or two of the second.
-	namedPorts []npNamedPort
+	namedPorts []ruleNamedPort
 	lists      map[*npList]struct{}
 	// problems is nil for the many policies with nothing to report.
 	problems *npProblems
@@ -195,8 +195,9 @@ func (np *npState) hasIngressNames() bool {
 	return false
 }
 
-// npNamedPort is a named port of a NetworkPolicy rule.
-type npNamedPort struct {
+// ruleNamedPort is a named port of a policy rule, known without compiling
+// the rule.
+type ruleNamedPort struct {
 	dir  Direction
 	rule int
 	namedPort
@@ -212,7 +213,7 @@ func (np *npState) addNamedPorts(dir Direction, rule int, path string, ports []n
 		if bad := np.bad(); len(bad) > 0 && bad.under(fmt.Sprintf("%s.ports[%d]", path, j)) != "" {
 			continue
 		}
-		np.namedPorts = append(np.namedPorts, npNamedPort{dir, rule, namedPort{protocolOf(p.Protocol), p.Port.StrVal, j}})
+		np.namedPorts = append(np.namedPorts, ruleNamedPort{dir, rule, namedPort{protocolOf(p.Protocol), p.Port.StrVal, j}})
 	}
 }
 

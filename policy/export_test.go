@@ -5,8 +5,9 @@ import "fmt"
 // CompileStats compiles c and reports, for tests of what a compile
 // touches: the pods that got a PodPolicy, the pods in NetworkPolicy
 // classes, the namespaces with classes but no such pod, the peers
-// resolved, and the NetworkPolicies whose rules were compiled.
-func CompileStats(c *Cluster, opts Options) (subjects, classified, strayNamespaces, resolvedPeers, compiledNPs int) {
+// resolved, and the NetworkPolicies and ClusterNetworkPolicies whose rules
+// were compiled.
+func CompileStats(c *Cluster, opts Options) (subjects, classified, strayNamespaces, resolvedPeers, compiledNPs, compiledCNPs int) {
 	s := build(c, opts)
 	withSubject := map[*nsState]bool{}
 	for _, ps := range s.order {
@@ -33,7 +34,19 @@ func CompileStats(c *Cluster, opts Options) (subjects, classified, strayNamespac
 			resolvedPeers++
 		}
 	}
+	compiledCNPs = CompiledCNPs(&Compiler{s: s})
 	return
+}
+
+// CompiledCNPs names the ClusterNetworkPolicies whose rules c compiled.
+func CompiledCNPs(c *Compiler) int {
+	n := 0
+	for _, cnp := range c.s.cnps {
+		if cnp != nil && cnp.rules != nil {
+			n++
+		}
+	}
+	return n
 }
 
 // MemoValidator validates policies as a compile's workers do, remembering

@@ -213,32 +213,25 @@ func (s *state) cnpSelection(c *cnpState, subjects map[[2]string]*roaring.Bitmap
 func (s *state) cnpNamedDiags(c *cnpState, subjects map[[2]string]*roaring.Bitmap, nsPods map[string]*roaring.Bitmap) []Diagnostic {
 	var out []Diagnostic
 	var subject *subjectPods
-	for _, dir := range []Direction{Ingress, Egress} {
-		for _, r := range c.rules[dir] {
-			if r.set == nil {
+	for _, n := range c.namedPorts {
+		k := namedKey{n.name, 0}
+		var msg string
+		if n.dir == Ingress {
+			if subject == nil {
+				sel := s.cnpSelection(c, subjects, nsPods)
+				subject = &sel
+			}
+			if subject.count == 0 || subject.declares(k) {
 				continue
 			}
-			for _, n := range r.ports.named {
-				k := namedKey{n.name, 0}
-				var msg string
-				if dir == Ingress {
-					if subject == nil {
-						sel := s.cnpSelection(c, subjects, nsPods)
-						subject = &sel
-					}
-					if subject.count == 0 || subject.declares(k) {
-						continue
-					}
-					msg = fmt.Sprintf("named port %q is declared by none of the %d pods the policy selects: the rule allows no traffic on it", n.name, subject.count)
-				} else {
-					if s.declared[k] != nil {
-						continue
-					}
-					msg = fmt.Sprintf("named port %q is declared by no pod in the cluster: the rule allows no traffic on it", n.name)
-				}
-				out = append(out, Diagnostic{Severity: SeverityWarning, Object: c.ref.String(), Field: fmt.Sprintf("spec.%s[%d].protocols[%d].destinationNamedPort", dir, r.cnp.Index, n.index), Message: msg, Source: c.src.Source})
+			msg = fmt.Sprintf("named port %q is declared by none of the %d pods the policy selects: the rule allows no traffic on it", n.name, subject.count)
+		} else {
+			if s.declared[k] != nil {
+				continue
 			}
+			msg = fmt.Sprintf("named port %q is declared by no pod in the cluster: the rule allows no traffic on it", n.name)
 		}
+		out = append(out, Diagnostic{Severity: SeverityWarning, Object: c.ref.String(), Field: fmt.Sprintf("spec.%s[%d].protocols[%d].destinationNamedPort", n.dir, n.rule, n.index), Message: msg, Source: c.src.Source})
 	}
 	return out
 }

@@ -5,6 +5,7 @@ import (
 	"maps"
 	"net/netip"
 	"slices"
+	"strings"
 	"testing"
 
 	"github.com/moat-net/moat/internal/clustergen"
@@ -193,10 +194,13 @@ spec:
 // the rules and resolves the peers only of the policies that select them.
 func TestNodeScopedCompilesLocalPodsOnly(t *testing.T) {
 	cluster := clustergen.Generate(clustergen.Config{Nodes: 10, Namespaces: 40, Pods: 400, NetworkPolicies: 280, ClusterPolicies: 20, Seed: 5, Workloads: true}).ToCluster()
-	all, _, _, fullPeers, fullNPs := policy.CompileStats(cluster, policy.Options{})
-	subjects, classified, stray, peers, nps := policy.CompileStats(cluster, policy.Options{Node: "node-003"})
+	all, _, _, fullPeers, fullNPs, fullCNPs := policy.CompileStats(cluster, policy.Options{})
+	subjects, classified, stray, peers, nps, cnps := policy.CompileStats(cluster, policy.Options{Node: "node-003"})
 	if fullNPs == 0 || nps == 0 || nps >= fullNPs/2 {
 		t.Errorf("node-scoped compile compiled the rules of %d NetworkPolicies, the full one %d", nps, fullNPs)
+	}
+	if fullCNPs == 0 || cnps == 0 || cnps >= fullCNPs {
+		t.Errorf("node-scoped compile compiled the rules of %d ClusterNetworkPolicies, the full one %d", cnps, fullCNPs)
 	}
 	if subjects == 0 || subjects >= all/5 || classified != subjects || stray != 0 {
 		t.Errorf("%d of %d pods local, %d classified, %d namespaces classified without a local pod", subjects, all, classified, stray)
@@ -204,6 +208,79 @@ func TestNodeScopedCompilesLocalPodsOnly(t *testing.T) {
 	if peers >= fullPeers/2 {
 		t.Errorf("node-scoped compile resolved %d peers, the full one %d", peers, fullPeers)
 	}
+}
+
+// A node-scoped Compiler compiles a ClusterNetworkPolicy's rules only
+// once it selects a local pod, and then exactly as a full compile does,
+// fail-closed parts included; an invalid policy that selects no local pod
+// is still reported (status, diagnostics) as by every other agent.
+func TestNodeScopedCompilesCNPRulesOnUse(t *testing.T) {
+	cluster := load(t, `
+apiVersion: policy.networking.k8s.io/v1alpha2
+kind: ClusterNetworkPolicy
+metadata: {name: for-y}
+spec:
+  tier: Admin
+  priority: 1
+  subject: {pods: {namespaceSelector: {}, podSelector: {matchLabels: {app: "y"}}}}
+  ingress:
+  - {name: from-dev, action: Deny, from: [{namespaces: {matchLabels: {env: dev}}}], protocols: [{tcp: {destinationPort: {number: 80}}}]}
+  - {name: named, action: Accept, from: [{namespaces: {}}], protocols: [{destinationNamedPort: nosuchport}]}
+---
+apiVersion: policy.networking.k8s.io/v1alpha2
+kind: ClusterNetworkPolicy
+metadata: {name: bad-for-y}
+spec:
+  tier: Admin
+  priority: 2
+  subject: {pods: {namespaceSelector: {}, podSelector: {matchLabels: {app: "y"}}}}
+  ingress:
+  - {name: bad-peer, action: Pass, from: [{namespaces: {matchExpressions: [{key: env, operator: Bogus}]}}], protocols: [{tcp: {destinationPort: {number: 81}}}]}
+  - {name: bad-accept, action: Accept, from: [{namespaces: {matchExpressions: [{key: env, operator: Bogus}]}}], protocols: [{destinationNamedPort: http}]}
+`)
+	opts := policy.Options{Node: "n1"}
+	comp := policy.NewCompiler(cluster, opts)
+	prog := comp.Program()
+	if n := policy.CompiledCNPs(comp); n != 0 {
+		t.Fatalf("before any local pod is selected: rules of %d ClusterNetworkPolicies compiled, want none", n)
+	}
+	// Reported as a full compile reports them, without their rules.
+	full := policy.Compile(cluster, policy.Options{})
+	if fmt.Sprint(prog.Status) != fmt.Sprint(full.Status) {
+		t.Fatalf("status\n%v\nfull compile\n%v", prog.Status, full.Status)
+	}
+	rejected, warned := false, false
+	for _, st := range prog.Status {
+		rejected = rejected || st.Policy.Name == "bad-for-y" && !st.Accepted
+	}
+	for _, d := range prog.Diagnostics {
+		warned = warned || strings.Contains(d.String(), "nosuchport")
+	}
+	if !rejected || !warned {
+		t.Fatalf("bad-for-y rejected %v, for-y's named port warned %v: %v %v", rejected, warned, prog.Status, prog.Diagnostics)
+	}
+
+	// a/x (on n1) becomes a subject of both.
+	prog, ok := comp.RelabelPod("a/x", map[string]string{"app": "y"})
+	if !ok {
+		t.Fatal("a/x unknown")
+	}
+	if n := policy.CompiledCNPs(comp); n != 2 {
+		t.Fatalf("after a/x is selected: rules of %d ClusterNetworkPolicies compiled, want 2", n)
+	}
+	for i, p := range cluster.Pods {
+		if p.Key() == "a/x" {
+			q := *p
+			q.Labels = map[string]string{"app": "y"}
+			cluster.Pods[i] = &q
+		}
+	}
+	sameProgram(t, "relabeled", prog, policy.Compile(cluster, opts))
+	runFlows(t, prog, []flowCase{
+		{name: "from-dev denies b/z", from: "b/z", to: "a/x", port: 80, allowed: false, ingress: policy.TierAdmin, reasonHas: "from-dev"},
+		{name: "bad Pass rule is a Deny of every peer", from: "10.1.2.1", to: "a/x", port: 81, allowed: false, ingress: policy.TierAdmin, reasonHas: "bad-peer"},
+		{name: "bad Accept rule allows nothing", from: "10.1.2.1", to: "a/x", port: 80, allowed: true, ingress: policy.TierDefault},
+	})
 }
 
 // A Program scoped to some pods (Options.Pods, as moat explain uses it)

@@ -298,11 +298,11 @@ func (s *state) cnpDirOf(l *cnpList, dir Direction, sig int32) *cnpDir {
 func (s *state) buildCNPDir(l *cnpList, dir Direction, sig int32) *cnpDir {
 	n := 0
 	for _, c := range l.cnps {
-		n += len(c.rules[dir])
+		n += len(s.cnpRulesOf(c)[dir])
 	}
 	d := &cnpDir{rules: make([]RuleMatch, 0, n)}
 	for _, c := range l.cnps {
-		for _, r := range c.rules[dir] {
+		for _, r := range s.cnpRulesOf(c)[dir] {
 			d.rules = append(d.rules, RuleMatch{Rule: r.cnp, Match: s.ruleMatch(r, sig)})
 		}
 	}
