@@ -2,7 +2,6 @@ package nft
 
 import (
 	"crypto/sha256"
-	"encoding/binary"
 	"encoding/hex"
 	"net/netip"
 	"sort"
@@ -15,23 +14,31 @@ import (
 // setContents is the union of some terms split into the four set kinds.
 type setContents [4]namedSet
 
+// unionBudgetFactor and unionBudgetFloor bound a union run's elements:
+// at most unionBudgetFactor times the address and port ranges its terms
+// are made of, or unionBudgetFloor if that is more. Cutting terms into
+// disjoint boxes can multiply them (address pieces times the ports over
+// them), and a few kilobytes of policies could otherwise ask for
+// millions of elements, more than nft loads in reasonable time. Past the
+// budget the run takes shared lookups (fitUnion), whose elements are
+// its terms' own.
+const (
+	unionBudgetFactor = 8
+	unionBudgetFloor  = 4096
+)
+
 // contentsOf computes the elements of a union run's four sets from the
-// union of its matches. nftables refuses overlapping elements in an
-// interval set, so terms with ports are cut into disjoint boxes (sweep).
-// A port range is always one element, however wide.
+// union of its matches; nil when they would exceed the run's budget
+// (unionBudgetFactor). nftables refuses overlapping elements in an
+// interval set, so terms with ports are cut into disjoint boxes
+// (cutBoxes). A port range is always one element, however wide.
 func contentsOf(matches []policy.Match) *setContents {
 	var sc setContents
 	for i, k := range setKinds {
 		sc[i].Kind = k
 	}
 	all, withPorts := splitTerms(matches)
-	for _, r := range all.Ranges() {
-		if r.From.Is4() {
-			sc[addr4].Addrs = append(sc[addr4].Addrs, r)
-		} else {
-			sc[addr6].Addrs = append(sc[addr6].Addrs, r)
-		}
-	}
+	input := len(all.Ranges())
 	var v4, v6 []sweepGroup
 	for _, g := range withPorts {
 		var a4, a6 []policy.AddrRange
@@ -48,13 +55,40 @@ func contentsOf(matches []policy.Match) *setContents {
 		if len(a6) > 0 {
 			v6 = append(v6, sweepGroup{ranges: a6, ports: g.ports})
 		}
+		input += len(g.addrs.Ranges()) + portRanges(g.ports)
 	}
-	sc[ports4].Boxes = sweep(v4)
-	sc[ports6].Boxes = sweep(v6)
+	for _, r := range all.Ranges() {
+		if r.From.Is4() {
+			sc[addr4].Addrs = append(sc[addr4].Addrs, r)
+		} else {
+			sc[addr6].Addrs = append(sc[addr6].Addrs, r)
+		}
+	}
+	left := max(unionBudgetFloor, unionBudgetFactor*input) - len(all.Ranges())
+	for _, f := range []struct {
+		kind   setKind
+		groups []sweepGroup
+	}{{ports4, v4}, {ports6, v6}} {
+		boxes, portMajor, ok := cutBoxes(f.groups, left)
+		if !ok {
+			return nil
+		}
+		left -= len(boxes)
+		sc[f.kind].Boxes, sc[f.kind].PortMajor = boxes, portMajor
+	}
 	for i := range sc {
 		sc[i].hash = elementsHash(&sc[i])
 	}
 	return &sc
+}
+
+// portRanges counts the ranges of ports by protocol.
+func portRanges(ports map[policy.Protocol][]policy.PortRange) int {
+	n := 0
+	for _, rs := range ports {
+		n += len(rs)
+	}
+	return n
 }
 
 // portGroup is the addresses of all terms with the same ports.
@@ -107,6 +141,9 @@ func elementsHash(s *namedSet) string {
 		buf, _ = a.AppendBinary(buf) // as MarshalBinary, without a slice per address
 	}
 	buf = append(buf, byte(s.Kind))
+	if s.PortMajor {
+		buf = append(buf, 'p')
+	}
 	for _, r := range s.Addrs {
 		addr(r.From)
 		addr(r.To)
@@ -129,161 +166,6 @@ func elementsHash(s *namedSet) string {
 	}
 	h.Write(buf)
 	return hex.EncodeToString(h.Sum(nil))[:hashLen]
-}
-
-// sweepGroup is a set of address ranges (disjoint, one family) that all
-// carry the same ports.
-type sweepGroup struct {
-	ranges []policy.AddrRange
-	ports  map[policy.Protocol][]policy.PortRange
-}
-
-type sweepEvent struct {
-	at    netip.Addr
-	end   bool // at is one past the last address of the family
-	group int
-	delta int
-}
-
-// segment is a maximal range of addresses covered by groups whose ports
-// union to the same set.
-type segment struct {
-	r     policy.AddrRange
-	key   string
-	ports map[policy.Protocol][]policy.PortRange
-}
-
-// sweep cuts the groups' ranges into disjoint boxes: 1. every range
-// becomes a start and an end event; 2. the events are walked in address
-// order, and each piece between two consecutive event addresses gets the
-// union of the ports of the groups covering it, neighbours with equal
-// ports merged; 3. each piece gives one box per protocol and port range.
-func sweep(groups []sweepGroup) []box {
-	if len(groups) == 0 {
-		return nil
-	}
-	return boxesOf(segments(groups, sweepEvents(groups)))
-}
-
-// sweepEvents lists where each group's ranges start and end, in address
-// order. A range ending at the family's last address ends "past" it,
-// after every other event.
-func sweepEvents(groups []sweepGroup) []sweepEvent {
-	var evs []sweepEvent
-	for gi, g := range groups {
-		for _, r := range g.ranges {
-			evs = append(evs, sweepEvent{at: r.From, group: gi, delta: 1})
-			if next := r.To.Next(); next.IsValid() && next.Is4() == r.To.Is4() {
-				evs = append(evs, sweepEvent{at: next, group: gi, delta: -1})
-			} else {
-				evs = append(evs, sweepEvent{at: r.To, end: true, group: gi, delta: -1})
-			}
-		}
-	}
-	sort.Slice(evs, func(i, j int) bool {
-		if evs[i].end != evs[j].end {
-			return !evs[i].end
-		}
-		return evs[i].at.Less(evs[j].at)
-	})
-	return evs
-}
-
-// segments walks the events, keeping count of the groups covering the
-// current piece of the address space.
-func segments(groups []sweepGroup, evs []sweepEvent) []segment {
-	active := make([]int, len(groups))
-	u := portUnions{groups: groups, byCover: map[string]portUnion{}}
-	var segs []segment
-	for i := 0; i < len(evs); {
-		j := i
-		for j < len(evs) && evs[j].end == evs[i].end && evs[j].at == evs[i].at {
-			active[evs[j].group] += evs[j].delta
-			j++
-		}
-		if j == len(evs) || evs[i].end {
-			break
-		}
-		from := evs[i].at
-		to := evs[j].at
-		if !evs[j].end {
-			to = to.Prev()
-		}
-		i = j
-		pu, covered := u.of(active)
-		if !covered {
-			continue
-		}
-		if n := len(segs); n > 0 && segs[n-1].key == pu.key && segs[n-1].r.To.Next() == from {
-			segs[n-1].r.To = to
-			continue
-		}
-		segs = append(segs, segment{r: policy.AddrRange{From: from, To: to}, key: pu.key, ports: pu.ports})
-	}
-	return segs
-}
-
-// portUnions computes the union of the ports of a combination of groups
-// once: pieces covered by the same groups have the same ports.
-type portUnions struct {
-	groups  []sweepGroup
-	byCover map[string]portUnion
-	sig     []byte
-}
-
-type portUnion struct {
-	ports map[policy.Protocol][]policy.PortRange
-	key   string
-}
-
-// of returns the union for the groups active counts as covering; false
-// when none does.
-func (u *portUnions) of(active []int) (portUnion, bool) {
-	u.sig = u.sig[:0]
-	for gi, n := range active {
-		if n > 0 {
-			u.sig = binary.AppendUvarint(u.sig, uint64(gi))
-		}
-	}
-	if len(u.sig) == 0 {
-		return portUnion{}, false
-	}
-	if pu, ok := u.byCover[string(u.sig)]; ok {
-		return pu, true
-	}
-	var b policy.PortSetBuilder
-	for gi, n := range active {
-		if n <= 0 {
-			continue
-		}
-		for p, rs := range u.groups[gi].ports {
-			for _, r := range rs {
-				b.Add(p, r)
-			}
-		}
-	}
-	pu := portUnion{ports: b.Build().ByProto}
-	pu.key = portsKey(pu.ports)
-	u.byCover[string(u.sig)] = pu
-	return pu, true
-}
-
-// boxesOf expands segments into boxes, protocols in numeric order.
-func boxesOf(segs []segment) []box {
-	var out []box
-	for _, s := range segs {
-		protos := make([]int, 0, len(s.ports))
-		for p := range s.ports {
-			protos = append(protos, int(p))
-		}
-		sort.Ints(protos)
-		for _, p := range protos {
-			for _, pr := range s.ports[policy.Protocol(p)] {
-				out = append(out, box{Addrs: s.r, Proto: policy.Protocol(p), Ports: pr})
-			}
-		}
-	}
-	return out
 }
 
 // portsKey is a canonical string for ports by protocol.
@@ -372,6 +254,9 @@ func (s *namedSet) contains(remote netip.Addr, proto policy.Protocol, port uint1
 		i := sort.Search(len(s.Addrs), func(i int) bool { return !s.Addrs[i].To.Less(remote) })
 		return i < len(s.Addrs) && !remote.Less(s.Addrs[i].From)
 	}
+	if s.PortMajor {
+		return s.containsPortMajor(remote, proto, port)
+	}
 	i := sort.Search(len(s.Boxes), func(i int) bool { return !s.Boxes[i].Addrs.To.Less(remote) })
 	for ; i < len(s.Boxes) && !remote.Less(s.Boxes[i].Addrs.From); i++ {
 		b := s.Boxes[i]
@@ -380,4 +265,20 @@ func (s *namedSet) contains(remote netip.Addr, proto policy.Protocol, port uint1
 		}
 	}
 	return false
+}
+
+// containsPortMajor is contains for boxes in port order: the boxes of the
+// port piece holding the port are next to each other, in address order.
+func (s *namedSet) containsPortMajor(remote netip.Addr, proto policy.Protocol, port uint16) bool {
+	bs := s.Boxes
+	i := sort.Search(len(bs), func(i int) bool {
+		return bs[i].Proto > proto || bs[i].Proto == proto && bs[i].Ports.To >= port
+	})
+	if i == len(bs) || bs[i].Proto != proto || bs[i].Ports.From > port {
+		return false
+	}
+	piece := bs[i].Ports
+	end := i + sort.Search(len(bs)-i, func(j int) bool { return bs[i+j].Proto != proto || bs[i+j].Ports != piece })
+	j := i + sort.Search(end-i, func(j int) bool { return !bs[i+j].Addrs.To.Less(remote) })
+	return j < end && !remote.Less(bs[j].Addrs.From)
 }

@@ -73,9 +73,13 @@ type namedSet struct {
 	Kind setKind
 	// Addrs holds the elements of addr4/addr6 sets: sorted, disjoint.
 	Addrs []policy.AddrRange
-	// Boxes holds the elements of ports4/ports6 sets: sorted by address
-	// range, then protocol, then port; pairwise disjoint.
-	Boxes []box
+	// Boxes holds the elements of ports4/ports6 sets, pairwise disjoint:
+	// sorted by address range, then protocol, then port (cut along
+	// addresses: boxes with different address ranges do not overlap), or
+	// when PortMajor by protocol, then port range, then address range
+	// (cut along ports: boxes with different port ranges do not overlap).
+	Boxes     []box
+	PortMajor bool
 	// Services holds the elements of a services set: sorted by protocol,
 	// then port; disjoint.
 	Services []service

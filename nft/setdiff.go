@@ -21,7 +21,18 @@ func setDiff(old, cur *namedSet) (del, add [][]string) {
 	case addr4, addr6:
 		return diffSorted(old.Addrs, cur.Addrs, cmpAddrRange, cur.addrKey)
 	}
-	return diffSorted(old.Boxes, cur.Boxes, cmpBox, boxKey)
+	if old.PortMajor != cur.PortMajor {
+		return diffKeys(renderKeys(old.Boxes, boxKey), renderKeys(cur.Boxes, boxKey))
+	}
+	return diffSorted(old.Boxes, cur.Boxes, cur.boxOrder(), boxKey)
+}
+
+// boxOrder is the order of a ports set's boxes (namedSet.Boxes).
+func (s *namedSet) boxOrder() func(a, b box) int {
+	if s.PortMajor {
+		return cmpBoxPortMajor
+	}
+	return cmpBox
 }
 
 func diffSorted[T any](old, cur []T, compare func(a, b T) int, key func(T) []string) (del, add [][]string) {
@@ -82,4 +93,8 @@ func cmpService(a, b service) int {
 
 func cmpBox(a, b box) int {
 	return cmp.Or(cmpAddrRange(a.Addrs, b.Addrs), cmp.Compare(a.Proto, b.Proto), cmpPortRange(a.Ports, b.Ports))
+}
+
+func cmpBoxPortMajor(a, b box) int {
+	return cmp.Or(cmp.Compare(a.Proto, b.Proto), cmpPortRange(a.Ports, b.Ports), cmpAddrRange(a.Addrs, b.Addrs))
 }

@@ -116,7 +116,7 @@ func TestBuiltSetsAreSorted(t *testing.T) {
 			rs := Build(prog, node)
 			for _, name := range sortedKeys(rs.sets) {
 				s := rs.sets[name]
-				ok := strictlySorted(s.Addrs, cmpAddrRange) && strictlySorted(s.Boxes, cmpBox) && strictlySorted(s.Services, cmpService)
+				ok := strictlySorted(s.Addrs, cmpAddrRange) && strictlySorted(s.Boxes, s.boxOrder()) && strictlySorted(s.Services, cmpService)
 				if !ok {
 					t.Fatalf("seed %d node %s: set %s is not in setDiff's order", seed, node, name)
 				}

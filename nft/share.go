@@ -36,6 +36,9 @@ type runShape struct {
 	// pending are a union run's lookups until shareCrowded decides, with
 	// the uses that name their peers' sets.
 	pending []pendingLookup
+	// run is the first run of the shape's memo: a union run's elements
+	// are computed from it (fitUnion).
+	run *run
 }
 
 type pendingLookup struct {
@@ -143,7 +146,7 @@ func (b *builder) shape(r *run) *runShape {
 		}
 		seen[groups[i]] = true
 	}
-	sh := &runShape{union: len(terms) > maxLookups}
+	sh := &runShape{union: len(terms) > maxLookups, run: r}
 	for i, t := range terms {
 		l := lookup{peer: groups[i], ports: t.ports, key: t.key}
 		b.runsOf[groups[i]]++
@@ -171,10 +174,12 @@ func (b *builder) shape(r *run) *runShape {
 // pod's hundreds of ipBlocks) keeps its union: there is nothing to share;
 // so does a small one (unionFloor) and one that would take more than
 // maxSharedLookups lookups.
+// A run whose union would be over its budget (contentsOf) takes shared
+// lookups too, however many (fitUnion).
 // The decision depends only on the Build's runs, not on their order.
 func (b *builder) shareCrowded() {
-	for _, sh := range b.shapes {
-		if sh.union && b.crowded(sh) {
+	for memo, sh := range b.shapes {
+		if sh.union && (b.crowded(sh) || !b.fitUnion(memo, sh)) {
 			sh.union = false
 			for _, l := range sh.pending {
 				for _, u := range l.uses {
@@ -184,7 +189,23 @@ func (b *builder) shareCrowded() {
 			}
 		}
 		sh.pending = nil
+		sh.run = nil
 	}
+}
+
+// fitUnion computes the elements of a union run, and reports whether
+// they are within its budget: unions can take many more elements than
+// their terms have ranges (cutBoxes), and a run over the budget takes
+// one shared lookup per peer instead, whose elements are linear in the
+// policies. It depends only on the run.
+func (b *builder) fitUnion(memo string, sh *runShape) bool {
+	cr := b.cache.unionRun(sh.run)
+	if cr.sc == nil {
+		return false
+	}
+	b.content[memo] = cr.sc
+	b.hashOf[memo] = cr.hash
+	return true
 }
 
 // crowded reports whether a union run should take shared lookups: its

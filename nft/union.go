@@ -233,7 +233,11 @@ func (c *buildCache) inputHash(identity string, ms []policy.Match) uint64 {
 	return h.Sum64()
 }
 
+// contentHash hashes a union's elements ("" for nil: over budget).
 func contentHash(sc *setContents) string {
+	if sc == nil {
+		return ""
+	}
 	h := sha256.New()
 	for i := range sc {
 		h.Write([]byte(sc[i].hash))
@@ -241,8 +245,9 @@ func contentHash(sc *setContents) string {
 	return hex.EncodeToString(h.Sum(nil))[:hashLen]
 }
 
-// nameUnionSets computes the elements of every union run (1) and gives
-// its sets a name that stays stable while only the elements change (2, 3).
+// nameUnionSets gives the sets of every union run (their elements
+// computed by fitUnion) a name that stays stable while only the elements
+// change.
 func (b *builder) nameUnionSets() {
 	var unions []*run
 	for _, dp := range b.order {
@@ -250,13 +255,6 @@ func (b *builder) nameUnionSets() {
 			if r.shape.union {
 				unions = append(unions, r)
 			}
-		}
-	}
-	for _, r := range unions {
-		if _, ok := b.hashOf[r.memo]; !ok {
-			cr := b.cache.unionRun(r)
-			b.content[r.memo] = cr.sc
-			b.hashOf[r.memo] = cr.hash
 		}
 	}
 	variants := b.unionVariants()

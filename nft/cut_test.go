@@ -1,0 +1,243 @@
+package nft
+
+import (
+	"context"
+	"math/rand"
+	"net/netip"
+	"slices"
+	"strings"
+	"testing"
+
+	"sigs.k8s.io/knftables"
+
+	"github.com/moat-net/moat/policy"
+)
+
+// TestUnionCutAxis: a union run's boxes are cut along the axis that
+// needs fewer, and a run whose union would need far more elements than
+// its policies have ranges takes shared lookups; either way the rules
+// judge as the policies say.
+func TestUnionCutAxis(t *testing.T) {
+	for _, tc := range []struct {
+		name      string
+		n         int
+		policy    func(int) (string, string)
+		union     bool
+		portMajor bool
+		maxElems  int
+	}{
+		// Cut along addresses ~80*80 = 6,400 boxes, along ports 160.
+		{"all but own /24, own port", 80, allButOwn24, true, true, 3 * 80},
+		// Cut along ports ~160*80 boxes, along addresses 160.
+		{"own /24, all but own port", 80, own24AllButOwnPort, true, false, 3 * 80},
+		// 40 x 820 = 32,800 boxes either way, from 40 x 61 ranges.
+		{"excepts times port ranges", 40, exceptsTimesPorts, false, false, 40 * (41 + 21)},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			prog := compileYAML(t, unionYAML(tc.n, tc.policy))
+			rs := Build(prog, "node-1")
+			if got := unionSets(rs) > 0; got != tc.union {
+				t.Errorf("union sets: %v, want %v", got, tc.union)
+			}
+			for name, s := range rs.sets {
+				if s.Kind == ports4 && len(s.Boxes) > 0 && s.PortMajor != tc.portMajor {
+					t.Errorf("set %s: port major %v, want %v", name, s.PortMajor, tc.portMajor)
+				}
+			}
+			if st := rs.Stats(); st.Elements > tc.maxElems {
+				t.Errorf("%d elements, want at most %d", st.Elements, tc.maxElems)
+			}
+			var extra []netip.Addr
+			for _, a := range []string{"11.0.0.1", "11.0.1.1", "11.0.2.255", "11.0.3.0", "11.0.158.9", "11.0.159.9", "11.0.160.0", "10.0.0.1", "10.0.0.4", "10.1.0.2", "10.39.0.160", "10.40.0.1", "9.9.9.9"} {
+				extra = append(extra, netip.MustParseAddr(a))
+			}
+			var ports []Packet
+			for _, p := range []int{80, 999, 1000, 1001, 1002, 1003, 1004, 1078, 1079, 1080, 1158, 1160, 1193, 1194, 65535} {
+				ports = append(ports, Packet{Proto: policy.ProtoTCP, Port: uint16(p)}, Packet{Proto: policy.ProtoUDP, Port: uint16(p)})
+			}
+			if n := checkAgainstEvaluator(t, prog, extra, ports); n == 0 {
+				t.Fatal("no flows checked")
+			}
+		})
+	}
+}
+
+// TestCutAxesAgree: both cuts of random groups are disjoint boxes in
+// their set's order that match what the groups match, and cutBoxes
+// takes the one with fewer boxes.
+func TestCutAxesAgree(t *testing.T) {
+	r := rand.New(rand.NewSource(7))
+	addr := func(v6 bool) netip.Addr {
+		if v6 {
+			return netip.AddrFrom16([16]byte{0xfd, 15: byte(r.Intn(40))})
+		}
+		if r.Intn(10) == 0 {
+			return netip.AddrFrom4([4]byte{255, 255, 255, 250 + byte(r.Intn(6))})
+		}
+		return netip.AddrFrom4([4]byte{10, 0, 0, byte(r.Intn(40))})
+	}
+	for round := range 400 {
+		v6 := round%2 == 1
+		var groups []sweepGroup
+		for range 1 + r.Intn(6) {
+			var rs []policy.AddrRange
+			for range 1 + r.Intn(3) {
+				a, b := addr(v6), addr(v6)
+				if b.Less(a) {
+					a, b = b, a
+				}
+				rs = append(rs, policy.AddrRange{From: a, To: b})
+			}
+			var pb policy.PortSetBuilder
+			for range 1 + r.Intn(3) {
+				from := uint16(r.Intn(30))
+				if r.Intn(8) == 0 {
+					from = 65530
+				}
+				pb.Add(policy.PortProtocols[r.Intn(3)], policy.PortRange{From: from, To: from + uint16(r.Intn(6))})
+			}
+			groups = append(groups, sweepGroup{ranges: policy.NewAddrSet(rs...).Ranges(), ports: pb.Build().ByProto})
+		}
+		matches := func(a netip.Addr, p policy.Protocol, port uint16) bool {
+			for _, g := range groups {
+				for _, rg := range g.ranges {
+					if !a.Less(rg.From) && !rg.To.Less(a) {
+						for _, pr := range g.ports[p] {
+							if pr.From <= port && port <= pr.To {
+								return true
+							}
+						}
+					}
+				}
+			}
+			return false
+		}
+		kind := ports4
+		if v6 {
+			kind = ports6
+		}
+		var sizes [2]int
+		for i, portMajor := range []bool{false, true} {
+			s := &namedSet{Kind: kind, Boxes: cutBoxesAlong(groups, portMajor), PortMajor: portMajor}
+			sizes[i] = len(s.Boxes)
+			if !strictlySorted(s.Boxes, s.boxOrder()) {
+				t.Fatalf("round %d, port major %v: boxes out of order: %v", round, portMajor, s.Boxes)
+			}
+			for x := range s.Boxes {
+				for y := x + 1; y < len(s.Boxes); y++ {
+					bx, by := s.Boxes[x], s.Boxes[y]
+					if bx.Proto == by.Proto && !bx.Addrs.To.Less(by.Addrs.From) && !by.Addrs.To.Less(bx.Addrs.From) && bx.Ports.From <= by.Ports.To && by.Ports.From <= bx.Ports.To {
+						t.Fatalf("round %d, port major %v: overlapping boxes %v %v", round, portMajor, bx, by)
+					}
+				}
+			}
+			for k := 0; k < 300; k++ {
+				a := addr(v6)
+				p := policy.PortProtocols[r.Intn(3)]
+				port := uint16(r.Intn(40))
+				if k%7 == 0 {
+					port = 65525 + uint16(r.Intn(11))
+				}
+				if got, want := s.contains(a, p, port), matches(a, p, port); got != want {
+					t.Fatalf("round %d, port major %v: %s %s/%d: boxes say %v, groups %v\n%v", round, portMajor, a, p, port, got, want, s.Boxes)
+				}
+			}
+		}
+		boxes, portMajor, ok := cutBoxes(groups, 1<<20)
+		if want := sizes[1] < sizes[0]; !ok || portMajor != want || len(boxes) != min(sizes[0], sizes[1]) {
+			t.Fatalf("round %d: cutBoxes took %d boxes (port major %v, ok %v) of %v", round, len(boxes), portMajor, ok, sizes)
+		}
+	}
+}
+
+// unionFlips are Programs for node-1 whose union run changes shape from
+// one to the next: address cut, port cut, shared lookups over budget, and
+// back.
+var unionFlips = []struct {
+	name   string
+	n      int
+	policy func(int) (string, string)
+}{
+	{"port cut", 40, allButOwn24},
+	{"address cut", 40, own24AllButOwnPort},
+	{"port cut again", 41, allButOwn24},
+	{"shared lookups", 40, exceptsTimesPorts},
+	{"address cut again", 39, own24AllButOwnPort},
+	{"shared lookups again", 36, exceptsTimesPorts},
+	{"port cut last", 40, allButOwn24},
+}
+
+// TestUnionShapeFlips: each patched table of unionFlips equals a fresh
+// sync's.
+func TestUnionShapeFlips(t *testing.T) {
+	ctx := context.Background()
+	fake := knftables.NewFake(knftables.InetFamily, Table)
+	s := New(fake, Options{Node: "node-1"})
+	for i, st := range unionFlips {
+		prog := compileYAML(t, unionYAML(st.n, st.policy))
+		res, err := s.Sync(ctx, prog)
+		if err != nil {
+			t.Fatalf("%s: %v", st.name, err)
+		}
+		if i > 0 && res.Full {
+			t.Fatalf("%s: sync fell back to a full replace", st.name)
+		}
+		checkSyncedAsFresh(t, fake, "node-1", prog, st.name)
+	}
+}
+
+// TestKernelUnionShapeFlips: the kernel takes each patch of unionFlips
+// (deleted boxes and the new ones overlapping them in one transaction),
+// and lists the table a fresh sync in another namespace lists.
+func TestKernelUnionShapeFlips(t *testing.T) {
+	inPrivateNetns(t, func() {
+		ctx := context.Background()
+		nft, err := NewInterface()
+		if err != nil {
+			t.Fatal(err)
+		}
+		s := New(nft, Options{Node: "node-1"})
+		for i, st := range unionFlips {
+			prog := compileYAML(t, unionYAML(st.n, st.policy))
+			res, err := s.Sync(ctx, prog)
+			if err != nil {
+				t.Fatalf("%s: %v", st.name, err)
+			}
+			if i > 0 && res.Full {
+				t.Fatalf("%s: sync fell back to a full replace", st.name)
+			}
+			patched := nftList(t)
+			var fresh string
+			inPrivateNetns(t, func() {
+				other, err := NewInterface()
+				if err != nil {
+					t.Error(err)
+					return
+				}
+				if _, err := New(other, Options{Node: "node-1"}).Sync(ctx, prog); err != nil {
+					t.Error(err)
+					return
+				}
+				fresh = nftList(t)
+			})
+			// nft lists objects in creation order: compare them as sets.
+			if patched, fresh = sortedBlocks(patched), sortedBlocks(fresh); patched != fresh {
+				t.Fatalf("%s: the patched table differs from a fresh one:\npatched:\n%s\nfresh:\n%s", st.name, patched, fresh)
+			}
+		}
+	})
+}
+
+// sortedBlocks sorts the blank-line separated blocks (objects) of an nft
+// listing of one table, without the table's own lines.
+func sortedBlocks(s string) string {
+	var lines []string
+	for _, l := range strings.Split(strings.TrimSpace(s), "\n") {
+		if !strings.HasPrefix(l, "table ") && !strings.HasPrefix(l, "\tcomment ") && l != "}" {
+			lines = append(lines, l)
+		}
+	}
+	blocks := strings.Split(strings.Join(lines, "\n"), "\n\n")
+	slices.Sort(blocks)
+	return strings.Join(blocks, "\n\n")
+}
