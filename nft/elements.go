@@ -21,10 +21,13 @@ type setContents [4]namedSet
 // them), and a few kilobytes of policies could otherwise ask for
 // millions of elements, more than nft loads in reasonable time. Past the
 // budget the run takes shared lookups (fitUnion), whose elements are
-// its terms' own.
+// its terms' own. The floor keeps small unions whole; it is low because
+// every local pod can have a union run of its own: 110 pods (a kubelet's
+// default) can then hold about 110,000 elements beyond 8 times their
+// policies' ranges, not millions.
 const (
 	unionBudgetFactor = 8
-	unionBudgetFloor  = 4096
+	unionBudgetFloor  = 1024
 )
 
 // contentsOf computes the elements of a union run's four sets from the
