@@ -103,9 +103,10 @@ var scaleCases = []struct {
 //     go test -run '^$' -bench 'BenchmarkAgentScale/pods=30000' -benchtime 1x -timeout 90m ./agent/e2e
 //
 // With MOAT_BENCH_PROFILES=DIR the agent's CPU profile of the burst, its
-// heap profile at the end, its log at -v=4 (every sync with its compile
-// and program times) and the label updates' times (labels.txt) are saved
-// there; MOAT_BENCH_AGENT_ENV adds
+// heap profile at the end and as the GC last marked it 20 s into the
+// second burst (burst.heap.pprof), its log at -v=4 (every sync with its
+// compile and program times) and the label updates' times (labels.txt)
+// are saved there; MOAT_BENCH_AGENT_ENV adds
 // variables to the agent's environment (GOMEMLIMIT=150MiB, GOGC=50).
 func BenchmarkAgentScale(b *testing.B) {
 	for _, sc := range scaleCases {
@@ -436,6 +437,17 @@ func runScaleIteration(ctx context.Context, b *testing.B, env *kubetest.Env, pro
 		func(i int) (*corev1.Pod, string) {
 			return others[picks[i]], fmt.Sprintf(`{"metadata":{"labels":{"churn":"c%d"}}}`, i)
 		})
+	// The heap as the GC last marked it, 20 s into the burst of relabels
+	// that move pods between peers (without gc=1: what a burst keeps live,
+	// which sets the GC's target and so the resident memory).
+	var burstHeap chan error
+	if profiles != "" {
+		burstHeap = make(chan error, 1)
+		go func() {
+			time.Sleep(20 * time.Second)
+			burstHeap <- fetch(strings.TrimSuffix(metricsURL, "/metrics")+"/debug/pprof/heap", filepath.Join(profiles, "burst.heap.pprof"))
+		}()
+	}
 	res.readEventsPerSec, res.readCPUPerEvent, _ = churn(ctx, b, env, proxy, cmd.Process.Pid, metricsURL, fail, len(picks),
 		func(i int) (*corev1.Pod, string) {
 			// An app of the generated set (app-00 .. app-19) other than
@@ -449,6 +461,9 @@ func runScaleIteration(ctx context.Context, b *testing.B, env *kubetest.Env, pro
 		})
 	if cpuProfile != nil {
 		if err := <-cpuProfile; err != nil {
+			b.Error(err)
+		}
+		if err := <-burstHeap; err != nil {
 			b.Error(err)
 		}
 		if err := fetch(strings.TrimSuffix(metricsURL, "/metrics")+"/debug/pprof/heap?gc=1", filepath.Join(profiles, "heap.pprof")); err != nil {
