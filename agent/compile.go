@@ -23,11 +23,14 @@ import (
 //     before (see labelkeys.go: label changes on that key may have been
 //     dropped, so the compiler's labels could be stale).
 
-// compiled are the policy objects the current program was compiled from,
-// by key, as the status writer reports on them. Both maps are replaced,
-// never changed, so a published snapshot of them stays valid.
+// compiled are the ClusterNetworkPolicies the current program was
+// compiled from, by name, as the status writer reports on them. The map
+// is replaced, never changed, so a published snapshot of it stays valid.
+// The NetworkPolicies the writer reports on are those its diagnostics
+// name, found in the compiler when published: a map of every one, as
+// here, held 1.1 MB at the 30,000-pod benchmark's 19,000 NetworkPolicies
+// (more with longer names), and was copied for each change of one.
 type compiled struct {
-	nps  map[string]*decodedNP
 	cnps map[string]*decodedCNP
 }
 
@@ -51,9 +54,9 @@ func (a *Agent) compile(resync bool) (prog *policy.Program, full, changed bool) 
 		a.compiler = nil
 		s := a.takeSnapshot()
 		a.compiler = policy.NewCompiler(&s.cluster, a.compilerOptions())
-		a.compiled = compiled{nps: s.nps, cnps: s.cnps}
+		a.compiled = compiled{cnps: s.cnps}
 		a.metrics.compiles.WithLabelValues("full").Inc()
-		a.log.V(2).Info("Compiled in full", "pods", len(s.cluster.Pods), "policies", len(s.nps)+len(s.cnps), "duration", time.Since(start))
+		a.log.V(2).Info("Compiled in full", "pods", len(s.cluster.Pods), "policies", len(s.cluster.NetworkPolicies)+len(s.cnps), "duration", time.Since(start))
 		return a.compiler.Program(), true, true
 	}
 	n := 0
@@ -83,21 +86,14 @@ func (a *Agent) compile(resync bool) (prog *policy.Program, full, changed bool) 
 		}
 		n++
 	}
-	if len(changes[kindNetworkPolicy]) > 0 {
-		nps := maps.Clone(a.compiled.nps)
-		for key := range changes[kindNetworkPolicy] {
-			if o, exists, _ := a.inf.nps.GetStore().GetByKey(key); exists {
-				np := o.(*decodedNP)
-				a.compiler.UpsertNetworkPolicy(&np.NetworkPolicy)
-				nps[key] = np
-			} else {
-				ns, name, _ := cache.SplitMetaNamespaceKey(key)
-				a.compiler.DeleteNetworkPolicy(ns, name)
-				delete(nps, key)
-			}
-			n++
+	for key := range changes[kindNetworkPolicy] {
+		if o, exists, _ := a.inf.nps.GetStore().GetByKey(key); exists {
+			a.compiler.UpsertNetworkPolicy(&o.(*decodedNP).NetworkPolicy)
+		} else {
+			ns, name, _ := cache.SplitMetaNamespaceKey(key)
+			a.compiler.DeleteNetworkPolicy(ns, name)
 		}
-		a.compiled.nps = nps
+		n++
 	}
 	if len(changes[kindClusterNetworkPolicy]) > 0 {
 		cnps := maps.Clone(a.compiled.cnps)

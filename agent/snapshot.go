@@ -29,8 +29,6 @@ type snapshot struct {
 	// cnps are the decoded ClusterNetworkPolicies by name, as compiled:
 	// the status writer reports on exactly these generations.
 	cnps map[string]*decodedCNP
-	// nps are the decoded NetworkPolicies by namespace/name.
-	nps map[string]*decodedNP
 }
 
 type problem struct {
@@ -41,7 +39,7 @@ type problem struct {
 // model's form, see cached.go). Pods that have finished are left out even
 // if the cache still holds them (their IPs may be reused).
 func (a *Agent) takeSnapshot() *snapshot {
-	s := &snapshot{cnps: map[string]*decodedCNP{}, nps: map[string]*decodedNP{}}
+	s := &snapshot{cnps: map[string]*decodedCNP{}}
 	c := &s.cluster
 	for _, o := range a.inf.namespaces.GetStore().List() {
 		if ns, ok := o.(*cachedNamespace); ok {
@@ -61,7 +59,6 @@ func (a *Agent) takeSnapshot() *snapshot {
 	}
 	for _, o := range a.inf.nps.GetStore().List() {
 		if np, ok := o.(*decodedNP); ok {
-			s.nps[np.Namespace+"/"+np.Name] = np
 			c.NetworkPolicies = append(c.NetworkPolicies, &np.NetworkPolicy)
 		}
 	}

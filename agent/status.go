@@ -65,6 +65,9 @@ type published struct {
 	policies compiled
 	pods     []policy.Pod
 	diags    []policy.Diagnostic
+	// nps are the NetworkPolicies diags name, by namespace/name, as
+	// compiled: the writer reports on exactly these generations.
+	nps map[string]*policy.NetworkPolicy
 
 	status     []policy.PolicyStatus
 	statusOnce sync.Once
@@ -126,10 +129,47 @@ func (w *statusWriter) stopEvents() {
 }
 
 // publish hands the result of a compilation to the writer.
-func (w *statusWriter) publish(c compiled, prog *policy.Program) {
+// np finds a NetworkPolicy as compiled (policy.Compiler.NetworkPolicy);
+// it is called here, on the compiling goroutine, never by the writer.
+func (w *statusWriter) publish(c compiled, prog *policy.Program, np func(namespace, name string) *policy.NetworkPolicy) {
 	p := &published{policies: c, pods: prog.Pods, status: prog.Status, diags: prog.Diagnostics}
+	if last := w.latest.Load(); last != nil && sameSlice(last.diags, p.diags) {
+		// The diagnostics are those of the last Program, which changes
+		// them whenever a NetworkPolicy changes: so are the policies.
+		p.nps = last.nps
+	} else {
+		p.nps = diagnosedNPs(p.diags, np)
+	}
 	w.latest.Store(p)
 	w.nudge()
+}
+
+// diagnosedNPs finds the NetworkPolicies that diagnostics name.
+func diagnosedNPs(diags []policy.Diagnostic, np func(namespace, name string) *policy.NetworkPolicy) map[string]*policy.NetworkPolicy {
+	var out map[string]*policy.NetworkPolicy
+	for _, d := range diags {
+		key, ok := strings.CutPrefix(d.Object, "NetworkPolicy ")
+		if !ok {
+			continue
+		}
+		if _, done := out[key]; done {
+			continue
+		}
+		ns, name, _ := strings.Cut(key, "/")
+		if n := np(ns, name); n != nil {
+			if out == nil {
+				out = map[string]*policy.NetworkPolicy{}
+			}
+			out[key] = n
+		}
+	}
+	return out
+}
+
+// sameSlice reports whether a and b are one slice (Programs share their
+// predecessor's diagnostics when none changed).
+func sameSlice[T any](a, b []T) bool {
+	return len(a) == len(b) && (len(a) == 0 || &a[0] == &b[0])
 }
 
 func (w *statusWriter) nudge() {
@@ -319,7 +359,7 @@ func cnpRef(c *decodedCNP) *corev1.ObjectReference {
 	}
 }
 
-func npRef(n *decodedNP) *corev1.ObjectReference {
+func npRef(n *policy.NetworkPolicy) *corev1.ObjectReference {
 	return &corev1.ObjectReference{
 		Kind: "NetworkPolicy", APIVersion: "networking.k8s.io/v1",
 		Namespace: n.Namespace, Name: n.Name, UID: n.UID, ResourceVersion: n.ResourceVersion,
@@ -353,7 +393,7 @@ func (w *statusWriter) reportNPs(p *published) {
 	defer w.mu.Unlock()
 	seen := map[string]string{}
 	for key, msgs := range byObject {
-		np, ok := p.policies.nps[key]
+		np, ok := p.nps[key]
 		if !ok {
 			continue
 		}

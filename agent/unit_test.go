@@ -53,6 +53,45 @@ func TestStatusOfIndexesClusterNetworkPoliciesOnly(t *testing.T) {
 	}
 }
 
+// The status writer gets the NetworkPolicies the diagnostics name, as
+// compiled, and only those; it looks them up again only when the
+// diagnostics change (any change of a NetworkPolicy changes them).
+func TestPublishFindsDiagnosedNetworkPolicies(t *testing.T) {
+	w := newStatusWriter(&Agent{})
+	x := &policy.NetworkPolicy{Namespace: "a", Name: "x", Generation: 3}
+	lookups := 0
+	np := func(ns, name string) *policy.NetworkPolicy {
+		lookups++
+		if ns == "a" && name == "x" {
+			return x
+		}
+		return nil
+	}
+	diags := []policy.Diagnostic{
+		{Object: "NetworkPolicy a/x", Message: "one"},
+		{Object: "NetworkPolicy a/x", Message: "two"},
+		{Object: "NetworkPolicy a/gone", Message: "three"},
+		{Object: "Pod a/p", Message: "four"},
+	}
+	w.publish(compiled{}, &policy.Program{Diagnostics: diags}, np)
+	p := w.latest.Load()
+	if len(p.nps) != 1 || p.nps["a/x"] != x || lookups != 2 {
+		t.Fatalf("published %v after %d lookups; want a/x alone, looked up once each with a/gone", p.nps, lookups)
+	}
+	w.publish(compiled{}, &policy.Program{Diagnostics: diags}, np)
+	if p := w.latest.Load(); p.nps["a/x"] != x || lookups != 2 {
+		t.Fatalf("same diagnostics: published %v after %d lookups, want the last ones reused", p.nps, lookups)
+	}
+	w.publish(compiled{}, &policy.Program{Diagnostics: slices.Clone(diags)}, np)
+	if lookups != 4 {
+		t.Fatalf("new diagnostics: %d lookups, want them looked up again", lookups)
+	}
+	w.publish(compiled{}, &policy.Program{}, np)
+	if p := w.latest.Load(); p.nps != nil {
+		t.Fatalf("no diagnostics: published %v", p.nps)
+	}
+}
+
 func TestDesiredCondition(t *testing.T) {
 	cnp := func(y string) *decodedCNP {
 		return decodeCNP(fixture.YAML(t, cnpHead+y))

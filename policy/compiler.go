@@ -99,6 +99,24 @@ func (c *Compiler) UpsertNetworkPolicy(np *NetworkPolicy) {
 	c.pending = true
 }
 
+// NetworkPolicy returns the NetworkPolicy namespace/name as the Compiler
+// holds it (as given to it), nil if it holds none; a change staged since
+// the last Program counts. The agent finds the compiled generation of the
+// policies its diagnostics name here rather than in a map of its own
+// beside every cached policy.
+func (c *Compiler) NetworkPolicy(namespace, name string) *NetworkPolicy {
+	ns := c.s.namespaces[namespace]
+	if ns == nil {
+		return nil
+	}
+	for np := range ns.tier.nps {
+		if np.src.Name == name {
+			return np.src
+		}
+	}
+	return nil
+}
+
 // DeleteNetworkPolicy stages the removal of a NetworkPolicy.
 func (c *Compiler) DeleteNetworkPolicy(namespace, name string) {
 	c.s.deleteNP(namespace, name)
