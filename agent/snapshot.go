@@ -100,8 +100,8 @@ func (a *Agent) scanProblems(prog *policy.Program) map[string]problem {
 			continue
 		}
 		switch {
-		case len(p.diags) > 0:
-			problems["Pod "+p.Key()] = problem{problemInvalidPodField, diagMessages(p.diags)}
+		case len(p.diags()) > 0:
+			problems["Pod "+p.Key()] = problem{problemInvalidPodField, diagMessages(p.diags())}
 		case len(p.IPs) == 0 && !p.HostNetwork && p.NodeName != "":
 			// Unscheduled pods have no IP yet by design; a scheduled one
 			// without an IP is worth knowing about once it lasts.
