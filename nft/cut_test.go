@@ -2,6 +2,7 @@ package nft
 
 import (
 	"context"
+	"fmt"
 	"math/rand"
 	"net/netip"
 	"slices"
@@ -151,8 +152,8 @@ func TestCutAxesAgree(t *testing.T) {
 }
 
 // unionFlips are Programs for node-1 whose union run changes shape from
-// one to the next: address cut, port cut, shared lookups over budget, and
-// back.
+// one to the next (address cut, port cut, shared lookups over budget, and
+// back) or keeps its cut with other boxes (a diff in the set's order).
 var unionFlips = []struct {
 	name   string
 	n      int
@@ -165,6 +166,17 @@ var unionFlips = []struct {
 	{"address cut again", 39, own24AllButOwnPort},
 	{"shared lookups again", 36, exceptsTimesPorts},
 	{"port cut last", 40, allButOwn24},
+	// The same policies with other ports or addresses: the same sets
+	// with other elements, diffed in the set's order.
+	{"port cut, other ports", 40, func(i int) (string, string) {
+		from, _ := allButOwn24(i)
+		return from, fmt.Sprintf("{port: %d}", 1001+2*i)
+	}},
+	{"address cut", 40, own24AllButOwnPort},
+	{"address cut, other addresses", 40, func(i int) (string, string) {
+		_, ports := own24AllButOwnPort(i)
+		return fmt.Sprintf("{ipBlock: {cidr: 11.0.%d.0/24}}", 2*i+1), ports
+	}},
 }
 
 // TestUnionShapeFlips: each patched table of unionFlips equals a fresh
