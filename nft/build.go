@@ -238,7 +238,7 @@ func podSignature(p *policy.Pod) string {
 func (b *builder) runRules(dst []chainRule, r *run, v verdict) []chainRule {
 	counter := b.counter(r.counter)
 	if r.shape.union {
-		return append(dst, chainRule{Set: b.setName[r.memo], Verdict: v, Comment: r.comment, Counter: counter})
+		dst = append(dst, chainRule{Set: b.setName[r.memo], Verdict: v, Comment: r.comment, Counter: counter})
 	}
 	return b.lookupRules(dst, r, r.shape, v, counter)
 }

@@ -38,7 +38,6 @@ func (b *builder) setNames(dst []string, p *dirPlan) []string {
 		for _, r := range rs {
 			if r.shape.union {
 				dst = append(dst, b.setName[r.memo])
-				continue
 			}
 			// A lookup's rule is its peer set's name and its ports:
 			// both, since names alone (in rule order) do not say which

@@ -16,7 +16,8 @@ import (
 
 // TestUnionCutAxis: a union run's boxes are cut along the axis that
 // needs fewer, and a run whose union would need far more elements than
-// its policies have ranges takes shared lookups; either way the rules
+// its policies have ranges takes shared lookups for its fat peers (all
+// of them when the rest is still over budget); either way the rules
 // judge as the policies say.
 func TestUnionCutAxis(t *testing.T) {
 	for _, tc := range []struct {
@@ -26,13 +27,18 @@ func TestUnionCutAxis(t *testing.T) {
 		union     bool
 		portMajor bool
 		maxElems  int
+		// shared is the number of peers matched by shared lookups.
+		shared int
 	}{
 		// Cut along addresses ~80*80 = 6,400 boxes, along ports 160.
-		{"all but own /24, own port", 80, allButOwn24, true, true, 3 * 80},
+		{"all but own /24, own port", 80, allButOwn24, true, true, 3 * 80, 0},
 		// Cut along ports ~160*80 boxes, along addresses 160.
-		{"own /24, all but own port", 80, own24AllButOwnPort, true, false, 3 * 80},
+		{"own /24, all but own port", 80, own24AllButOwnPort, true, false, 3 * 80, 0},
 		// 40 x 820 = 32,800 boxes either way, from 40 x 61 ranges.
-		{"excepts times port ranges", 40, exceptsTimesPorts, false, false, 40 * (41 + 21)},
+		{"excepts times port ranges", 40, exceptsTimesPorts, false, false, 40 * (41 + 21), 40},
+		// 3 x 820 boxes from 3 x 61 ranges, and 60 boxes: the 3 take
+		// shared lookups, the 60 keep their union.
+		{"three fat among lean", 63, fatAmongLean(3), true, false, 60 + 3*41 + 20 + 40, 3},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			prog := compileYAML(t, unionYAML(tc.n, tc.policy))
@@ -48,12 +54,21 @@ func TestUnionCutAxis(t *testing.T) {
 			if st := rs.Stats(); st.Elements > tc.maxElems {
 				t.Errorf("%d elements, want at most %d", st.Elements, tc.maxElems)
 			}
+			shared := 0
+			for name := range rs.sets {
+				if strings.HasPrefix(name, "a-") && strings.HasSuffix(name, "-4") {
+					shared++
+				}
+			}
+			if shared != tc.shared {
+				t.Errorf("%d peers in shared lookups, want %d", shared, tc.shared)
+			}
 			var extra []netip.Addr
-			for _, a := range []string{"11.0.0.1", "11.0.1.1", "11.0.2.255", "11.0.3.0", "11.0.158.9", "11.0.159.9", "11.0.160.0", "10.0.0.1", "10.0.0.4", "10.1.0.2", "10.39.0.160", "10.40.0.1", "9.9.9.9"} {
+			for _, a := range []string{"11.0.0.1", "11.0.1.1", "11.0.2.255", "11.0.3.0", "11.0.158.9", "11.0.159.9", "11.0.160.0", "10.0.0.1", "10.0.0.4", "10.1.0.2", "10.39.0.160", "10.40.0.1", "9.9.9.9", "11.0.5.1", "11.0.62.7", "11.0.63.7", "10.2.0.3", "10.2.0.5", "10.3.0.4"} {
 				extra = append(extra, netip.MustParseAddr(a))
 			}
 			var ports []Packet
-			for _, p := range []int{80, 999, 1000, 1001, 1002, 1003, 1004, 1078, 1079, 1080, 1158, 1160, 1193, 1194, 65535} {
+			for _, p := range []int{80, 999, 1000, 1001, 1002, 1003, 1004, 1078, 1079, 1080, 1158, 1160, 1193, 1194, 2003, 2005, 2062, 2063, 65535} {
 				ports = append(ports, Packet{Proto: policy.ProtoTCP, Port: uint16(p)}, Packet{Proto: policy.ProtoUDP, Port: uint16(p)})
 			}
 			if n := checkAgainstEvaluator(t, prog, extra, ports); n == 0 {
@@ -152,8 +167,8 @@ func TestCutAxesAgree(t *testing.T) {
 }
 
 // unionFlips are Programs for node-1 whose union run changes shape from
-// one to the next (address cut, port cut, shared lookups over budget, and
-// back) or keeps its cut with other boxes (a diff in the set's order).
+// one to the next (address cut, port cut, shared lookups over budget, a
+// union of the lean terms beside lookups for the fat ones, and back) or keeps its cut with other boxes (a diff in the set's order).
 var unionFlips = []struct {
 	name   string
 	n      int
@@ -172,7 +187,9 @@ var unionFlips = []struct {
 		from, _ := allButOwn24(i)
 		return from, fmt.Sprintf("{port: %d}", 1001+2*i)
 	}},
+	{"fat among lean", 40, fatAmongLean(3)},
 	{"address cut", 40, own24AllButOwnPort},
+	{"fat among lean again", 40, fatAmongLean(3)},
 	{"address cut, other addresses", 40, func(i int) (string, string) {
 		_, ports := own24AllButOwnPort(i)
 		return fmt.Sprintf("{ipBlock: {cidr: 11.0.%d.0/24}}", 2*i+1), ports

@@ -27,7 +27,8 @@ const maxSharedLookups = 512
 const unionFloor = 1024
 
 // runShape is how a run is matched: by lookups into shared peer sets,
-// or (union) by one lookup per kind into sets of its own.
+// or (union) by one lookup per kind into sets of its own, and then by
+// lookups into shared sets for the peers it leaves out (fitLean).
 type runShape struct {
 	union bool
 	// lookups are in rule order (by peer name, then ports) once the
@@ -175,17 +176,19 @@ func (b *builder) shape(r *run) *runShape {
 // so does a small one (unionFloor) and one that would take more than
 // maxSharedLookups lookups.
 // A run whose union would be over its budget (contentsOf) takes shared
-// lookups too, however many (fitUnion).
+// lookups for its fat terms and a union of the rest (fitLean), or shared
+// lookups for all, however many, when that is over budget too.
 // The decision depends only on the Build's runs, not on their order.
 func (b *builder) shareCrowded() {
 	for memo, sh := range b.shapes {
-		if sh.union && (b.crowded(sh) || !b.fitUnion(memo, sh)) {
-			sh.union = false
-			for _, l := range sh.pending {
-				for _, u := range l.uses {
-					l.peer.use(u)
-				}
-				sh.lookups = append(sh.lookups, l.lookup)
+		if sh.union {
+			switch {
+			case b.crowded(sh):
+				b.shareAll(sh)
+			case b.fitUnion(memo, sh):
+			case b.fitLean(memo, sh):
+			default:
+				b.shareAll(sh)
 			}
 		}
 		sh.pending = nil
@@ -193,11 +196,25 @@ func (b *builder) shareCrowded() {
 	}
 }
 
+// shareAll gives a union run a shared lookup per peer.
+func (b *builder) shareAll(sh *runShape) {
+	sh.union = false
+	for _, l := range sh.pending {
+		b.share(sh, l)
+	}
+}
+
+// share gives a run's peer a shared lookup.
+func (b *builder) share(sh *runShape, l pendingLookup) {
+	for _, u := range l.uses {
+		l.peer.use(u)
+	}
+	sh.lookups = append(sh.lookups, l.lookup)
+}
+
 // fitUnion computes the elements of a union run, and reports whether
 // they are within its budget: unions can take many more elements than
-// their terms have ranges (cutBoxes), and a run over the budget takes
-// one shared lookup per peer instead, whose elements are linear in the
-// policies. It depends only on the run.
+// their terms have ranges (cutBoxes). It depends only on the run.
 func (b *builder) fitUnion(memo string, sh *runShape) bool {
 	cr := b.cache.unionRun(sh.run)
 	if cr.sc == nil {
@@ -206,6 +223,47 @@ func (b *builder) fitUnion(memo string, sh *runShape) bool {
 	b.content[memo] = cr.sc
 	b.hashOf[memo] = cr.hash
 	return true
+}
+
+// fitLean gives a union run over its budget shared lookups for its fat
+// peers (fat) and a union of its other terms, and reports whether that
+// union is within its budget. A peer of E address ranges matched on P
+// port ranges is E x P boxes in a union however it is cut, E + P in a
+// shared lookup: a few such terms (an ipBlock with hundreds of excepts
+// on tens of port ranges) would otherwise cost the run its union, and
+// its chain one lookup per peer. It depends only on the run.
+func (b *builder) fitLean(memo string, sh *runShape) bool {
+	isFat := map[*peerGroup]bool{}
+	for _, l := range sh.pending {
+		if l.fat() {
+			isFat[l.peer] = true
+		}
+	}
+	if len(isFat) == 0 || len(isFat) == len(sh.pending) {
+		return false
+	}
+	cr := b.cache.leanRun(sh.run, func(s *policy.AddrSet) bool { return !isFat[b.peer(s)] })
+	if cr.sc == nil {
+		return false
+	}
+	b.content[memo] = cr.sc
+	b.hashOf[memo] = cr.hash
+	for _, l := range sh.pending {
+		if isFat[l.peer] {
+			b.share(sh, l)
+		}
+	}
+	return true
+}
+
+// fat reports whether a peer's own boxes (its address ranges times its
+// port ranges) are more than unionBudgetFactor times its ranges.
+func (l pendingLookup) fat() bool {
+	if l.ports == nil {
+		return false
+	}
+	a, p := len(l.peer.addrs.Ranges()), portRanges(l.ports.ByProto)
+	return a*p > unionBudgetFactor*(a+p)
 }
 
 // crowded reports whether a union run should take shared lookups: its
@@ -393,8 +451,9 @@ func singleService(ps *policy.PortSet) (service, bool) {
 	return out, n == 1
 }
 
-// lookupRules appends a shared run's rules to dst, one per lookup, in
-// rule order (sortLookups).
+// lookupRules appends a run's shared lookups to dst (all of its rules, or
+// a union run's peers left out of its union), one per lookup, in rule
+// order (sortLookups).
 func (b *builder) lookupRules(dst []chainRule, r *run, sh *runShape, v verdict, counter string) []chainRule {
 	for _, l := range sh.lookups {
 		rule := chainRule{Peers: l.peer.name, Verdict: v, Comment: r.comment, Counter: counter}

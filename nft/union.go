@@ -201,6 +201,39 @@ func (c *buildCache) unionRun(r *run) *cachedRun {
 	return cr
 }
 
+// leanRun returns the elements of a union run without the terms whose
+// address sets keep rejects (fitLean), and their hash. The terms keep
+// rejects depend only on the run, so they are cached by its memo too.
+func (c *buildCache) leanRun(r *run, keep func(*policy.AddrSet) bool) *cachedRun {
+	if c == nil {
+		sc := contentsOf(leanMatches(r.matches, keep))
+		return &cachedRun{sc: sc, hash: contentHash(sc)}
+	}
+	key := r.memo + "\x00lean"
+	cr := c.runs[key]
+	if cr == nil {
+		sc := contentsOf(leanMatches(r.matches, keep))
+		cr = &cachedRun{matches: r.matches, sc: sc, hash: contentHash(sc)}
+		c.runs[key] = cr
+	}
+	cr.used = true
+	return cr
+}
+
+// leanMatches are the matches with only the terms whose address sets
+// keep accepts (terms that match nothing left out).
+func leanMatches(ms []policy.Match, keep func(*policy.AddrSet) bool) []policy.Match {
+	out := make([]policy.Match, len(ms))
+	for i, m := range ms {
+		for _, t := range m {
+			if !t.Addrs.Empty() && !t.Ports.Empty() && keep(t.Addrs) {
+				out[i] = append(out[i], t)
+			}
+		}
+	}
+	return out
+}
+
 // inputHash hashes what a run's elements are computed from.
 func (c *buildCache) inputHash(identity string, ms []policy.Match) uint64 {
 	var h maphash.Hash
