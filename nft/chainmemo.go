@@ -14,8 +14,9 @@ import (
 // A DirPolicy's chains are a function of its plan (fixed for the
 // DirPolicy), the shapes of its runs (which depend on the runs, on
 // immutable address sets and, through shareCrowded, on the node's other
-// runs: setNames tells a union run's one set name from a shared run's
-// lookups) and the names this Build gives the
+// runs: setNames tells a union run's set name, and the lookups of the
+// peers it leaves out, from a shared run's lookups) and the names this
+// Build gives the
 // shared sets its rules look up: peer sets, named after the smallest use
 // over every run of the node, and union sets. The memo is taken only
 // while those names are the ones it was built with, each peer set's

@@ -270,3 +270,131 @@ func sortedBlocks(s string) string {
 	slices.Sort(blocks)
 	return strings.Join(blocks, "\n\n")
 }
+
+// TestRandomUnionsAgreeWithEvaluator: runs of 33 to 80 random ipBlock
+// policies (excepts, port ranges, some all traffic, IPv4 and IPv6), so
+// that unions are cut along either axis, lean or over budget; the rules
+// judge every probe as the evaluator does.
+func TestRandomUnionsAgreeWithEvaluator(t *testing.T) {
+	shapes := map[string]int{}
+	for seed := int64(1); seed <= 30; seed++ {
+		r := rand.New(rand.NewSource(seed))
+		n := 33 + r.Intn(48)
+		wide := r.Intn(3) // 0: own /16s, 1: overlapping /8s, 2: 0.0.0.0/0 less
+		v6 := r.Intn(2) == 0
+		// fatEvery > 0: every fatEvery-th policy has 60 more excepts on
+		// 25 port ranges (its own boxes ~1,500, from ~86 ranges).
+		fatEvery := []int{0, 0, 1, 4, 10}[r.Intn(5)]
+		gen := func(i int) (string, string) {
+			var cidr string
+			var except []string
+			excepts := r.Intn(3) * r.Intn(15)
+			fat := fatEvery > 0 && i%fatEvery == 0
+			if fat {
+				excepts = 0
+			}
+			switch wide {
+			case 0:
+				cidr = fmt.Sprintf("10.%d.%d.0/24", i%7, i)
+				for range excepts {
+					except = append(except, fmt.Sprintf("10.%d.%d.%d/30", i%7, i, 4*r.Intn(64)))
+				}
+			case 1:
+				cidr = fmt.Sprintf("%d.0.0.0/8", 10+i%3)
+				except = append(except, fmt.Sprintf("%d.%d.0.0/30", 10+i%3, i))
+				for range excepts {
+					except = append(except, fmt.Sprintf("%d.%d.%d.%d/30", 10+i%3, i, r.Intn(2), 4*r.Intn(64)))
+				}
+			default:
+				cidr = "0.0.0.0/0"
+				except = append(except, fmt.Sprintf("11.0.%d.0/24", i))
+				for range excepts {
+					except = append(except, fmt.Sprintf("10.%d.%d.%d/30", i%7, i, 4*r.Intn(64)))
+				}
+			}
+			if fat {
+				o := strings.Split(strings.TrimSuffix(cidr, "/8"), ".")[0]
+				if wide != 1 {
+					o = "10"
+				}
+				for k := range 60 {
+					if wide == 0 {
+						except = append(except, fmt.Sprintf("10.%d.%d.%d/31", i%7, i, 4*k))
+					} else {
+						except = append(except, fmt.Sprintf("%s.%d.1.%d/31", o, i, 4*k))
+					}
+				}
+			}
+			from := fmt.Sprintf("{ipBlock: {cidr: %s, except: [%s]}}", cidr, strings.Join(except, ", "))
+			if v6 && i%4 == 0 {
+				from += fmt.Sprintf(", {ipBlock: {cidr: 'fd00:%x::/32'}}", i%5)
+			}
+			var ports []string
+			switch r.Intn(8) {
+			case 0:
+				if fat {
+					for k := range 25 {
+						ports = append(ports, fmt.Sprintf("{port: %d, endPort: %d}", 1000+4*k, 1001+4*k))
+					}
+					break
+				}
+				return from, "" // all traffic
+			case 1:
+				ports = append(ports, fmt.Sprintf("{port: 1, endPort: %d}, {port: %d, endPort: 65535}", 999+i, 1001+i))
+			default:
+				if fat {
+					for k := range 25 {
+						ports = append(ports, fmt.Sprintf("{port: %d, endPort: %d}", 1000+4*k, 1001+4*k))
+					}
+					break
+				}
+				for range 1 + r.Intn(3)*r.Intn(10) {
+					p := 1000 + r.Intn(60)
+					proto := []string{"TCP", "UDP", "SCTP"}[r.Intn(3)]
+					ports = append(ports, fmt.Sprintf("{port: %d, endPort: %d, protocol: %s}", p, p+r.Intn(4), proto))
+				}
+			}
+			return from, strings.Join(ports, ", ")
+		}
+		y := unionYAML(n, gen)
+		prog := compileYAML(t, y)
+		rs := Build(prog, "node-1")
+		shape := "shared"
+		if unionSets(rs) > 0 {
+			shape = "union"
+			for _, s := range rs.sets {
+				if s.PortMajor && len(s.Boxes) > 0 {
+					shape = "union, port cut"
+				}
+			}
+			for name := range rs.sets {
+				if strings.HasPrefix(name, "a-") {
+					shape += ", lean"
+					break
+				}
+			}
+		}
+		shapes[shape]++
+		t.Logf("seed %d: %d policies, %s: %+v", seed, n, shape, rs.Stats())
+		var extra []netip.Addr
+		for range 80 {
+			a := [4]byte{byte(9 + r.Intn(4)), byte(r.Intn(8)), byte(r.Intn(n + 2)), byte(r.Intn(256))}
+			if r.Intn(2) == 0 {
+				a[1], a[2] = byte(r.Intn(n+2)), byte(r.Intn(2))
+			}
+			extra = append(extra, netip.AddrFrom4(a))
+		}
+		extra = append(extra, netip.MustParseAddr("fd00:1::1"), netip.MustParseAddr("fd00:4:ffff::1"), netip.MustParseAddr("fd01::1"))
+		var ports []Packet
+		for _, p := range []int{80, 999, 1000, 1001, 1002, 1013, 1030, 1041, 1059, 1062, 1063, 65535} {
+			for _, proto := range policy.PortProtocols {
+				ports = append(ports, Packet{Proto: proto, Port: uint16(p)})
+			}
+		}
+		ports = append(ports, Packet{Proto: policy.ProtoICMP})
+		if checkAgainstEvaluator(t, prog, extra, ports) == 0 {
+			t.Fatalf("seed %d: no flows checked", seed)
+		}
+	}
+	t.Logf("shapes: %v", shapes)
+}
