@@ -71,26 +71,6 @@ func cutBoxes(groups []sweepGroup, limit int) (boxes []box, portMajor bool, ok b
 	return nil, false, false
 }
 
-// cutBoxesAlong cuts along one axis only, without a limit: for tests that
-// compare the two.
-func cutBoxesAlong(groups []sweepGroup, portMajor bool) []box {
-	ax := newAxes(groups)
-	if portMajor {
-		bs, _ := ax.cut(ax.portItems(), len(ax.ports), len(ax.addrs), ax.protoStarts, nil, -1)
-		out := make([]box, len(bs))
-		for i, b := range bs {
-			out[i] = ax.box(b.sec, b.prim)
-		}
-		return out
-	}
-	bs, _ := ax.cut(ax.addrItems(), len(ax.addrs), len(ax.ports), nil, ax.protoStarts, -1)
-	out := make([]box, len(bs))
-	for i, b := range bs {
-		out[i] = ax.box(b.prim, b.sec)
-	}
-	return out
-}
-
 // addrPoint is where a piece of the address axis starts: an address, or
 // one past the family's last address (past).
 type addrPoint struct {

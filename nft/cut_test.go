@@ -78,6 +78,26 @@ func TestUnionCutAxis(t *testing.T) {
 	}
 }
 
+// cutBoxesAlong cuts along one axis only, without a limit: for tests that
+// compare the two.
+func cutBoxesAlong(groups []sweepGroup, portMajor bool) []box {
+	ax := newAxes(groups)
+	if portMajor {
+		bs, _ := ax.cut(ax.portItems(), len(ax.ports), len(ax.addrs), ax.protoStarts, nil, -1)
+		out := make([]box, len(bs))
+		for i, b := range bs {
+			out[i] = ax.box(b.sec, b.prim)
+		}
+		return out
+	}
+	bs, _ := ax.cut(ax.addrItems(), len(ax.addrs), len(ax.ports), nil, ax.protoStarts, -1)
+	out := make([]box, len(bs))
+	for i, b := range bs {
+		out[i] = ax.box(b.prim, b.sec)
+	}
+	return out
+}
+
 // TestCutAxesAgree: both cuts of random groups are disjoint boxes in
 // their set's order that match what the groups match, and cutBoxes
 // takes the one with fewer boxes.
