@@ -151,11 +151,11 @@ metadata: {name: np, namespace: a, generation: 2}
 			if d.Name != "np" || d.Namespace != "a" || d.Generation != 2 {
 				t.Errorf("identity lost: %+v", d.GetObjectMeta())
 			}
-			if bad := undecodable(d.Invalid); !slices.Equal(bad, tc.bad) {
+			if bad := undecodable(d.Invalid()); !slices.Equal(bad, tc.bad) {
 				t.Errorf("undecodable = %v, want %v", bad, tc.bad)
 			}
-			if !slices.Equal(d.UnknownFields, tc.unknown) {
-				t.Errorf("UnknownFields = %v, want %v", d.UnknownFields, tc.unknown)
+			if !slices.Equal(d.UnknownFields(), tc.unknown) {
+				t.Errorf("UnknownFields = %v, want %v", d.UnknownFields(), tc.unknown)
 			}
 			if len(d.Spec.Ingress) != tc.ingressRules {
 				t.Errorf("%d ingress rules, want %d", len(d.Spec.Ingress), tc.ingressRules)

@@ -190,7 +190,7 @@ func npChanged(old, cur any) bool {
 	a, ok1 := old.(*decodedNP)
 	b, ok2 := cur.(*decodedNP)
 	return !ok1 || !ok2 || a.Generation != b.Generation || a.UID != b.UID ||
-		!slices.Equal(a.UnknownFields, b.UnknownFields) || !equality.Semantic.DeepEqual(a.Spec, b.Spec)
+		!slices.Equal(a.UnknownFields(), b.UnknownFields()) || !equality.Semantic.DeepEqual(a.Spec, b.Spec)
 }
 
 func cnpChanged(old, cur any) bool {

@@ -116,7 +116,7 @@ func (a *Agent) scanProblems(prog *policy.Program) map[string]problem {
 	}
 	for _, o := range a.inf.nps.GetStore().List() {
 		if np, ok := o.(*decodedNP); ok {
-			if bad := undecodable(np.Invalid); len(bad) > 0 {
+			if bad := undecodable(np.Invalid()); len(bad) > 0 {
 				problems["NetworkPolicy "+np.Namespace+"/"+np.Name] = problem{problemUndecodablePolicy, "cannot decode " + strings.Join(bad, ", ") + ": enforced fail-closed"}
 			}
 		}

@@ -378,7 +378,8 @@ func (b *npBody) finish(d *dec, o *Object) {
 		d.invalid = append(d.invalid, unreadable("spec.podSelector"), unreadable("spec.ingress[0]"), unreadable("spec.egress[0]"))
 	})
 	np := policy.NetworkPolicyFromAPI(&networkingv1.NetworkPolicy{ObjectMeta: *m, Spec: b.spec})
-	np.UnknownFields, np.Invalid, np.Source = sortedUnique(d.unknown), sortErrors(d.invalid), o.Source
+	np.SetDecoding(sortedUnique(d.unknown), sortErrors(d.invalid))
+	np.Source = o.Source
 	o.NetworkPolicy = np
 }
 

@@ -28,7 +28,8 @@ func Broken(kind string, meta metav1.ObjectMeta, source, why string) *Object {
 			Ingress: make([]networkingv1.NetworkPolicyIngressRule, 1), Egress: make([]networkingv1.NetworkPolicyEgressRule, 1)}}
 		d.invalid = append(d.invalid, whole, unreadable("spec.podSelector"), unreadable("spec.ingress[0]"), unreadable("spec.egress[0]"))
 		o.NetworkPolicy = policy.NetworkPolicyFromAPI(&np)
-		o.NetworkPolicy.Invalid, o.NetworkPolicy.Source = d.invalid, source
+		o.NetworkPolicy.SetDecoding(nil, d.invalid)
+		o.NetworkPolicy.Source = source
 		return o
 	}
 	cnp := &v1alpha2.ClusterNetworkPolicy{ObjectMeta: meta}

@@ -165,13 +165,13 @@ func TestStreamingOneByteAtATime(t *testing.T) {
 	}
 	for i := range whole.Cluster.NetworkPolicies {
 		w, g := whole.Cluster.NetworkPolicies[i], bytewise.Cluster.NetworkPolicies[i]
-		if w.Name != g.Name || strings.Join(w.UnknownFields, ",") != strings.Join(g.UnknownFields, ",") || w.Invalid.ToAggregate().Error() != g.Invalid.ToAggregate().Error() {
+		if w.Name != g.Name || strings.Join(w.UnknownFields(), ",") != strings.Join(g.UnknownFields(), ",") || w.Invalid().ToAggregate().Error() != g.Invalid().ToAggregate().Error() {
 			t.Fatalf("policy %d differs: %+v %+v", i, w, g)
 		}
 	}
 	np := whole.Cluster.NetworkPolicies[3]
-	if np.UnknownFields[0] != "spec.bogus" || np.Invalid[0].Field != "spec.ingress[0]" {
-		t.Errorf("unknown %v, invalid %v", np.UnknownFields, np.Invalid)
+	if np.UnknownFields()[0] != "spec.bogus" || np.Invalid()[0].Field != "spec.ingress[0]" {
+		t.Errorf("unknown %v, invalid %v", np.UnknownFields(), np.Invalid())
 	}
 }
 
@@ -208,7 +208,7 @@ func TestDecodeUnstructuredList(t *testing.T) {
 	if err := r.DecodeUnstructured("api", list); err != nil {
 		t.Fatal(err)
 	}
-	if len(r.Cluster.Pods) != 1 || len(r.Cluster.NetworkPolicies) != 1 || r.Cluster.NetworkPolicies[0].Invalid[0].Field != "spec.ingress[0]" {
+	if len(r.Cluster.Pods) != 1 || len(r.Cluster.NetworkPolicies) != 1 || r.Cluster.NetworkPolicies[0].Invalid()[0].Field != "spec.ingress[0]" {
 		t.Errorf("cluster %+v", r.Cluster)
 	}
 	if err := r.DecodeUnstructured("api", map[string]any{"apiVersion": "v1", "kind": "Pod", "metadata": map[string]any{"name": "a", "namespace": "n"}}); err != nil {
@@ -276,5 +276,28 @@ func TestItemsInAnObjectThatIsNotAList(t *testing.T) {
 	}
 	if d := diagStrings(r.Diagnostics); !strings.Contains(d, "items: a list of objects in a NetworkPolicy, which is not a List") {
 		t.Errorf("diagnostics %s", d)
+	}
+}
+
+// A NetworkPolicy decoding learned nothing about carries no Decoding (the
+// agent caches tens of thousands of them); one with an unknown field or an
+// unreadable part carries what was found.
+func TestNetworkPolicyDecodingOnlyWhenFound(t *testing.T) {
+	r := decodeString(t, `{"apiVersion": "networking.k8s.io/v1", "kind": "List", "items": [
+{"apiVersion": "networking.k8s.io/v1", "kind": "NetworkPolicy", "metadata": {"name": "clean", "namespace": "a"}, "spec": {"podSelector": {}}},
+{"apiVersion": "networking.k8s.io/v1", "kind": "NetworkPolicy", "metadata": {"name": "unknown", "namespace": "a"}, "spec": {"podSelector": {}, "bogus": 1}},
+{"apiVersion": "networking.k8s.io/v1", "kind": "NetworkPolicy", "metadata": {"name": "wrong", "namespace": "a"}, "spec": {"podSelector": {}, "ingress": "x"}}]}`)
+	nps := r.Cluster.NetworkPolicies
+	if len(nps) != 3 {
+		t.Fatalf("%d policies", len(nps))
+	}
+	if nps[0].Decoding != nil || nps[0].UnknownFields() != nil || nps[0].Invalid() != nil {
+		t.Errorf("clean policy: Decoding %+v", nps[0].Decoding)
+	}
+	if nps[1].Decoding == nil || strings.Join(nps[1].UnknownFields(), ",") != "spec.bogus" || nps[1].Invalid() != nil {
+		t.Errorf("unknown field: Decoding %+v", nps[1].Decoding)
+	}
+	if nps[2].Decoding == nil || nps[2].UnknownFields() != nil || len(nps[2].Invalid()) == 0 || nps[2].Invalid()[0].Field != "spec.ingress[0]" {
+		t.Errorf("unreadable rules: Decoding %+v", nps[2].Decoding)
 	}
 }

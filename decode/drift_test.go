@@ -77,8 +77,8 @@ func TestDriftNetworkPolicy(t *testing.T) {
 			t.Fatalf("seed %d: not decoded: %+v", seed, o)
 		}
 		got := o.NetworkPolicy
-		if len(got.UnknownFields) > 0 || len(got.Invalid) > 0 {
-			t.Fatalf("seed %d: unknown %v, invalid %v\n%s", seed, got.UnknownFields, got.Invalid, js)
+		if len(got.UnknownFields()) > 0 || len(got.Invalid()) > 0 {
+			t.Fatalf("seed %d: unknown %v, invalid %v\n%s", seed, got.UnknownFields(), got.Invalid(), js)
 		}
 		wantNP := policy.NetworkPolicyFromAPI(&want)
 		wantNP.Source = got.Source

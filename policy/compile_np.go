@@ -108,7 +108,7 @@ func (np *npState) dropTiers(s *state, dir Direction) {
 // compileNP compiles a NetworkPolicy; errs are its validation errors.
 func (s *state) compileNP(np *NetworkPolicy, errs field.ErrorList) *npState {
 	ref := PolicyRef{Kind: "NetworkPolicy", Namespace: np.Namespace, Name: np.Name}
-	bad, status, diags := s.check(ref, np.Source, errs, np.UnknownFields)
+	bad, status, diags := s.check(ref, np.Source, errs, np.UnknownFields())
 	ns := s.namespace(np.Namespace)
 	ns.refs++
 	out := &npState{src: np, ns: ns}
@@ -145,12 +145,12 @@ func (s *state) compileNP(np *NetworkPolicy, errs field.ErrorList) *npState {
 	}
 	// An unknown field outside spec may have been meant to change anything:
 	// both directions are isolated and no rule allows.
-	if objectProblem(np.UnknownFields) != "" {
+	if objectProblem(np.UnknownFields()) != "" {
 		out.types, ruleOK = [2]bool{true, true}, [2]bool{}
 	}
 	// Unknown fields directly under spec may change what every rule means.
 	specBad := subjectBad
-	for _, p := range np.UnknownFields {
+	for _, p := range np.UnknownFields() {
 		if isDirectChild("spec", p) {
 			specBad = true
 		}

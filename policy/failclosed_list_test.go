@@ -36,9 +36,9 @@ spec:
 `)
 			np := c.NetworkPolicies[0]
 			if tc.unknown {
-				np.UnknownFields = append(np.UnknownFields, tc.path)
+				np.SetDecoding(append(np.UnknownFields(), tc.path), np.Invalid())
 			} else {
-				np.Invalid = append(np.Invalid, field.Invalid(field.NewPath(tc.path), "x", "wrong type"))
+				np.SetDecoding(np.UnknownFields(), append(np.Invalid(), field.Invalid(field.NewPath(tc.path), "x", "wrong type")))
 			}
 			prog := policy.Compile(c, policy.Options{})
 			// Only the broken direction's rule is voided; the other still

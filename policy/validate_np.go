@@ -203,5 +203,5 @@ func strictSubset(inner, outer netip.Prefix) bool {
 // validateNP is what the compiler checks of a NetworkPolicy: what decoding
 // found (Invalid) first, then the API server's validation.
 func (v *validator) validateNP(np *NetworkPolicy) field.ErrorList {
-	return withDecodeErrors(np.Invalid, v.networkPolicy(np))
+	return withDecodeErrors(np.Invalid(), v.networkPolicy(np))
 }
