@@ -324,7 +324,7 @@ func (a *Agent) sync(ctx context.Context) error {
 	prog, full, changed := a.compile(resync != resyncNone)
 	compiled := time.Now()
 	a.metrics.syncDuration.WithLabelValues("compile").Observe(compiled.Sub(start).Seconds())
-	a.status.publish(a.compiled, prog, a.compiler.NetworkPolicy)
+	a.status.publish(a.compiled, prog, a.compiler.NetworkPolicies)
 	if changed {
 		a.countPolicies(prog)
 	}

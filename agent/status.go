@@ -129,41 +129,34 @@ func (w *statusWriter) stopEvents() {
 }
 
 // publish hands the result of a compilation to the writer.
-// np finds a NetworkPolicy as compiled (policy.Compiler.NetworkPolicy);
+// nps finds NetworkPolicies as compiled (policy.Compiler.NetworkPolicies);
 // it is called here, on the compiling goroutine, never by the writer.
-func (w *statusWriter) publish(c compiled, prog *policy.Program, np func(namespace, name string) *policy.NetworkPolicy) {
+func (w *statusWriter) publish(c compiled, prog *policy.Program, nps func(keys []string) map[string]*policy.NetworkPolicy) {
 	p := &published{policies: c, pods: prog.Pods, status: prog.Status, diags: prog.Diagnostics}
 	if last := w.latest.Load(); last != nil && sameSlice(last.diags, p.diags) {
 		// The diagnostics are those of the last Program, which changes
 		// them whenever a NetworkPolicy changes: so are the policies.
 		p.nps = last.nps
 	} else {
-		p.nps = diagnosedNPs(p.diags, np)
+		p.nps = diagnosedNPs(p.diags, nps)
 	}
 	w.latest.Store(p)
 	w.nudge()
 }
 
-// diagnosedNPs finds the NetworkPolicies that diagnostics name.
-func diagnosedNPs(diags []policy.Diagnostic, np func(namespace, name string) *policy.NetworkPolicy) map[string]*policy.NetworkPolicy {
-	var out map[string]*policy.NetworkPolicy
+// diagnosedNPs finds the NetworkPolicies that diagnostics name, in one
+// lookup: one namespace can hold thousands of them.
+func diagnosedNPs(diags []policy.Diagnostic, nps func(keys []string) map[string]*policy.NetworkPolicy) map[string]*policy.NetworkPolicy {
+	var keys []string
 	for _, d := range diags {
-		key, ok := strings.CutPrefix(d.Object, "NetworkPolicy ")
-		if !ok {
-			continue
-		}
-		if _, done := out[key]; done {
-			continue
-		}
-		ns, name, _ := strings.Cut(key, "/")
-		if n := np(ns, name); n != nil {
-			if out == nil {
-				out = map[string]*policy.NetworkPolicy{}
-			}
-			out[key] = n
+		if key, ok := strings.CutPrefix(d.Object, "NetworkPolicy "); ok {
+			keys = append(keys, key)
 		}
 	}
-	return out
+	if len(keys) == 0 {
+		return nil
+	}
+	return nps(keys)
 }
 
 // sameSlice reports whether a and b are one slice (Programs share their

@@ -1,6 +1,9 @@
 package policy
 
-import "maps"
+import (
+	"maps"
+	"strings"
+)
 
 // Compiler compiles a snapshot and keeps what it learned, so that changes
 // (a pod relabelled, added or deleted, a policy added, replaced or
@@ -99,22 +102,38 @@ func (c *Compiler) UpsertNetworkPolicy(np *NetworkPolicy) {
 	c.pending = true
 }
 
-// NetworkPolicy returns the NetworkPolicy namespace/name as the Compiler
-// holds it (as given to it), nil if it holds none; a change staged since
-// the last Program counts. The agent finds the compiled generation of the
-// policies its diagnostics name here rather than in a map of its own
+// NetworkPolicies returns the NetworkPolicies keys name ("namespace/name")
+// as the Compiler holds them (as given to it), by key; keys it holds none
+// for are left out, and a change staged since the last Program counts. It
+// reads each namespace named once, whatever the number of keys: the agent
+// finds here the compiled generation of the policies its diagnostics name
+// (maybe thousands of one namespace) rather than in a map of its own
 // beside every cached policy.
-func (c *Compiler) NetworkPolicy(namespace, name string) *NetworkPolicy {
-	ns := c.s.namespaces[namespace]
-	if ns == nil {
-		return nil
+func (c *Compiler) NetworkPolicies(keys []string) map[string]*NetworkPolicy {
+	want := map[string]map[string]struct{}{}
+	for _, k := range keys {
+		ns, name, _ := strings.Cut(k, "/")
+		if want[ns] == nil {
+			want[ns] = map[string]struct{}{}
+		}
+		want[ns][name] = struct{}{}
 	}
-	for np := range ns.tier.nps {
-		if np.src.Name == name {
-			return np.src
+	var out map[string]*NetworkPolicy
+	for namespace, names := range want {
+		ns := c.s.namespaces[namespace]
+		if ns == nil {
+			continue
+		}
+		for np := range ns.tier.nps {
+			if _, ok := names[np.src.Name]; ok {
+				if out == nil {
+					out = map[string]*NetworkPolicy{}
+				}
+				out[namespace+"/"+np.src.Name] = np.src
+			}
 		}
 	}
-	return nil
+	return out
 }
 
 // DeleteNetworkPolicy stages the removal of a NetworkPolicy.

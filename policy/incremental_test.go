@@ -484,33 +484,34 @@ func renderMatches(pp *policy.PodPolicy) string {
 	return b.String()
 }
 
-// Compiler.NetworkPolicy finds a NetworkPolicy as the Compiler holds it,
-// staged changes included: the agent reports on exactly the generation it
-// compiled.
-func TestCompilerFindsNetworkPolicy(t *testing.T) {
+// Compiler.NetworkPolicies finds NetworkPolicies as the Compiler holds
+// them, staged changes included: the agent reports on exactly the
+// generation it compiled.
+func TestCompilerFindsNetworkPolicies(t *testing.T) {
 	cluster := load(t, `
 apiVersion: networking.k8s.io/v1
 kind: NetworkPolicy
 metadata: {name: p, namespace: a}
 spec: {podSelector: {}}
+---
+apiVersion: networking.k8s.io/v1
+kind: NetworkPolicy
+metadata: {name: q, namespace: a}
+spec: {podSelector: {}}
 `)
 	comp := policy.NewCompiler(cluster, policy.Options{Node: "n1"})
-	if got := comp.NetworkPolicy("a", "p"); got != cluster.NetworkPolicies[0] {
-		t.Fatalf("NetworkPolicy(a, p) = %p, want the one given %p", got, cluster.NetworkPolicies[0])
-	}
-	for _, k := range [][2]string{{"a", "q"}, {"b", "p"}, {"nowhere", "p"}} {
-		if got := comp.NetworkPolicy(k[0], k[1]); got != nil {
-			t.Errorf("NetworkPolicy(%s, %s) = %+v, want nil", k[0], k[1], got)
-		}
+	got := comp.NetworkPolicies([]string{"a/p", "a/q", "a/r", "b/p", "nowhere/p", "a/p"})
+	if len(got) != 2 || got["a/p"] != cluster.NetworkPolicies[0] || got["a/q"] != cluster.NetworkPolicies[1] {
+		t.Fatalf("NetworkPolicies = %v, want a/p and a/q as given", got)
 	}
 	next := *cluster.NetworkPolicies[0]
 	next.Generation++
 	comp.UpsertNetworkPolicy(&next)
-	if got := comp.NetworkPolicy("a", "p"); got != &next {
-		t.Fatalf("after an update: %+v, want the new generation", got)
+	if got := comp.NetworkPolicies([]string{"a/p"}); got["a/p"] != &next {
+		t.Fatalf("after an update: %v, want the new generation", got)
 	}
 	comp.DeleteNetworkPolicy("a", "p")
-	if got := comp.NetworkPolicy("a", "p"); got != nil {
-		t.Fatalf("after delete: %+v", got)
+	if got := comp.NetworkPolicies([]string{"a/p"}); got != nil {
+		t.Fatalf("after delete: %v", got)
 	}
 }
