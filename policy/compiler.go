@@ -143,7 +143,10 @@ func (c *Compiler) DeleteNetworkPolicy(namespace, name string) {
 }
 
 // UpsertClusterNetworkPolicy stages a ClusterNetworkPolicy, new or
-// replacing the one of the same name.
+// replacing the one of the same name. The Compiler keeps its spec and
+// compiles its rules when a pod first needs them, after it validated the
+// policy here: the caller must not change the spec (replace the policy
+// instead), or what it compiles may not match what it validated.
 func (c *Compiler) UpsertClusterNetworkPolicy(cnp ClusterNetworkPolicy) {
 	c.s.upsertCNP(&cnp)
 	c.pending = true
