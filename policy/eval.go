@@ -40,8 +40,10 @@ type Decision struct {
 	Passed []string `json:"passed,omitempty"`
 	// Isolating lists the NetworkPolicies that select the pod when none
 	// of them allowed the flow (Action ActionIsolate); Reason names only
-	// the first few.
-	Isolating []PolicyRef `json:"isolating,omitempty"`
+	// the first few. It is shared with the Program: do not modify it. It
+	// is left out of JSON, where a matrix would repeat it in every cell;
+	// moat explain -o json prints it.
+	Isolating []PolicyRef `json:"-"`
 	Reason    string      `json:"reason"`
 }
 

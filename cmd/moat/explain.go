@@ -63,7 +63,7 @@ that decided. Exit status: 0 when a verdict was computed (allowed or not),
 			case "json":
 				enc := json.NewEncoder(cmd.OutOrStdout())
 				enc.SetIndent("", "  ")
-				return enc.Encode(f)
+				return enc.Encode(explainJSON{Flow: f, Egress: decisionJSON{f.Egress, f.Egress.Isolating}, Ingress: decisionJSON{f.Ingress, f.Ingress.Isolating}})
 			case "text", "":
 				writeExplanation(cmd.OutOrStdout(), f)
 				for _, other := range matrix.OtherFamilies(prog, matrix.Endpoint{Label: from, Endpoint: src}, matrix.Endpoint{Label: to, Endpoint: dst}, matrix.PortProto{Port: uint16(port), Protocol: proto}) {
@@ -122,4 +122,18 @@ func writeExplanation(w io.Writer, f matrix.Flow) {
 			fmt.Fprintf(w, "          passed by %s\n", p)
 		}
 	}
+}
+
+// explainJSON is explain's -o json: a matrix Flow, with every
+// NetworkPolicy that isolates the pod when no rule allowed the flow
+// (policy.Decision leaves them out of JSON, for matrices' sake).
+type explainJSON struct {
+	matrix.Flow
+	Egress  decisionJSON `json:"egress"`
+	Ingress decisionJSON `json:"ingress"`
+}
+
+type decisionJSON struct {
+	policy.Decision
+	Isolating []policy.PolicyRef `json:"isolating,omitempty"`
 }

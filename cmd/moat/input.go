@@ -211,6 +211,13 @@ func (f *inputFlags) compileLoaded(cmd *cobra.Command, res *manifest.Result) (*p
 			fmt.Fprintln(stderr, line)
 		}
 	}
+	// Policies enforced fail-closed first: without -v theirs is the only
+	// notice (the validation errors behind it are verbose).
+	for _, s := range prog.Status {
+		if !s.Accepted {
+			warn(fmt.Sprintf("warning: %s: %s", s.Policy, s.Message))
+		}
+	}
 	for _, d := range res.Diagnostics {
 		if d.Severity == policy.SeverityWarning {
 			warn(fmt.Sprintf("%s: %s", d.Severity, d))
@@ -224,11 +231,6 @@ func (f *inputFlags) compileLoaded(cmd *cobra.Command, res *manifest.Result) (*p
 			warn(fmt.Sprintf("%s: %s", d.Severity, d))
 		case f.verbose:
 			fmt.Fprintf(stderr, "%s: %s\n", d.Severity, d)
-		}
-	}
-	for _, s := range prog.Status {
-		if !s.Accepted {
-			warn(fmt.Sprintf("warning: %s: %s", s.Policy, s.Message))
 		}
 	}
 	if warnings > maxWarnings && !f.verbose {

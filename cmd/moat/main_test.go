@@ -73,6 +73,16 @@ func TestExplain(t *testing.T) {
 	if f["allowed"] != true || ing["tier"] != "NetworkPolicy" || ing["policy"].(map[string]any)["name"] != "db-from-api" || ing["rule"] != 0.0 {
 		t.Errorf("json = %s", out)
 	}
+	// Isolation: explain's JSON lists every isolating NetworkPolicy; a
+	// matrix's cells leave them out (the reason names them).
+	out, _, code = run(t, "", "explain", "--from", "frontend/web", "--to", "backend/db", "--port", "5432", "-o", "json")
+	if code != 0 || !strings.Contains(out, `"isolating": [`) || !strings.Contains(out, `"name": "db-from-api"`) {
+		t.Errorf("explain -o json of an isolated flow: code %d\n%s", code, out)
+	}
+	out, _, code = run(t, "", "matrix", "--port", "5432/TCP", "-o", "json")
+	if code != 0 || strings.Contains(out, "isolating") || !strings.Contains(out, "NetworkPolicies select the pod for ingress (backend/db-from-api)") {
+		t.Errorf("matrix -o json: code %d, want the reason and no isolating lists\n%s", code, out)
+	}
 	for _, args := range [][]string{
 		{"explain", "--from", "nope/pod", "--to", "backend/db", "--port", "1"},
 		{"explain", "--from", "backend/api", "--to", "backend/db", "--port", "0"},
@@ -162,18 +172,24 @@ spec: {tier: Admin, priority: 1, subject: {namespaces: {}}, egress: [{action: De
 	}
 }
 
-// Past 20 warnings a command counts the rest; -v prints them all.
+// Past 20 warnings a command counts the rest; -v prints them all. A
+// policy enforced fail-closed is reported first, before the other
+// warnings can fill the 20 lines.
 func TestWarningsCapped(t *testing.T) {
 	var b strings.Builder
-	for i := range 23 {
+	b.WriteString("apiVersion: v1\nkind: Pod\nmetadata: {name: p, namespace: a, labels: {app: x}}\nspec: {nodeName: n1}\nstatus: {podIPs: [{ip: 10.0.0.1}]}\n")
+	for i := range 25 {
+		fmt.Fprintf(&b, "---\napiVersion: networking.k8s.io/v1\nkind: NetworkPolicy\nmetadata: {name: np%02d, namespace: a}\nspec:\n  podSelector: {}\n  ingress: [{ports: [{port: nope%d}]}]\n", i, i)
+	}
+	for i := range 3 {
 		fmt.Fprintf(&b, "---\napiVersion: policy.networking.k8s.io/v1alpha2\nkind: ClusterNetworkPolicy\nmetadata: {name: c%02d}\nspec:\n  tier: Admin\n  priority: %d\n  subject: {namespaces: {}}\n  ingress: [{action: Deny, from: [{serviceAccounts: {}}]}]\n", i, i)
 	}
-	args := []string{"explain", "-f", "-", "--from", "10.0.0.1", "--to", "10.0.0.2", "--port", "80"}
+	args := []string{"explain", "-f", "-", "--from", "10.0.0.9", "--to", "a/p", "--port", "80"}
 	for _, c := range []struct {
 		verbose   bool
 		warnings  int
 		truncated bool
-	}{{false, 20, true}, {true, 23, false}} {
+	}{{false, 20, true}, {true, 29, false}} {
 		a := args
 		if c.verbose {
 			a = append(slices.Clone(args), "-v")
@@ -182,10 +198,13 @@ func TestWarningsCapped(t *testing.T) {
 		if code != 0 {
 			t.Fatalf("-v=%v: code %d, stderr:\n%s", c.verbose, code, errOut)
 		}
+		if !strings.Contains(errOut, "ClusterNetworkPolicy c02") {
+			t.Errorf("-v=%v: the last fail-closed policy is not reported:\n%s", c.verbose, errOut)
+		}
 		if n := strings.Count(errOut, "warning: "); n != c.warnings {
 			t.Errorf("-v=%v: %d warnings printed, want %d:\n%s", c.verbose, n, c.warnings, errOut)
 		}
-		if got := strings.Contains(errOut, "... and 3 more warnings"); got != c.truncated {
+		if got := strings.Contains(errOut, "... and 9 more warnings"); got != c.truncated {
 			t.Errorf("-v=%v: count line printed = %v, want %v:\n%s", c.verbose, got, c.truncated, errOut)
 		}
 	}
