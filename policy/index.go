@@ -61,11 +61,6 @@ type portCell struct {
 	tag  int32
 }
 
-type termRef struct {
-	tag  int32
-	term *Term
-}
-
 // keyEvent opens or closes a term at a key of one key space.
 type keyEvent[K any] struct {
 	at    K
@@ -75,7 +70,7 @@ type keyEvent[K any] struct {
 
 // buildIndex indexes matches; a match's tag is its position.
 func buildIndex(matches []Match) *matchIndex {
-	var terms []termRef
+	b := &indexBuilder{groupOf: map[*PortSet]int32{}, groupByKey: map[string]int32{}}
 	var ev4 []keyEvent[uint32]
 	var ev6 []keyEvent[u128]
 	var evPods []keyEvent[uint32]
@@ -94,9 +89,10 @@ func buildIndex(matches []Match) *matchIndex {
 	}
 	for tag, m := range matches {
 		for i := range m {
-			id := int32(len(terms))
+			id := int32(len(b.tags))
 			t := &m[i]
-			terms = append(terms, termRef{int32(tag), t})
+			b.tags = append(b.tags, int32(tag))
+			b.group = append(b.group, b.portGroup(t.Ports))
 			if t.split == nil {
 				for _, r := range t.Addrs.Ranges() {
 					addRange(r, id)
@@ -114,17 +110,74 @@ func buildIndex(matches []Match) *matchIndex {
 	// Each active set is identified by a 128-bit Zobrist hash kept up to
 	// date in O(1) per event, so that segments with the same terms share
 	// one cell without building a key per segment.
-	seeds := make([][2]uint64, len(terms))
+	b.seeds = make([][2]uint64, len(b.tags))
 	var x uint64 = 0x9e3779b97f4a7c15
-	for i := range seeds {
-		seeds[i] = [2]uint64{splitmix(&x), splitmix(&x)}
+	for i := range b.seeds {
+		b.seeds[i] = [2]uint64{splitmix(&x), splitmix(&x)}
 	}
-	memo := map[[2]uint64]*cell{}
+	b.memo = map[[2]uint64]*cell{}
+	b.groupMin = make([]int32, len(b.groupPorts))
+	for i := range b.groupMin {
+		b.groupMin[i] = -1
+	}
 	return &matchIndex{
-		v4:   sweep(ev4, cmp32, terms, seeds, memo),
-		v6:   sweep(ev6, cmp128, terms, seeds, memo),
-		pods: sweep(evPods, cmp32, terms, seeds, memo),
+		v4:   sweep(b, ev4, cmp32),
+		v6:   sweep(b, ev6, cmp128),
+		pods: sweep(b, evPods, cmp32),
 	}
+}
+
+// indexBuilder holds what the sweeps of one index share: the terms (by
+// id, in match order), their port sets grouped by content, the cells built
+// so far by active set, and scratch space reused from cell to cell.
+type indexBuilder struct {
+	tags  []int32 // per term: its match's tag
+	seeds [][2]uint64
+	memo  map[[2]uint64]*cell
+
+	// group is each term's port group: terms with equal port sets (the
+	// rules of one policy often share them) are painted once per cell,
+	// with the lowest active tag of the group. -1: all traffic.
+	group      []int32
+	groupOf    map[*PortSet]int32
+	groupByKey map[string]int32
+	// groupPorts holds each group's port intervals per protocol, as
+	// half-open spans whose tag is filled in per cell.
+	groupPorts [][len(PortProtocols)][]span
+
+	// Scratch of cellFor: the lowest active tag per group (-1: none) and
+	// the groups it set, the spans of one protocol, the paint heap.
+	groupMin []int32
+	touched  []int32
+	spans    []uint64
+	sorted   []uint64
+	heap     []span
+}
+
+// portGroup returns the group of a port set, -1 for all traffic.
+func (b *indexBuilder) portGroup(ps *PortSet) int32 {
+	if ps.All {
+		return -1
+	}
+	if g, ok := b.groupOf[ps]; ok {
+		return g
+	}
+	var key []byte
+	var ports [len(PortProtocols)][]span
+	for pi, proto := range PortProtocols {
+		for _, pr := range ps.ByProto[proto] {
+			ports[pi] = append(ports[pi], span{uint32(pr.From), uint32(pr.To) + 1, -1})
+			key = append(key, byte(pi), byte(pr.From>>8), byte(pr.From), byte(pr.To>>8), byte(pr.To))
+		}
+	}
+	g, ok := b.groupByKey[string(key)]
+	if !ok {
+		g = int32(len(b.groupPorts))
+		b.groupPorts = append(b.groupPorts, ports)
+		b.groupByKey[string(key)] = g
+	}
+	b.groupOf[ps] = g
+	return g
 }
 
 func cmp32(a, b uint32) int {
@@ -148,13 +201,19 @@ func cmp128(a, b u128) int {
 }
 
 // sweep cuts one key space into segments at every event and gives each
-// segment the cell of the terms active there.
-func sweep[K uint32 | u128](events []keyEvent[K], cmp func(a, b K) int, terms []termRef, seeds [][2]uint64, memo map[[2]uint64]*cell) segments[K] {
-	slices.SortFunc(events, func(a, b keyEvent[K]) int { return cmp(a.at, b.at) })
+// segment the cell of the terms active there. The active terms are kept
+// as a dense set (O(1) to change, iterated in O(active)), so a segment
+// costs what its own terms cost, not what all terms cost.
+func sweep[K uint32 | u128](b *indexBuilder, events []keyEvent[K], cmp func(a, b K) int) segments[K] {
+	slices.SortFunc(events, func(x, y keyEvent[K]) int { return cmp(x.at, y.at) })
 	var out segments[K]
-	count := make([]int32, len(terms))
+	if len(events) == 0 {
+		return out
+	}
+	count := make([]int32, len(b.tags))
+	pos := make([]int32, len(b.tags))
+	var active []int32
 	var hash [2]uint64
-	nActive := 0
 	for i := 0; i < len(events); {
 		at := events[i].at
 		for ; i < len(events) && events[i].at == at; i++ {
@@ -165,22 +224,27 @@ func sweep[K uint32 | u128](events []keyEvent[K], cmp func(a, b K) int, terms []
 			} else {
 				count[e.term]--
 			}
-			if (before == 0) != (count[e.term] == 0) {
-				hash[0] ^= seeds[e.term][0]
-				hash[1] ^= seeds[e.term][1]
-				if before == 0 {
-					nActive++
-				} else {
-					nActive--
-				}
+			if (before == 0) == (count[e.term] == 0) {
+				continue
 			}
+			hash[0] ^= b.seeds[e.term][0]
+			hash[1] ^= b.seeds[e.term][1]
+			if before == 0 {
+				pos[e.term] = int32(len(active))
+				active = append(active, e.term)
+				continue
+			}
+			last := active[len(active)-1]
+			active[pos[e.term]] = last
+			pos[last] = pos[e.term]
+			active = active[:len(active)-1]
 		}
 		var c *cell
-		if nActive > 0 {
+		if len(active) > 0 {
 			var ok bool
-			if c, ok = memo[hash]; !ok {
-				c = cellFor(terms, count)
-				memo[hash] = c
+			if c, ok = b.memo[hash]; !ok {
+				c = b.cellFor(active)
+				b.memo[hash] = c
 			}
 		}
 		out.add(at, c)
@@ -204,30 +268,44 @@ func splitmix(x *uint64) uint64 {
 	return z ^ (z >> 31)
 }
 
-// cellFor computes the cell of the active terms (count > 0).
-func cellFor(terms []termRef, count []int32) *cell {
+// cellFor computes the cell of the active terms, in time O(A + S log S)
+// for A active terms whose distinct port groups hold S intervals.
+func (b *indexBuilder) cellFor(active []int32) *cell {
 	c := &cell{any: -1}
-	var spans [len(PortProtocols)][]span
-	for id, n := range count {
-		if n == 0 {
-			continue
-		}
-		r := terms[id]
-		if r.term.Ports.All {
-			if c.any < 0 || r.tag < c.any {
-				c.any = r.tag
+	for _, id := range active {
+		tag := b.tags[id]
+		g := b.group[id]
+		if g < 0 {
+			if c.any < 0 || tag < c.any {
+				c.any = tag
 			}
 			continue
 		}
-		for pi, proto := range PortProtocols {
-			for _, pr := range r.term.Ports.ByProto[proto] {
-				spans[pi] = append(spans[pi], span{uint32(pr.From), uint32(pr.To) + 1, r.tag})
-			}
+		switch m := b.groupMin[g]; {
+		case m < 0:
+			b.touched = append(b.touched, g)
+			b.groupMin[g] = tag
+		case tag < m:
+			b.groupMin[g] = tag
 		}
 	}
 	for pi := range PortProtocols {
-		c.ports[pi] = paint(spans[pi])
+		b.spans = b.spans[:0]
+		for _, g := range b.touched {
+			tag := b.groupMin[g]
+			if c.any >= 0 && tag >= c.any {
+				continue // the all-traffic term wins wherever this group matches
+			}
+			for _, s := range b.groupPorts[g][pi] {
+				b.spans = append(b.spans, packSpan(s.from, s.to, tag))
+			}
+		}
+		c.ports[pi] = b.paint(b.spans)
 	}
+	for _, g := range b.touched {
+		b.groupMin[g] = -1
+	}
+	b.touched = b.touched[:0]
 	return c
 }
 
@@ -236,33 +314,128 @@ type span struct {
 	tag      int32
 }
 
-// paint flattens overlapping spans into cells carrying the lowest tag.
-func paint(spans []span) []portCell {
-	if len(spans) == 0 {
+// A span is packed for sorting into one integer: from (16 bits: ports
+// start at most at 65535) above to (17 bits: at most 65536) above the tag
+// (31 bits: a non-negative int32).
+func packSpan(from, to uint32, tag int32) uint64 {
+	return uint64(from)<<48 | uint64(to)<<31 | uint64(tag)
+}
+
+func unpackSpan(p uint64) span {
+	return span{uint32(p >> 48), uint32(p>>31) & (1<<17 - 1), int32(p & (1<<31 - 1))}
+}
+
+// sortSpans orders packed spans by start: a two-pass radix sort on the
+// 16 start bits (linear) when there are many, else a comparison sort.
+func (b *indexBuilder) sortSpans(spans []uint64) []uint64 {
+	if len(spans) < 256 {
+		slices.Sort(spans)
+		return spans
+	}
+	b.sorted = slices.Grow(b.sorted[:0], len(spans))[:len(spans)]
+	src, dst := spans, b.sorted
+	for shift := uint(48); shift < 64; shift += 8 {
+		var count [257]int
+		for _, p := range src {
+			count[(p>>shift)&0xff+1]++
+		}
+		for i := 1; i < len(count); i++ {
+			count[i] += count[i-1]
+		}
+		for _, p := range src {
+			k := (p >> shift) & 0xff
+			dst[count[k]] = p
+			count[k]++
+		}
+		src, dst = dst, src
+	}
+	// Two passes: the result is back in spans.
+	return src
+}
+
+// paint flattens overlapping spans into cells carrying the lowest tag, in
+// O(S log S): a sweep in order of span starts with a heap of the spans
+// open there, lowest tag on top. Only the top's end or the next start can
+// change the lowest tag; spans that ended under the top leave the heap
+// when they reach it.
+func (b *indexBuilder) paint(packed []uint64) []portCell {
+	if len(packed) == 0 {
 		return nil
 	}
-	var bounds []uint32
-	for _, s := range spans {
-		bounds = append(bounds, s.from, s.to)
-	}
-	slices.Sort(bounds)
-	bounds = slices.Compact(bounds)
-	out := make([]portCell, 0, len(bounds))
-	for i, b := range bounds {
-		tag := int32(-1)
-		if i+1 < len(bounds) {
-			for _, s := range spans {
-				if s.from <= b && b < s.to && (tag < 0 || s.tag < tag) {
-					tag = s.tag
-				}
+	packed = b.sortSpans(packed)
+	h := b.heap[:0]
+	var out []portCell
+	i := 0
+	next := unpackSpan(packed[0])
+	at := next.from
+	for {
+		for next.from == at {
+			h = heapPush(h, next)
+			if i++; i == len(packed) {
+				next.from = noSpan
+				break
 			}
+			next = unpackSpan(packed[i])
 		}
-		if n := len(out); n > 0 && out[n-1].tag == tag {
-			continue
+		for len(h) > 0 && h[0].to <= at {
+			h = heapPop(h)
 		}
-		out = append(out, portCell{b, tag})
+		tag := int32(-1)
+		if len(h) > 0 {
+			tag = h[0].tag
+		}
+		if n := len(out); n == 0 || out[n-1].tag != tag {
+			out = append(out, portCell{at, tag})
+		}
+		switch {
+		case len(h) > 0:
+			at = min(h[0].to, next.from)
+		case next.from != noSpan:
+			at = next.from
+		default:
+			b.heap = h
+			return slices.Clip(out)
+		}
 	}
-	return out
+}
+
+// noSpan is a start past every port: no span left.
+const noSpan = 1 << 17
+
+// heapPush and heapPop keep h a binary min-heap by tag.
+func heapPush(h []span, s span) []span {
+	h = append(h, s)
+	for j := len(h) - 1; j > 0; {
+		p := (j - 1) / 2
+		if h[p].tag <= h[j].tag {
+			break
+		}
+		h[p], h[j] = h[j], h[p]
+		j = p
+	}
+	return h
+}
+
+func heapPop(h []span) []span {
+	n := len(h) - 1
+	h[0] = h[n]
+	h = h[:n]
+	for j := 0; ; {
+		l := 2*j + 1
+		if l >= n {
+			break
+		}
+		m := l
+		if r := l + 1; r < n && h[r].tag < h[l].tag {
+			m = r
+		}
+		if h[j].tag <= h[m].tag {
+			break
+		}
+		h[j], h[m] = h[m], h[j]
+		j = m
+	}
+	return h
 }
 
 // lookup returns the lowest tag whose match contains the packet, or -1.

@@ -1,0 +1,98 @@
+package policy
+
+import (
+	"fmt"
+	"net/netip"
+	"syscall"
+	"testing"
+	"time"
+)
+
+// exceptOwn24 is every IPv4 address except 11.<c/256>.<c%256>.0/24.
+func exceptOwn24(c int) *AddrSet {
+	hole := netip.PrefixFrom(netip.AddrFrom4([4]byte{11, byte(c >> 8), byte(c), 0}), 24)
+	return AllAddrs().Subtract(NewAddrSet(PrefixRange(hole))).Subtract(NewAddrSet(PrefixRange(netip.MustParsePrefix("::/0"))))
+}
+
+// denyExceptShape is the probe's shape5c: c matches, each one term to
+// "everything but its own /24" on 25 TCP ports of its own.
+func denyExceptShape(c, ports int) []Match {
+	ms := make([]Match, c)
+	for i := range ms {
+		var pb PortSetBuilder
+		for k := range ports {
+			p := uint16(10000 + (i*ports+k)*2)
+			pb.Add(ProtoTCP, PortRange{p, p})
+		}
+		ms[i] = Match{{Addrs: exceptOwn24(i), Ports: pb.Build()}}
+	}
+	return ms
+}
+
+// heavyShape is the probe's shape5 without its selector peers: c
+// policies of 25 rules, each rule 25 nested CIDRs of both families (every
+// fifth rule also 0.0.0.0/0), 12 TCP ranges, 12 UDP ports and one SCTP port.
+func heavyShape(c int) []Match {
+	var ms []Match
+	for p := range c {
+		for r := range 25 {
+			var rs []AddrRange
+			for j := range 12 {
+				rs = append(rs, PrefixRange(netip.PrefixFrom(netip.AddrFrom4([4]byte{byte(100 + (p+r+j)%100), byte((r*7 + j) % 256), 0, 0}), 16+j%8).Masked()))
+				v6 := [16]byte{0x20, 0x01, 0x0d, 0xb8, byte((p*31 + r + j) >> 8), byte(p*31 + r + j)}
+				rs = append(rs, PrefixRange(netip.PrefixFrom(netip.AddrFrom16(v6), 48+j%16).Masked()))
+			}
+			if r%5 == 0 {
+				rs = append(rs, PrefixRange(netip.MustParsePrefix("0.0.0.0/0")))
+			} else {
+				rs = append(rs, PrefixRange(netip.PrefixFrom(netip.AddrFrom4([4]byte{172, byte(16 + r%16), 0, 0}), 16)))
+			}
+			var pb PortSetBuilder
+			for k := range 12 {
+				lo := uint16(1000 + p + 10*k)
+				pb.Add(ProtoTCP, PortRange{lo, lo + 5})
+				pb.Add(ProtoUDP, PortRange{uint16(2000 + p + k), uint16(2000 + p + k)})
+			}
+			pb.Add(ProtoSCTP, PortRange{uint16(3000 + p), uint16(3000 + p)})
+			ms = append(ms, Match{{Addrs: NewAddrSet(rs...), Ports: pb.Build()}})
+		}
+	}
+	return ms
+}
+
+// BenchmarkBuildIndex measures building one tier's index for the probe
+// shapes whose terms all overlap (BENCHMARKS.md, "evaluator index").
+func BenchmarkBuildIndex(b *testing.B) {
+	shapes := []struct {
+		name  string
+		sizes []int
+		gen   func(int) []Match
+	}{
+		{"deny-except-25ports", []int{25, 50, 100, 200}, func(n int) []Match { return denyExceptShape(n, 25) }},
+		{"np-except-1port", []int{160, 320, 640, 1280}, func(n int) []Match { return denyExceptShape(n, 1) }},
+		{"heavy", []int{10, 20, 40}, heavyShape},
+	}
+	for _, s := range shapes {
+		for _, n := range s.sizes {
+			ms := s.gen(n)
+			b.Run(fmt.Sprintf("%s/n=%d", s.name, n), func(b *testing.B) {
+				cpu := processCPU()
+				for b.Loop() {
+					buildIndex(ms)
+				}
+				b.ReportMetric((processCPU()-cpu).Seconds()/float64(b.N), "cpu-s/op")
+			})
+		}
+	}
+}
+
+// processCPU is the CPU time of the whole process (all threads, the
+// garbage collector's included): on a shared machine it tells designs
+// apart where wall time swings with the load.
+func processCPU() time.Duration {
+	var ru syscall.Rusage
+	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
+		return 0
+	}
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+}
