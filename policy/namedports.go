@@ -5,6 +5,7 @@ import (
 	"slices"
 
 	"github.com/RoaringBitmap/roaring/v2"
+	"k8s.io/apimachinery/pkg/labels"
 )
 
 // Named ports that resolve nowhere are legal but allow nothing: the
@@ -236,11 +237,30 @@ func (s *state) cnpNamedDiags(c *cnpState, subjects map[[2]string]*roaring.Bitma
 	return out
 }
 
+// smallNamespace is the most pods a namespace may hold for its pods to be
+// matched one by one against a selector (npSubjectPods).
+const smallNamespace = 64
+
 // npSubjectPods lists the pod-network pods a NetworkPolicy selects; memo
-// holds the pods (anywhere) of pod selectors already evaluated.
+// holds the pods (anywhere) of pod selectors already evaluated. In a
+// small namespace, as most are, its pods are matched one by one: the
+// selector's pods cluster-wide, a bitmap of thousands, cost more to make
+// than the few matches, and named-port warnings are redone for the
+// policies of every relabelled pod's namespace.
 func (s *state) npSubjectPods(np *npState, memo map[string]*roaring.Bitmap) *roaring.Bitmap {
 	if isEverything(np.subject) {
 		return np.ns.pods
+	}
+	if _, done := memo[np.subjKey]; !done && np.ns.pods.GetCardinality() <= smallNamespace {
+		out := roaring.New()
+		it := np.ns.pods.Iterator()
+		for it.HasNext() {
+			slot := it.Next()
+			if np.subject.Matches(labels.Set(s.slots[slot].pod.Labels)) {
+				out.Add(slot)
+			}
+		}
+		return out
 	}
 	sel := memo[np.subjKey]
 	if sel == nil {

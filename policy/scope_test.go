@@ -25,6 +25,13 @@ func TestNodeScopedProgram(t *testing.T) {
 		opts := policy.Options{IngressNetworksAndNodes: true}
 		full := policy.Compile(cluster, opts)
 		flows := append(sampleFlows(full, 3000), outsideFlows(full)...)
+		named := 0
+		for _, d := range full.Diagnostics {
+			if strings.HasPrefix(d.Object, "NetworkPolicy ") && strings.Contains(d.Message, "pods the policy selects") {
+				named++
+			}
+		}
+		t.Logf("seed %d: %d NetworkPolicy warnings of named ports no selected pod declares", cfg.Seed, named)
 		for _, node := range []string{"node-000", "node-002", "no-such-node"} {
 			opts.Node = node
 			scoped := policy.Compile(cluster, opts)
@@ -88,6 +95,11 @@ func TestNodeScopedProgram(t *testing.T) {
 			}
 			if node != "no-such-node" && judged == 0 {
 				t.Fatalf("%s: no decision compared", node)
+			}
+			// Every agent reports the same problems, named-port warnings
+			// included, whatever pods it classified.
+			if fmt.Sprint(scoped.Diagnostics) != fmt.Sprint(full.Diagnostics) || fmt.Sprint(scoped.Status) != fmt.Sprint(full.Status) {
+				t.Fatalf("%s: diagnostics or statuses differ from the full Program's:\n%v\n%v", node, scoped.Diagnostics, full.Diagnostics)
 			}
 			t.Logf("seed %d %s: %d local pods, %d decisions compared", cfg.Seed, node, local, judged)
 		}
