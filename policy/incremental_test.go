@@ -515,3 +515,53 @@ spec: {podSelector: {}}
 		t.Fatalf("after delete: %v", got)
 	}
 }
+
+// An egress rule to a named port gives one term per port number the
+// destinations declare it on. The terms are listed by port, not by the
+// first destination pod met: after a destination pod is deleted and added
+// back (a new slot), the incremental Program must still list them as a
+// fresh compile does, or rulesets rendered from the two would differ.
+func TestIncrementalNamedPortTermOrder(t *testing.T) {
+	cluster := load(t, `
+apiVersion: v1
+kind: Pod
+metadata: {name: m1, namespace: a, labels: {role: metrics}}
+spec: {nodeName: n1, containers: [{name: c, image: x, ports: [{name: metrics, containerPort: 9300}]}]}
+status: {podIPs: [{ip: 10.9.0.1}]}
+---
+apiVersion: v1
+kind: Pod
+metadata: {name: m2, namespace: a, labels: {role: metrics}}
+spec: {nodeName: n1, containers: [{name: c, image: x, ports: [{name: metrics, containerPort: 9100}]}]}
+status: {podIPs: [{ip: 10.9.0.2}]}
+---
+apiVersion: networking.k8s.io/v1
+kind: NetworkPolicy
+metadata: {name: scrape, namespace: a}
+spec:
+  podSelector: {matchLabels: {app: x}}
+  policyTypes: [Egress]
+  egress: [{to: [{podSelector: {matchLabels: {role: metrics}}}], ports: [{port: metrics}]}]
+`)
+	comp := policy.NewCompiler(cluster, policy.Options{})
+	for _, key := range []string{"a/m1", "a/m2"} {
+		i := slices.IndexFunc(cluster.Pods, func(p *policy.Pod) bool { return p.Key() == key })
+		p := cluster.Pods[i]
+		if !comp.DeletePod(key) {
+			t.Fatalf("DeletePod(%s): unknown", key)
+		}
+		comp.Program()
+		// Another pod takes the freed slot before it comes back.
+		filler := &policy.Pod{Namespace: "a", Name: "filler-" + p.Name, NodeName: "n1", IPs: []netip.Addr{netip.AddrFrom4([4]byte{10, 9, 1, byte(len(cluster.Pods))})}}
+		comp.UpsertPod(filler)
+		cluster.Pods = append(cluster.Pods, filler)
+		comp.Program()
+		comp.UpsertPod(p)
+		inc, full := comp.Program(), policy.Compile(cluster, policy.Options{})
+		for j := range full.Policies {
+			if a, b := renderMatches(inc.Policies[j]), renderMatches(full.Policies[j]); a != b {
+				t.Fatalf("after %s left and came back, pod %s's rules differ:\nincremental:\n%s\nfresh:\n%s", key, full.Pods[j].Key(), a, b)
+			}
+		}
+	}
+}

@@ -1,6 +1,9 @@
 package policy
 
 import (
+	"slices"
+	"strings"
+
 	"github.com/RoaringBitmap/roaring/v2"
 )
 
@@ -161,6 +164,7 @@ func (s *state) egressMatch(r *rule) Match {
 		dests.Or(set.pods)
 	}
 	type group struct {
+		key     string
 		ports   *PortSet
 		addrs   []AddrRange
 		pods    *roaring.Bitmap
@@ -180,7 +184,7 @@ func (s *state) egressMatch(r *rule) Match {
 			if !ps.Empty() {
 				key := ps.String()
 				if g = groups[key]; g == nil {
-					g = &group{ports: ps, pods: roaring.New()}
+					g = &group{key: key, ports: ps, pods: roaring.New()}
 					groups[key] = g
 					order = append(order, g)
 				}
@@ -206,6 +210,10 @@ func (s *state) egressMatch(r *rule) Match {
 			g.partial = true
 		}
 	}
+	// By port set, not by the first pod met: pods' slots depend on the
+	// order of changes, and an incremental Program must list the terms
+	// as a fresh compile does (rulesets rendered from both then agree).
+	slices.SortFunc(order, func(a, b *group) int { return strings.Compare(a.key, b.key) })
 	for _, g := range order {
 		if len(g.addrs) == 0 {
 			continue
