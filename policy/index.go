@@ -70,7 +70,7 @@ type keyEvent[K any] struct {
 
 // buildIndex indexes matches; a match's tag is its position.
 func buildIndex(matches []Match) *matchIndex {
-	b := &indexBuilder{groupOf: map[*PortSet]int32{}, groupByKey: map[string]int32{}}
+	b := &indexBuilder{groupOf: map[*PortSet]int32{}, groupByKey: map[string]int32{}, allGroup: -1}
 	var ev4 []keyEvent[uint32]
 	var ev6 []keyEvent[u128]
 	var evPods []keyEvent[uint32]
@@ -116,10 +116,6 @@ func buildIndex(matches []Match) *matchIndex {
 		b.seeds[i] = [2]uint64{splitmix(&x), splitmix(&x)}
 	}
 	b.memo = map[[2]uint64]*cell{}
-	b.groupMin = make([]int32, len(b.groupPorts))
-	for i := range b.groupMin {
-		b.groupMin[i] = -1
-	}
 	return &matchIndex{
 		v4:   sweep(b, ev4, cmp32),
 		v6:   sweep(b, ev6, cmp128),
@@ -137,30 +133,36 @@ type indexBuilder struct {
 
 	// group is each term's port group: terms with equal port sets (the
 	// rules of one policy often share them) are painted once per cell,
-	// with the lowest active tag of the group. -1: all traffic.
+	// with the lowest active tag of the group. allGroup is the group of
+	// all traffic (no ports), -1 until a term has it.
 	group      []int32
+	allGroup   int32
 	groupOf    map[*PortSet]int32
 	groupByKey map[string]int32
 	// groupPorts holds each group's port intervals per protocol, as
 	// half-open spans whose tag is filled in per cell.
 	groupPorts [][len(PortProtocols)][]span
 
-	// Scratch of cellFor: the lowest active tag per group (-1: none) and
-	// the groups it set, the spans of one protocol, the paint heap.
-	groupMin []int32
-	touched  []int32
-	spans    []uint64
-	sorted   []uint64
-	heap     []span
+	// Scratch of cellFor: the lowest active tag of each active group, the
+	// spans of one protocol, the paint heap.
+	mins   []int32
+	spans  []uint64
+	sorted []uint64
+	heap   []span
 }
 
-// portGroup returns the group of a port set, -1 for all traffic.
+// portGroup returns the group of a port set.
 func (b *indexBuilder) portGroup(ps *PortSet) int32 {
-	if ps.All {
-		return -1
-	}
 	if g, ok := b.groupOf[ps]; ok {
 		return g
+	}
+	if ps.All {
+		if b.allGroup < 0 {
+			b.allGroup = int32(len(b.groupPorts))
+			b.groupPorts = append(b.groupPorts, [len(PortProtocols)][]span{})
+		}
+		b.groupOf[ps] = b.allGroup
+		return b.allGroup
 	}
 	var key []byte
 	var ports [len(PortProtocols)][]span
@@ -201,55 +203,129 @@ func cmp128(a, b u128) int {
 }
 
 // sweep cuts one key space into segments at every event and gives each
-// segment the cell of the terms active there. The active terms are kept
-// as a dense set (O(1) to change, iterated in O(active)), so a segment
-// costs what its own terms cost, not what all terms cost.
+// segment the cell of the terms active there. It keeps, per port group,
+// how many of its terms are active and a heap of them by tag, and the
+// groups with an active term as a dense set (O(1) to change, iterated in
+// O(active groups)), so a new cell costs what its own port groups cost,
+// not what all terms, or all its active terms, cost.
 func sweep[K uint32 | u128](b *indexBuilder, events []keyEvent[K], cmp func(a, b K) int) segments[K] {
 	slices.SortFunc(events, func(x, y keyEvent[K]) int { return cmp(x.at, y.at) })
 	var out segments[K]
 	if len(events) == 0 {
 		return out
 	}
-	count := make([]int32, len(b.tags))
-	pos := make([]int32, len(b.tags))
-	var active []int32
+	st := &sweepState{
+		count:  make([]int32, len(b.tags)),
+		gCount: make([]int32, len(b.groupPorts)),
+		gPos:   make([]int32, len(b.groupPorts)),
+		gHeap:  make([][]tagTerm, len(b.groupPorts)),
+	}
 	var hash [2]uint64
 	for i := 0; i < len(events); {
 		at := events[i].at
 		for ; i < len(events) && events[i].at == at; i++ {
 			e := events[i]
-			before := count[e.term]
+			before := st.count[e.term]
 			if e.start {
-				count[e.term]++
+				st.count[e.term]++
 			} else {
-				count[e.term]--
+				st.count[e.term]--
 			}
-			if (before == 0) == (count[e.term] == 0) {
+			if (before == 0) == (st.count[e.term] == 0) {
 				continue
 			}
 			hash[0] ^= b.seeds[e.term][0]
 			hash[1] ^= b.seeds[e.term][1]
+			g := b.group[e.term]
 			if before == 0 {
-				pos[e.term] = int32(len(active))
-				active = append(active, e.term)
+				if st.gCount[g] == 0 {
+					st.gPos[g] = int32(len(st.gActive))
+					st.gActive = append(st.gActive, g)
+				}
+				st.gCount[g]++
+				st.gHeap[g] = tagHeapPush(st.gHeap[g], tagTerm{b.tags[e.term], e.term})
 				continue
 			}
-			last := active[len(active)-1]
-			active[pos[e.term]] = last
-			pos[last] = pos[e.term]
-			active = active[:len(active)-1]
+			if st.gCount[g]--; st.gCount[g] > 0 {
+				continue // the term stays in the heap until it reaches the top
+			}
+			st.gHeap[g] = st.gHeap[g][:0]
+			last := st.gActive[len(st.gActive)-1]
+			st.gActive[st.gPos[g]] = last
+			st.gPos[last] = st.gPos[g]
+			st.gActive = st.gActive[:len(st.gActive)-1]
 		}
 		var c *cell
-		if len(active) > 0 {
+		if len(st.gActive) > 0 {
 			var ok bool
 			if c, ok = b.memo[hash]; !ok {
-				c = b.cellFor(active)
+				c = b.cellFor(st)
 				b.memo[hash] = c
 			}
 		}
 		out.add(at, c)
 	}
 	return out
+}
+
+// sweepState is what a sweep knows at its current key.
+type sweepState struct {
+	count []int32 // per term: how many of its ranges hold the key
+	// Per port group: active terms, position in gActive, and a heap of
+	// its terms by tag (terms that are no longer active leave it when
+	// they reach the top).
+	gCount  []int32
+	gPos    []int32
+	gHeap   [][]tagTerm
+	gActive []int32 // groups with an active term
+}
+
+// minTag is the lowest tag of an active term of group g (which has one).
+func (st *sweepState) minTag(g int32) int32 {
+	h := st.gHeap[g]
+	for st.count[h[0].term] == 0 {
+		h = tagHeapPop(h)
+	}
+	st.gHeap[g] = h
+	return h[0].tag
+}
+
+type tagTerm struct{ tag, term int32 }
+
+// tagHeapPush and tagHeapPop keep h a binary min-heap by tag.
+func tagHeapPush(h []tagTerm, x tagTerm) []tagTerm {
+	h = append(h, x)
+	for j := len(h) - 1; j > 0; {
+		p := (j - 1) / 2
+		if h[p].tag <= h[j].tag {
+			break
+		}
+		h[p], h[j] = h[j], h[p]
+		j = p
+	}
+	return h
+}
+
+func tagHeapPop(h []tagTerm) []tagTerm {
+	n := len(h) - 1
+	h[0] = h[n]
+	h = h[:n]
+	for j := 0; ; {
+		l := 2*j + 1
+		if l >= n {
+			break
+		}
+		m := l
+		if r := l + 1; r < n && h[r].tag < h[l].tag {
+			m = r
+		}
+		if h[j].tag <= h[m].tag {
+			break
+		}
+		h[j], h[m] = h[m], h[j]
+		j = m
+	}
+	return h
 }
 
 func (s *segments[T]) add(at T, c *cell) {
@@ -268,31 +344,23 @@ func splitmix(x *uint64) uint64 {
 	return z ^ (z >> 31)
 }
 
-// cellFor computes the cell of the active terms, in time O(A + S log S)
-// for A active terms whose distinct port groups hold S intervals.
-func (b *indexBuilder) cellFor(active []int32) *cell {
+// cellFor computes the cell of the sweep's active terms, in time
+// O(G + S log S) for G port groups with an active term holding S intervals
+// (intervals of groups the all-traffic group beats left out).
+func (b *indexBuilder) cellFor(st *sweepState) *cell {
 	c := &cell{any: -1}
-	for _, id := range active {
-		tag := b.tags[id]
-		g := b.group[id]
-		if g < 0 {
-			if c.any < 0 || tag < c.any {
-				c.any = tag
-			}
-			continue
-		}
-		switch m := b.groupMin[g]; {
-		case m < 0:
-			b.touched = append(b.touched, g)
-			b.groupMin[g] = tag
-		case tag < m:
-			b.groupMin[g] = tag
+	b.mins = b.mins[:0]
+	for _, g := range st.gActive {
+		tag := st.minTag(g)
+		b.mins = append(b.mins, tag)
+		if g == b.allGroup {
+			c.any = tag
 		}
 	}
 	for pi := range PortProtocols {
 		b.spans = b.spans[:0]
-		for _, g := range b.touched {
-			tag := b.groupMin[g]
+		for k, g := range st.gActive {
+			tag := b.mins[k]
 			if c.any >= 0 && tag >= c.any {
 				continue // the all-traffic term wins wherever this group matches
 			}
@@ -302,10 +370,6 @@ func (b *indexBuilder) cellFor(active []int32) *cell {
 		}
 		c.ports[pi] = b.paint(b.spans)
 	}
-	for _, g := range b.touched {
-		b.groupMin[g] = -1
-	}
-	b.touched = b.touched[:0]
 	return c
 }
 

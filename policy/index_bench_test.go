@@ -60,6 +60,28 @@ func heavyShape(c int) []Match {
 	return ms
 }
 
+// nestedShape is n rules on one set of 25 TCP ports, rule i to
+// [10.0.0.0+i, 10.255.255.255-i]: 2n cells, each with up to n active terms
+// but one port set, so each cell's ports are few.
+func nestedShape(n int) []Match {
+	var pb PortSetBuilder
+	for k := range 25 {
+		pb.Add(ProtoTCP, PortRange{uint16(8000 + 2*k), uint16(8000 + 2*k)})
+	}
+	ports := pb.Build()
+	lo, hi := v4key(netip.MustParseAddr("10.0.0.0")), v4key(netip.MustParseAddr("10.255.255.255"))
+	ms := make([]Match, n)
+	for i := range ms {
+		from, to := lo+uint32(i), hi-uint32(i)
+		r := AddrRange{
+			netip.AddrFrom4([4]byte{byte(from >> 24), byte(from >> 16), byte(from >> 8), byte(from)}),
+			netip.AddrFrom4([4]byte{byte(to >> 24), byte(to >> 16), byte(to >> 8), byte(to)}),
+		}
+		ms[i] = Match{{Addrs: NewAddrSet(r), Ports: ports}}
+	}
+	return ms
+}
+
 // BenchmarkBuildIndex measures building one tier's index for the probe
 // shapes whose terms all overlap (BENCHMARKS.md, "evaluator index").
 func BenchmarkBuildIndex(b *testing.B) {
@@ -71,6 +93,7 @@ func BenchmarkBuildIndex(b *testing.B) {
 		{"deny-except-25ports", []int{25, 50, 100, 200}, func(n int) []Match { return denyExceptShape(n, 25) }},
 		{"np-except-1port", []int{160, 320, 640, 1280}, func(n int) []Match { return denyExceptShape(n, 1) }},
 		{"heavy", []int{10, 20, 40}, heavyShape},
+		{"nested-shared-ports", []int{1000, 2000, 4000, 8000}, nestedShape},
 	}
 	for _, s := range shapes {
 		for _, n := range s.sizes {
