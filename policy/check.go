@@ -50,14 +50,24 @@ func newBadPaths(errs field.ErrorList, unknown []string) badPaths {
 	return b
 }
 
-// under returns the first problem at or below path, "" if none.
+// under returns the first problem at or below path, "" if none. Compiling
+// asks it of every peer and protocol of a rule, so it allocates nothing
+// until it finds one.
 func (b badPaths) under(path string) string {
 	for _, p := range b {
-		if p.path == path || strings.HasPrefix(p.path, path+".") || strings.HasPrefix(p.path, path+"[") {
+		if isAtOrBelow(path, p.path) {
 			return p.path + ": " + p.msg
 		}
 	}
 	return ""
+}
+
+// isAtOrBelow reports whether p is path or a field or item below it.
+func isAtOrBelow(path, p string) bool {
+	if !strings.HasPrefix(p, path) {
+		return false
+	}
+	return len(p) == len(path) || p[len(path)] == '.' || p[len(path)] == '['
 }
 
 // exactly returns the first problem at exactly path, "" if none.
