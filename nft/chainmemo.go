@@ -16,13 +16,13 @@ import (
 // immutable address sets and, through shareCrowded, on the node's other
 // runs: setNames tells a union run's set name, and the lookups of the
 // peers it leaves out, from a shared run's lookups) and the names this
-// Build gives the
-// shared sets its rules look up: peer sets, named after the smallest use
-// over every run of the node, and union sets. The memo is taken only
-// while those names are the ones it was built with, each peer set's
-// together with the ports it is looked up with: a run's lookups are in
-// name order, so names alone do not tell which ports go with which set
-// once two peer sets swap names (TestChainMemoAfterPeerNamesSwap).
+// Build gives the shared sets its rules look up: peer sets, named after
+// the smallest use over every run of the node, and union sets. The memo
+// is taken only while those names are the ones it was built with, each
+// peer set's together with the ports it is looked up with: a run's
+// lookups are in name order, so names alone do not tell which ports go
+// with which set once two peer sets swap names
+// (TestChainMemoAfterPeerNamesSwap).
 type chainMemo struct {
 	names    []string
 	entry    entry

@@ -30,9 +30,12 @@ type sweepGroup struct {
 // to fewer boxes than it gave.
 //
 // Before either, the groups' own products (address ranges x port ranges)
-// are summed: the work of a cut is that much at least, and a union whose
-// terms alone need more than limit boxes is over budget however it is
-// cut.
+// are summed, and a union whose products exceed limit is over budget: the
+// work of a cut is that much at least, so this bounds the sweep's CPU.
+// Where a wide group covers a narrower one (all TCP from 0.0.0.0/0 beside
+// fat TCP peers), a cut could have merged the narrow group's boxes away
+// and fit; such a run takes shared lookups instead, which is safe, only
+// longer.
 func cutBoxes(groups []sweepGroup, limit int) (boxes []box, portMajor bool, ok bool) {
 	if len(groups) == 0 {
 		return nil, false, true

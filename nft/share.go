@@ -23,7 +23,8 @@ const maxSharedLookups = 512
 
 // unionFloor is the number of address ranges under which a union run
 // keeps its sets however many runs copy the same peers: small unions cost
-// little, and they keep each chain one lookup long.
+// little, and they keep each chain one lookup long. (Not the same bound
+// as unionBudgetFloor, which caps the elements one union may cut into.)
 const unionFloor = 1024
 
 // runShape is how a run is matched: by lookups into shared peer sets,
