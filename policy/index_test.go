@@ -128,6 +128,12 @@ func TestIndexBoundaries(t *testing.T) {
 		}
 		return netip.AddrFrom16([16]byte{0xfd, 15: byte(r.IntN(40))})
 	}
+	// One round in 80 is big: many rules, many port ranges each over a
+	// wider band and no all-traffic terms, so that cells hold 256 port
+	// intervals or more and are painted through the radix sort, with
+	// port groups merged and intervals an all-traffic term wins dropped
+	// on the way.
+	big := false
 	port := func() uint16 {
 		switch r.IntN(6) {
 		case 0:
@@ -135,9 +141,17 @@ func TestIndexBoundaries(t *testing.T) {
 		case 1:
 			return 65535
 		}
+		if big {
+			return uint16(1 + r.IntN(2000))
+		}
 		return uint16(1 + r.IntN(30))
 	}
 	for round := range 400 {
+		big = round%80 == 79
+		rules, ranges := 1+r.IntN(12), 4
+		if big {
+			rules, ranges = 40, 120
+		}
 		var shared []*PortSet
 		var ms []Match
 		addrProbes := map[netip.Addr]bool{}
@@ -150,11 +164,15 @@ func TestIndexBoundaries(t *testing.T) {
 				}
 			}
 		}
-		for range 1 + r.IntN(12) {
+		for range rules {
 			var m Match
 			for range 1 + r.IntN(3) {
 				var rs []AddrRange
-				for range r.IntN(4) {
+				n := r.IntN(4)
+				if big {
+					n = max(n, 1)
+				}
+				for range n {
 					gen := v4
 					if r.IntN(3) == 0 {
 						gen = v6
@@ -162,6 +180,10 @@ func TestIndexBoundaries(t *testing.T) {
 					a, b := gen(), gen()
 					if b.Less(a) {
 						a, b = b, a
+					}
+					if big {
+						// Deep overlap: most terms cover 10.0.0.10-29.
+						a, b = netip.AddrFrom4([4]byte{10, 0, 0, byte(r.IntN(10))}), netip.AddrFrom4([4]byte{10, 0, 0, byte(30 + r.IntN(10))})
 					}
 					rs = append(rs, AddrRange{a, b})
 					probeAddr(a)
@@ -171,12 +193,15 @@ func TestIndexBoundaries(t *testing.T) {
 				switch {
 				case len(shared) > 0 && r.IntN(3) == 0:
 					ports = shared[r.IntN(len(shared))]
-				case r.IntN(8) == 0:
+				case r.IntN(8) == 0 && (!big || r.IntN(10) == 0):
 					ports = AllTraffic()
 				default:
 					var pb PortSetBuilder
-					for range 1 + r.IntN(4) {
+					for range 1 + r.IntN(ranges) {
 						a, b := port(), port()
+						if big && a < 65535 {
+							b = a + uint16(r.IntN(2))
+						}
 						if b < a {
 							a, b = b, a
 						}
