@@ -170,6 +170,9 @@ func (p *Program) judge(local, remoteEnd Endpoint, f Flow, dir Direction) outcom
 // tier and reports whether it decided (false: no match, or a Pass, which
 // it records in o).
 func judgeTier(o *outcome, rules []RuleMatch, ix *matchIndex, remote netip.Addr, ord int32, f Flow) bool {
+	if len(rules) == 0 {
+		return false // without touching the (empty) index
+	}
 	i := ix.lookup(remote, ord, f.Proto, f.Port)
 	if i < 0 {
 		return false

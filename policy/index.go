@@ -7,25 +7,32 @@ import (
 )
 
 // matchIndex answers "which is the first of these matches that contains
-// (address, protocol, port)?" in two binary searches, however many matches
-// and terms there are. The address space is cut into segments at every
+// (address, protocol, port)?" in a few searches (segment, then port cell),
+// however many matches and terms there are. The address space is cut into segments at every
 // term boundary; each segment holds, per protocol, the port intervals
 // painted with the lowest match index (tag) that covers them.
 type matchIndex struct {
-	// v4 and v6 segments are kept apart as plain integers: compact arrays
-	// without pointers keep the binary search in cache and out of the GC.
-	v4 segments[uint32]
+	// v4 and v6 segments are kept apart as plain integers, compared
+	// without building a key per probe.
+	v4 buckets
 	v6 segments[u128]
 	// pods are segments of pod ordinals (see termSplit): a remote address
 	// that belongs to a policed pod is also looked up by its ordinal.
-	pods segments[uint32]
+	pods buckets
+	// podsMin is the lowest tag in pods, -1 if none: when the address
+	// already matched a tag that low, the ordinal cannot do better, and
+	// its search (the costlier one at scale) is skipped.
+	podsMin int32
 }
 
-// segments[T]: cells[i] covers [starts[i], starts[i+1]); nil means no term
-// covers it.
-type segments[T uint32 | u128] struct {
-	starts []T
-	cells  []*cell
+// segments[T]: seg i's cell covers [its start, the next seg's start); nil
+// means no term covers it. A start and its cell sit side by side, so the
+// search's last probe has already fetched the cell pointer.
+type segments[T uint32 | u128] []seg[T]
+
+type seg[T uint32 | u128] struct {
+	start T
+	cell  *cell
 }
 
 // u128 is an IPv6 address as a comparable integer pair.
@@ -116,10 +123,12 @@ func buildIndex(matches []Match) *matchIndex {
 		b.seeds[i] = [2]uint64{splitmix(&x), splitmix(&x)}
 	}
 	b.memo = map[[2]uint64]*cell{}
+	pods := sweep(b, evPods, cmp32)
 	return &matchIndex{
-		v4:   sweep(b, ev4, cmp32),
-		v6:   sweep(b, ev6, cmp128),
-		pods: sweep(b, evPods, cmp32),
+		v4:      newBuckets(sweep(b, ev4, cmp32)),
+		v6:      sweep(b, ev6, cmp128),
+		pods:    newBuckets(pods),
+		podsMin: minTag(pods),
 	}
 }
 
@@ -329,11 +338,10 @@ func tagHeapPop(h []tagTerm) []tagTerm {
 }
 
 func (s *segments[T]) add(at T, c *cell) {
-	if n := len(s.cells); n > 0 && s.cells[n-1] == c {
+	if n := len(*s); n > 0 && (*s)[n-1].cell == c {
 		return
 	}
-	s.starts = append(s.starts, at)
-	s.cells = append(s.cells, c)
+	*s = append(*s, seg[T]{at, c})
 }
 
 func splitmix(x *uint64) uint64 {
@@ -511,26 +519,48 @@ func (ix *matchIndex) lookup(a netip.Addr, ord int32, proto Protocol, port uint1
 	a = a.Unmap()
 	var c *cell
 	if a.Is4() {
-		k := v4key(a)
-		if i := sort.Search(len(ix.v4.starts), func(i int) bool { return k < ix.v4.starts[i] }) - 1; i >= 0 {
-			c = ix.v4.cells[i]
+		if i := ix.v4.find(v4key(a)); i >= 0 {
+			c = ix.v4.segs[i].cell
 		}
 	} else {
 		k := v6key(a)
-		if i := sort.Search(len(ix.v6.starts), func(i int) bool { return k.less(ix.v6.starts[i]) }) - 1; i >= 0 {
-			c = ix.v6.cells[i]
+		if i := sort.Search(len(ix.v6), func(i int) bool { return k.less(ix.v6[i].start) }) - 1; i >= 0 {
+			c = ix.v6[i].cell
 		}
 	}
 	best := c.tag(proto, port)
-	if ord >= 0 && len(ix.pods.starts) > 0 {
-		k := uint32(ord)
-		if i := sort.Search(len(ix.pods.starts), func(i int) bool { return k < ix.pods.starts[i] }) - 1; i >= 0 {
-			if t := ix.pods.cells[i].tag(proto, port); t >= 0 && (best < 0 || t < best) {
+	if ord >= 0 && ix.podsMin >= 0 && (best < 0 || ix.podsMin < best) {
+		if i := ix.pods.find(uint32(ord)); i >= 0 {
+			if t := ix.pods.segs[i].cell.tag(proto, port); t >= 0 && (best < 0 || t < best) {
 				best = t
 			}
 		}
 	}
 	return best
+}
+
+// minTag is the lowest tag of any cell of s, or -1.
+func minTag(s segments[uint32]) int32 {
+	lowest := int32(-1)
+	low := func(t int32) {
+		if t >= 0 && (lowest < 0 || t < lowest) {
+			lowest = t
+		}
+	}
+	seen := map[*cell]bool{}
+	for _, sg := range s {
+		if sg.cell == nil || seen[sg.cell] {
+			continue
+		}
+		seen[sg.cell] = true
+		low(sg.cell.any)
+		for _, pcs := range sg.cell.ports {
+			for _, pc := range pcs {
+				low(pc.tag)
+			}
+		}
+	}
+	return lowest
 }
 
 // tag is the lowest tag of the cell that matches the packet, or -1.

@@ -161,7 +161,7 @@ type DirPolicy struct {
 	// index is built on first evaluation, so that compiling for a
 	// dataplane (which never evaluates) does not pay for it.
 	indexOnce sync.Once
-	index     *dirIndex
+	index     dirIndex // by value: one pointer fewer to chase per verdict
 	// The compiled tiers this DirPolicy was made of; nil when built by
 	// hand.
 	admin, baseline *cnpDir
@@ -178,7 +178,7 @@ func (dp *DirPolicy) indexes() *dirIndex {
 		if dp.admin != nil {
 			// Compiled: tiers share their index with every DirPolicy
 			// that has the same tier.
-			dp.index = &dirIndex{admin: dp.admin.idx(), np: dp.np.idx(), baseline: dp.baseline.idx()}
+			dp.index = dirIndex{admin: dp.admin.idx(), np: dp.np.idx(), baseline: dp.baseline.idx()}
 			return
 		}
 		ms := func(rs []RuleMatch) []Match {
@@ -188,7 +188,7 @@ func (dp *DirPolicy) indexes() *dirIndex {
 			}
 			return out
 		}
-		ix := &dirIndex{admin: buildIndex(ms(dp.Admin)), baseline: buildIndex(ms(dp.Baseline))}
+		ix := dirIndex{admin: buildIndex(ms(dp.Admin)), baseline: buildIndex(ms(dp.Baseline))}
 		if dp.NP != nil {
 			nps := make([]Match, len(dp.NP.Rules))
 			for i, r := range dp.NP.Rules {
@@ -198,7 +198,7 @@ func (dp *DirPolicy) indexes() *dirIndex {
 		}
 		dp.index = ix
 	})
-	return dp.index
+	return &dp.index
 }
 
 // PodPolicy is the compiled policy of one pod-network pod.
