@@ -16,9 +16,9 @@ import (
 
 // TestUnionCutAxis: a union run's boxes are cut along the axis that
 // needs fewer, and a run whose union would need far more elements than
-// its policies have ranges takes shared lookups for its fat peers (all
-// of them when the rest is still over budget); either way the rules
-// judge as the policies say.
+// its policies have ranges takes shared lookups for its fat port groups
+// (all of them when the rest is still over budget); either way the
+// rules judge as the policies say.
 func TestUnionCutAxis(t *testing.T) {
 	for _, tc := range []struct {
 		name      string
@@ -27,18 +27,20 @@ func TestUnionCutAxis(t *testing.T) {
 		union     bool
 		portMajor bool
 		maxElems  int
-		// shared is the number of peers matched by shared lookups.
+		// shared is the number of shared lookups (peers on equal
+		// ports merge into one).
 		shared int
 	}{
 		// Cut along addresses ~80*80 = 6,400 boxes, along ports 160.
 		{"all but own /24, own port", 80, allButOwn24, true, true, 3 * 80, 0},
 		// Cut along ports ~160*80 boxes, along addresses 160.
 		{"own /24, all but own port", 80, own24AllButOwnPort, true, false, 3 * 80, 0},
-		// 40 x 820 = 32,800 boxes either way, from 40 x 61 ranges.
-		{"excepts times port ranges", 40, exceptsTimesPorts, false, false, 40 * (41 + 21), 40},
-		// 3 x 820 boxes from 3 x 61 ranges, and 60 boxes: the 3 take
-		// shared lookups, the 60 keep their union.
-		{"three fat among lean", 63, fatAmongLean(3), true, false, 60 + 3*41 + 20 + 40, 3},
+		// 40 x 820 = 32,800 boxes either way, from 40 x 61 ranges, all
+		// on one port list: one shared lookup of their union.
+		{"excepts times port ranges", 40, exceptsTimesPorts, false, false, 40*41 + 21, 1},
+		// 3 x 820 boxes from 3 x 61 ranges, and 60 boxes: the 3 (on one
+		// port list) take one shared lookup, the 60 keep their union.
+		{"three fat among lean", 63, fatAmongLean(3), true, false, 60 + 3*41 + 20 + 40, 1},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			prog := compileYAML(t, unionYAML(tc.n, tc.policy))
@@ -61,7 +63,7 @@ func TestUnionCutAxis(t *testing.T) {
 				}
 			}
 			if shared != tc.shared {
-				t.Errorf("%d peers in shared lookups, want %d", shared, tc.shared)
+				t.Errorf("%d shared lookups, want %d", shared, tc.shared)
 			}
 			var extra []netip.Addr
 			for _, a := range []string{"11.0.0.1", "11.0.1.1", "11.0.2.255", "11.0.3.0", "11.0.158.9", "11.0.159.9", "11.0.160.0", "10.0.0.1", "10.0.0.4", "10.1.0.2", "10.39.0.160", "10.40.0.1", "9.9.9.9", "11.0.5.1", "11.0.62.7", "11.0.63.7", "10.2.0.3", "10.2.0.5", "10.3.0.4"} {
@@ -188,7 +190,9 @@ func TestCutAxesAgree(t *testing.T) {
 
 // unionFlips are Programs for node-1 whose union run changes shape from
 // one to the next (address cut, port cut, shared lookups over budget, a
-// union of the lean terms beside lookups for the fat ones, and back) or keeps its cut with other boxes (a diff in the set's order).
+// union of the lean terms beside lookups for the fat ones, peers merged
+// by port list, and back) or keeps its cut with other boxes (a diff in
+// the set's order).
 var unionFlips = []struct {
 	name   string
 	n      int
@@ -210,6 +214,11 @@ var unionFlips = []struct {
 	{"fat among lean", 40, fatAmongLean(3)},
 	{"address cut", 40, own24AllButOwnPort},
 	{"fat among lean again", 40, fatAmongLean(3)},
+	// Peers on shared port lists over budget: one merged lookup per
+	// list, whose sets change members from one step to the next.
+	{"one port list", 120, ownOnList(1)},
+	{"three port lists", 120, ownOnList(3)},
+	{"one port list, fewer peers", 100, ownOnList(1)},
 	{"address cut, other addresses", 40, func(i int) (string, string) {
 		_, ports := own24AllButOwnPort(i)
 		return fmt.Sprintf("{ipBlock: {cidr: 11.0.%d.0/24}}", 2*i+1), ports

@@ -15,6 +15,18 @@
 // (Syncer.Counters reads them back), which patches never touch and a full
 // replace carries over.
 //
+// Consecutive rules of a tier with one outcome form a run, which a chain
+// matches either by one lookup per distinct peer (shared sets) or, past
+// 32 of them, by a union: sets of the run's own that match its address x
+// port boxes in one lookup per kind. A union over its element budget is
+// split by port list: peers on equal ports merge into one lookup of their
+// addresses' union (the run's rules share a verdict, comment and counter,
+// so the merge decides every packet as the lookups did); the fat groups
+// take such lookups, and the rest a union, or every group a lookup when
+// even that is over budget. A chain's length, which every new connection
+// walks, grows with a run's port lists, not with its policies. See
+// docs/architecture.md ("The nftables backend").
+//
 // Build computes a Ruleset, a small intermediate form that can be diffed
 // against what is programmed, rendered into knftables operations and
 // interpreted in Go (to pick the conntrack entries to remove, and to test

@@ -81,6 +81,11 @@ type peerGroup struct {
 	minUse string
 	used   bool
 	name   string
+	// merged: the union of a run's peers on equal ports (byPorts). Its
+	// name is told apart from its members', whose smallest use may be
+	// its own: otherwise one of the two would be named by content, and
+	// renamed whenever a pod of it comes or goes.
+	merged bool
 }
 
 func (g *peerGroup) use(u string) {
@@ -176,9 +181,11 @@ func (b *builder) shape(r *run) *runShape {
 // pod's hundreds of ipBlocks) keeps its union: there is nothing to share;
 // so does a small one (unionFloor) and one that would take more than
 // maxSharedLookups lookups.
-// A run whose union would be over its budget (contentsOf) takes shared
-// lookups for its fat terms and a union of the rest (fitLean), or shared
-// lookups for all, however many, when that is over budget too.
+// A run whose union would be over its budget (contentsOf) takes a shared
+// lookup for each of its fat port groups and a union of the rest
+// (fitLean), or a shared lookup per port group when that is over budget
+// too (shareGroups): its peers on equal ports merged into one lookup
+// (byPorts), so that the chain grows with the distinct port lists.
 // The decision depends only on the Build's runs, not on their order.
 func (b *builder) shareCrowded() {
 	for memo, sh := range b.shapes {
@@ -187,9 +194,11 @@ func (b *builder) shareCrowded() {
 			case b.crowded(sh):
 				b.shareAll(sh)
 			case b.fitUnion(memo, sh):
-			case b.fitLean(memo, sh):
 			default:
-				b.shareAll(sh)
+				groups := b.byPorts(sh.pending)
+				if !b.fitLean(memo, sh, groups) {
+					b.shareGroups(sh, groups)
+				}
 			}
 		}
 		sh.pending = nil
@@ -197,7 +206,9 @@ func (b *builder) shareCrowded() {
 	}
 }
 
-// shareAll gives a union run a shared lookup per peer.
+// shareAll gives a crowded union run a shared lookup per peer: its peers
+// are other runs' too, and keep one set each (merging them would copy
+// them, see shareCrowded).
 func (b *builder) shareAll(sh *runShape) {
 	sh.union = false
 	for _, l := range sh.pending {
@@ -226,21 +237,27 @@ func (b *builder) fitUnion(memo string, sh *runShape) bool {
 	return true
 }
 
-// fitLean gives a union run over its budget shared lookups for its fat
-// peers (fat) and a union of its other terms, and reports whether that
-// union is within its budget. A peer of E address ranges matched on P
-// port ranges is E x P boxes in a union however it is cut, E + P in a
-// shared lookup: a few such terms (an ipBlock with hundreds of excepts
-// on tens of port ranges) would otherwise cost the run its union, and
-// its chain one lookup per peer. It depends only on the run.
-func (b *builder) fitLean(memo string, sh *runShape) bool {
+// fitLean gives a union run over its budget one shared lookup for each
+// of its fat port groups (fat, byPorts) and a union of its other terms,
+// and reports whether that union is within its budget. A group of E
+// address ranges matched on P port ranges is E x P boxes in a union
+// however it is cut, E + P in a shared lookup: a few such terms (an
+// ipBlock with hundreds of excepts on tens of port ranges, or hundreds of
+// /24s on one list of tens of port ranges) would otherwise cost the run
+// its union, and its chain one lookup per peer. It depends only on the
+// run.
+func (b *builder) fitLean(memo string, sh *runShape, groups []portGroupLookup) bool {
 	isFat := map[*peerGroup]bool{}
-	for _, l := range sh.pending {
-		if l.fat() {
-			isFat[l.peer] = true
+	fat := 0
+	for _, g := range groups {
+		if g.fat() {
+			fat++
+			for _, p := range g.members {
+				isFat[p] = true
+			}
 		}
 	}
-	if len(isFat) == 0 || len(isFat) == len(sh.pending) {
+	if fat == 0 || fat == len(groups) {
 		return false
 	}
 	cr := b.cache.leanRun(sh.run, func(s *policy.AddrSet) bool { return !isFat[b.peer(s)] })
@@ -249,16 +266,82 @@ func (b *builder) fitLean(memo string, sh *runShape) bool {
 	}
 	b.content[memo] = cr.sc
 	b.hashOf[memo] = cr.hash
-	for _, l := range sh.pending {
-		if isFat[l.peer] {
-			b.share(sh, l)
+	for _, g := range groups {
+		if g.fat() {
+			b.share(sh, g.pendingLookup)
 		}
 	}
 	return true
 }
 
-// fat reports whether a peer's own boxes (its address ranges times its
-// port ranges) are more than unionBudgetFactor times its ranges.
+// portGroupLookup is the peers of a run matched on equal ports, as one
+// lookup: the union of their addresses on those ports (members: the
+// peers merged).
+type portGroupLookup struct {
+	pendingLookup
+	members []*peerGroup
+}
+
+// byPorts merges a union run's pending lookups by ports: one lookup per
+// distinct ports (all traffic included), whose peer is the union of the
+// peers' addresses, named after all their uses. The run's rules share a
+// verdict, comment and counter, so a packet matched by any of the merged
+// lookups is matched by the merged one and judged the same, and no other
+// packet is: (A1 x P) u (A2 x P) = (A1 u A2) x P. A port list with one
+// peer keeps that peer's own set, which other runs may share.
+// The merged set copies its peers' addresses, as the union it replaces
+// would have; byPorts is not used for crowded runs, whose peers are
+// shared so that they are not copied.
+func (b *builder) byPorts(pending []pendingLookup) []portGroupLookup {
+	at := make(map[string]int, len(pending))
+	var out []portGroupLookup
+	for _, l := range pending {
+		i, ok := at[l.key]
+		if !ok {
+			i = len(out)
+			at[l.key] = i
+			out = append(out, portGroupLookup{pendingLookup: pendingLookup{lookup: l.lookup}})
+		}
+		g := &out[i]
+		g.members = append(g.members, l.peer)
+		g.uses = append(g.uses, l.uses...)
+	}
+	for i := range out {
+		g := &out[i]
+		if len(g.members) < 2 {
+			continue
+		}
+		n := 0
+		for _, p := range g.members {
+			n += len(p.addrs.Ranges())
+		}
+		rs := make([]policy.AddrRange, 0, n)
+		for _, p := range g.members {
+			rs = append(rs, p.addrs.Ranges()...)
+		}
+		g.peer = b.peer(policy.NewAddrSet(rs...))
+		// A member covering the others is the merge itself, and keeps
+		// its name.
+		if !slices.Contains(g.members, g.peer) {
+			g.peer.merged = true
+		}
+	}
+	return out
+}
+
+// shareGroups gives a union run one shared lookup per port group
+// (byPorts): its union is over budget, and so is a union without its fat
+// groups. Its chain is as long as its distinct port lists, not its peers.
+func (b *builder) shareGroups(sh *runShape, groups []portGroupLookup) {
+	sh.union = false
+	for _, g := range groups {
+		b.share(sh, g.pendingLookup)
+	}
+}
+
+// fat reports whether a lookup's own boxes (its peer's address ranges
+// times its port ranges) are more than unionBudgetFactor times its
+// ranges.
 func (l pendingLookup) fat() bool {
 	if l.ports == nil {
 		return false
@@ -389,7 +472,12 @@ func (b *builder) namePeers() {
 	})
 	taken := map[string]bool{}
 	for _, g := range groups {
-		name := hashName("a-", g.minUse)
+		var name string
+		if g.merged {
+			name = hashName("a-", "merged", g.minUse)
+		} else {
+			name = hashName("a-", g.minUse)
+		}
 		if taken[name] {
 			name = hashName("a-", g.minUse, g.key)
 		}

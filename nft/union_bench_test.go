@@ -60,7 +60,9 @@ func exceptsTimesPorts(i int) (string, string) {
 // shared, wall times swing with its load): shape 2q (allButOwn24, a port
 // cut makes it linear), excepts times ports (over budget: shared
 // lookups), 20 of those among 380 policies of one /24 and port each (the
-// 20 take shared lookups, the rest a union) and shape 1 (each policy its
+// 20 take shared lookups, the rest a union), hundreds of /24s on one or
+// three lists of 20 port ranges (over budget: a lookup per list) and
+// shape 1 (each policy its
 // own /24 less 8 /28s, its own ports: the cut's time must stay
 // near-linear).
 func BenchmarkUnionCut(b *testing.B) {
@@ -73,6 +75,8 @@ func BenchmarkUnionCut(b *testing.B) {
 		{"allButOwn24/640", 640, allButOwn24},
 		{"exceptsTimesPorts/100", 100, exceptsTimesPorts},
 		{"fatAmongLean/400", 400, fatAmongLean(20)},
+		{"ownOnList/250", 250, ownOnList(1)},
+		{"ownOnList3/1000", 1000, ownOnList(3)},
 		{"ownPorts/2000", 2000, ownPorts},
 		{"ownPorts/8000", 8000, ownPorts},
 	} {
@@ -112,4 +116,28 @@ func ownPorts(i int) (string, string) {
 	}
 	return fmt.Sprintf("{ipBlock: {cidr: 20.%d.%d.0/24, except: [%s]}}", i>>8, i&255, strings.Join(except, ", ")),
 		fmt.Sprintf("{port: %d, endPort: %d}, {port: %d, protocol: UDP}", 1000+i, 1000+i+i%50, 20000+i)
+}
+
+// ownOnList: policy i allows its own /24 (apart from the others', so
+// that they do not merge into one range) on port list i % lists, 20 TCP
+// ranges of 2 ports, lists 100 ports apart. One such peer is 20 boxes
+// from 21 ranges (not fat); hundreds on one list are.
+func ownOnList(lists int) func(int) (string, string) {
+	return func(i int) (string, string) {
+		return fmt.Sprintf("{ipBlock: {cidr: %s}}", apartCIDR(i)), listPorts(i % lists)
+	}
+}
+
+// apartCIDR is the /24 of policy i, one /24 apart from its neighbours'.
+func apartCIDR(i int) string {
+	return fmt.Sprintf("10.%d.%d.0/24", i>>7, 2*(i&127))
+}
+
+// listPorts is port list l in NetworkPolicy syntax.
+func listPorts(l int) string {
+	var ports []string
+	for k := range 20 {
+		ports = append(ports, fmt.Sprintf("{port: %d, endPort: %d}", 1000+100*l+4*k, 1001+100*l+4*k))
+	}
+	return strings.Join(ports, ", ")
 }
