@@ -23,9 +23,11 @@
 // addresses' union (the run's rules share a verdict, comment and counter,
 // so the merge decides every packet as the lookups did); the fat groups
 // take such lookups, and the rest a union, or every group a lookup when
-// even that is over budget. A chain's length, which every new connection
-// walks, grows with a run's port lists, not with its policies. See
-// docs/architecture.md ("The nftables backend").
+// even that is over budget. A short run merges the same way the peers
+// that no other run matches; peers other runs match keep their shared
+// sets, which are not copied. A chain's length, which every new
+// connection walks, grows with a run's port lists, not with its policies.
+// See docs/architecture.md ("The nftables backend").
 //
 // Build computes a Ruleset, a small intermediate form that can be diffed
 // against what is programmed, rendered into knftables operations and

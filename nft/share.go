@@ -154,10 +154,13 @@ func (b *builder) shape(r *run) *runShape {
 		seen[groups[i]] = true
 	}
 	sh := &runShape{union: len(terms) > maxLookups, run: r}
+	// A short run whose peers repeat ports waits for shareCrowded too,
+	// which merges those no other run matches (mergeOwn).
+	wait := sh.union || repeatsPorts(terms)
 	for i, t := range terms {
 		l := lookup{peer: groups[i], ports: t.ports, key: t.key}
 		b.runsOf[groups[i]]++
-		if sh.union {
+		if wait {
 			sh.pending = append(sh.pending, pendingLookup{l, t.uses})
 			continue
 		}
@@ -168,6 +171,21 @@ func (b *builder) shape(r *run) *runShape {
 	}
 	b.shapes[r.memo] = sh
 	return sh
+}
+
+// repeatsPorts reports whether two of a run's terms have equal ports.
+func repeatsPorts(terms []peerTerms) bool {
+	if len(terms) < 2 {
+		return false
+	}
+	seen := make(map[string]bool, len(terms))
+	for _, t := range terms {
+		if seen[t.key] {
+			return true
+		}
+		seen[t.key] = true
+	}
+	return false
 }
 
 // shareCrowded gives shared lookups to the union runs whose addresses
@@ -200,6 +218,8 @@ func (b *builder) shareCrowded() {
 					b.shareGroups(sh, groups)
 				}
 			}
+		} else if len(sh.pending) > 0 {
+			b.mergeOwn(sh)
 		}
 		sh.pending = nil
 		sh.run = nil
@@ -282,15 +302,16 @@ type portGroupLookup struct {
 	members []*peerGroup
 }
 
-// byPorts merges a union run's pending lookups by ports: one lookup per
+// byPorts merges a run's pending lookups by ports: one lookup per
 // distinct ports (all traffic included), whose peer is the union of the
 // peers' addresses, named after all their uses. The run's rules share a
 // verdict, comment and counter, so a packet matched by any of the merged
 // lookups is matched by the merged one and judged the same, and no other
 // packet is: (A1 x P) u (A2 x P) = (A1 u A2) x P. A port list with one
 // peer keeps that peer's own set, which other runs may share.
-// The merged set copies its peers' addresses, as the union it replaces
-// would have; byPorts is not used for crowded runs, whose peers are
+// In a union run over budget the merged set copies its peers'
+// addresses, as the union it replaces would have; a short run merges
+// only peers of its own (mergeOwn), a crowded run none: their peers are
 // shared so that they are not copied.
 func (b *builder) byPorts(pending []pendingLookup) []portGroupLookup {
 	at := make(map[string]int, len(pending))
@@ -327,6 +348,26 @@ func (b *builder) byPorts(pending []pendingLookup) []portGroupLookup {
 		}
 	}
 	return out
+}
+
+// mergeOwn gives a short run's peers on equal ports that no other run
+// matches one lookup of their addresses' union (byPorts): their sets
+// are the run's alone, so the merge copies no address and shortens the
+// chain. A peer other runs match too keeps its shared set: merging it
+// would copy it into a set per combination of peers, the growth shared
+// sets avoid (a pod selector's pods in every list that names it).
+func (b *builder) mergeOwn(sh *runShape) {
+	var own []pendingLookup
+	for _, l := range sh.pending {
+		if b.runsOf[l.peer] == 1 {
+			own = append(own, l)
+		} else {
+			b.share(sh, l)
+		}
+	}
+	for _, g := range b.byPorts(own) {
+		b.share(sh, g.pendingLookup)
+	}
 }
 
 // shareGroups gives a union run one shared lookup per port group

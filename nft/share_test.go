@@ -295,12 +295,13 @@ func TestByPorts(t *testing.T) {
 }
 
 // TestRandomPortListsAgreeWithEvaluator: Admin tiers of random blocks of
-// 33 to 150 Accept rules (own or overlapping networks, on a few shared
-// port lists, or some on their own ports or all traffic) between Deny
-// and Pass rules over wider networks, so that Accept runs over their
-// budget merge their peers by ports (with a union of the rest or
-// without) beside a Deny they must not open; the rules judge every probe
-// as the evaluator does.
+// 2 to 150 Accept rules (own or overlapping networks, on a few shared
+// port lists, or some on their own ports or all traffic; some judging
+// one of the two pods only) between Deny and Pass rules over wider
+// networks, so that Accept runs merge their peers by ports (over their
+// budget, with a union of the rest or without; short, the peers only
+// they match) beside a Deny they must not open; the rules judge every
+// probe as the evaluator does.
 func TestRandomPortListsAgreeWithEvaluator(t *testing.T) {
 	merged := 0
 	for seed := int64(1); seed <= 12; seed++ {
@@ -321,11 +322,18 @@ func TestRandomPortListsAgreeWithEvaluator(t *testing.T) {
 		b.WriteString("apiVersion: v1\nkind: Node\nmetadata: {name: node-1}\nstatus: {addresses: [{type: InternalIP, address: 192.168.0.1}]}\n---\n")
 		b.WriteString("apiVersion: v1\nkind: Namespace\nmetadata: {name: shop}\n---\n")
 		for i := range 2 {
-			fmt.Fprintf(&b, "apiVersion: v1\nkind: Pod\nmetadata: {name: l%d, namespace: shop}\nspec: {nodeName: node-1, containers: [{name: c}]}\nstatus: {podIPs: [{ip: 172.16.1.%d}, {ip: 'fd00::%d'}]}\n---\n", i, 10+i, 10+i)
+			fmt.Fprintf(&b, "apiVersion: v1\nkind: Pod\nmetadata: {name: l%d, namespace: shop, labels: {app: a%d}}\nspec: {nodeName: node-1, containers: [{name: c}]}\nstatus: {podIPs: [{ip: 172.16.1.%d}, {ip: 'fd00::%d'}]}\n---\n", i, i, 10+i, 10+i)
 		}
 		prio, peer := 0, 0
+		// onlyL0: the next rules judge pod l0 only, so that the pods'
+		// runs differ and share some peers.
+		onlyL0 := false
 		rule := func(action, network, protocols string) {
-			fmt.Fprintf(&b, "apiVersion: policy.networking.k8s.io/v1alpha2\nkind: ClusterNetworkPolicy\nmetadata: {name: c%d}\nspec:\n  tier: Admin\n  priority: %d\n  subject: {namespaces: {}}\n  egress: [{name: r, action: %s, to: [{networks: ['%s']}]", prio, prio, action, network)
+			subject := "{namespaces: {}}"
+			if onlyL0 && r.Intn(2) == 0 {
+				subject = "{pods: {namespaceSelector: {}, podSelector: {matchLabels: {app: a0}}}}"
+			}
+			fmt.Fprintf(&b, "apiVersion: policy.networking.k8s.io/v1alpha2\nkind: ClusterNetworkPolicy\nmetadata: {name: c%d}\nspec:\n  tier: Admin\n  priority: %d\n  subject: %s\n  egress: [{name: r, action: %s, to: [{networks: ['%s']}]", prio, prio, subject, action, network)
 			if protocols != "" {
 				fmt.Fprintf(&b, ", protocols: %s", protocols)
 			}
@@ -349,7 +357,14 @@ func TestRandomPortListsAgreeWithEvaluator(t *testing.T) {
 			// lookup each, no union); one with some peers on ports of
 			// their own or all traffic keeps a union of those.
 			listsOnly := r.Intn(2) == 0
-			for range 33 + r.Intn(118) {
+			// A short block (up to maxLookups peers) merges the peers
+			// on one list that only its run matches (mergeOwn).
+			size := 33 + r.Intn(118)
+			if r.Intn(3) == 0 {
+				size = 2 + r.Intn(maxLookups-1)
+			}
+			onlyL0 = r.Intn(2) == 0
+			for range size {
 				network := apartCIDR(peer)
 				if r.Intn(6) == 0 {
 					network = fmt.Sprintf("10.%d.%d.0/23", r.Intn(3), 2*r.Intn(128))
@@ -369,6 +384,7 @@ func TestRandomPortListsAgreeWithEvaluator(t *testing.T) {
 				}
 			}
 		}
+		onlyL0 = false
 		rule("Deny", "0.0.0.0/0", "")
 		prog := compileYAML(t, b.String())
 		rs := Build(prog, "node-1")
@@ -441,5 +457,78 @@ func TestMergedPeerNameStable(t *testing.T) {
 		if b, a := names(before), names(after); !slices.Equal(b, a) {
 			t.Errorf("peer %s: set or chain names changed:\n%v\n%v", moved, b, a)
 		}
+	}
+}
+
+// splitListsYAML: pod l0 is selected by n NetworkPolicies, pod l1 by
+// the last n-own of them; policy i allows its own /24 (apartCIDR) on
+// port list 0, or (portsOf) ports of its own.
+func splitListsYAML(n, own int, portsOf func(i int) string) string {
+	var b strings.Builder
+	b.WriteString("apiVersion: v1\nkind: Node\nmetadata: {name: node-1}\nstatus: {addresses: [{type: InternalIP, address: 192.168.0.1}]}\n---\n")
+	b.WriteString("apiVersion: v1\nkind: Namespace\nmetadata: {name: shop}\n---\n")
+	for i, labels := range []string{"{ga: red, gb: red}", "{gb: red}"} {
+		fmt.Fprintf(&b, "apiVersion: v1\nkind: Pod\nmetadata: {name: l%d, namespace: shop, labels: %s}\nspec: {nodeName: node-1, containers: [{name: c}]}\nstatus: {podIPs: [{ip: 172.16.1.%d}, {ip: 'fd00::%d'}]}\n---\n", i, labels, 10+i, 10+i)
+	}
+	for i := range n {
+		sel := "gb"
+		if i < own {
+			sel = "ga"
+		}
+		fmt.Fprintf(&b, "apiVersion: networking.k8s.io/v1\nkind: NetworkPolicy\nmetadata: {name: np%d, namespace: shop}\nspec:\n  podSelector: {matchLabels: {%s: red}}\n  policyTypes: [Ingress]\n  ingress: [{from: [{ipBlock: {cidr: %s}}], ports: [%s]}]\n---\n", i, sel, apartCIDR(i), portsOf(i))
+	}
+	return b.String()
+}
+
+// TestMergeOwn: a short run (up to maxLookups peers) merges its peers on
+// equal ports that no other run matches into one lookup, and keeps a
+// shared set for each peer another run matches too: merging never
+// copies a peer's addresses into a second set. The rules judge every
+// probe as the evaluator does.
+func TestMergeOwn(t *testing.T) {
+	list := func(int) string { return listPorts(0) }
+	for _, tc := range []struct {
+		name string
+		yaml string
+		// shared lookups, most rules in a chain.
+		shared, rules int
+	}{
+		// l0's 20 peers are its own: one lookup, its rule pair and
+		// the isolation drop.
+		{"own peers", splitListsYAML(20, 20, list), 1, 3},
+		// l1 matches np10-np19 too: they keep a set each, in both
+		// chains; l0's np0-np9 merge.
+		{"half shared", splitListsYAML(20, 10, list), 11, 2*11 + 1},
+		// Both pods selected by all 20: one run, whose peers are its
+		// own.
+		{"one list for both pods", splitListsYAML(20, 0, list), 1, 3},
+		// Own peers on ports of their own: nothing to merge.
+		{"own ports", splitListsYAML(20, 20, func(i int) string { return fmt.Sprintf("{port: %d}", 2000+i) }), 20, 2*20 + 1},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			prog := compileYAML(t, tc.yaml)
+			rs := Build(prog, "node-1")
+			if got := sharedLookups(rs); got != tc.shared {
+				t.Errorf("%d shared lookups, want %d", got, tc.shared)
+			}
+			if got := longestChain(rs); got != tc.rules {
+				t.Errorf("a chain of %d rules, want %d", got, tc.rules)
+			}
+			// Each /24 is in one set: none copied.
+			ranges := 0
+			for name, s := range rs.sets {
+				if strings.HasPrefix(name, "a-") {
+					ranges += len(s.Addrs)
+				}
+			}
+			if ranges != 20 {
+				t.Errorf("peer sets hold %d ranges, want the 20 peers' own", ranges)
+			}
+			extra, ports := listProbes(20, 1)
+			ports = append(ports, Packet{Proto: policy.ProtoTCP, Port: 2003}, Packet{Proto: policy.ProtoTCP, Port: 2015})
+			if n := checkAgainstEvaluator(t, prog, extra, ports); n == 0 {
+				t.Fatal("no flows checked")
+			}
+		})
 	}
 }
