@@ -5,6 +5,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"unicode/utf8"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
@@ -22,10 +23,10 @@ func (s *state) check(ref PolicyRef, source string, errs field.ErrorList, unknow
 		diags = append(diags, Diagnostic{Severity: SeverityError, Object: ref.String(), Field: u, Message: s.unknownMessage(u), Source: source})
 	}
 	status := PolicyStatus{Policy: ref, Accepted: true}
-	bad := newBadPaths(errs, unknown)
+	bad := s.newBadPaths(errs, unknown)
 	if len(bad) > 0 {
 		status.Accepted = false
-		status.Reason, status.Message = statusReason(errs, unknown)
+		status.Reason, status.Message = s.statusReason(errs, unknown)
 	}
 	return bad, status, diags
 }
@@ -39,13 +40,13 @@ type badPath struct {
 	path, msg string
 }
 
-func newBadPaths(errs field.ErrorList, unknown []string) badPaths {
+func (s *state) newBadPaths(errs field.ErrorList, unknown []string) badPaths {
 	var b badPaths
 	for _, e := range errs {
 		b = append(b, badPath{e.Field, e.ErrorBody()})
 	}
 	for _, u := range unknown {
-		b = append(b, badPath{u, "unknown field"})
+		b = append(b, badPath{u, s.unknownCause(u)})
 	}
 	return b
 }
@@ -123,15 +124,74 @@ func isListField(rulePath, badPath string, fields ...string) bool {
 	return false
 }
 
-// statusReason summarises problems for a status condition.
-func statusReason(errs field.ErrorList, unknown []string) (reason, msg string) {
+// Bounds of a status message: it is an Accepted=False condition's message
+// and a warning line, so it lists enough problems that an operator can fix
+// them in one run (moat check lists them all) and stays well inside the
+// API's 32768-byte limit for condition messages; the agent cuts its
+// messages at 1024 bytes, and the count of what was left out must survive
+// that.
+const (
+	statusMaxProblems = 10
+	statusMaxBytes    = 900
+)
+
+// statusReason summarises problems for a status condition: every unknown
+// or gated field and every validation error, each with its field path, up
+// to the bounds above, then how many more there are. The reason is
+// UnknownField when any field was not understood, InvalidSpec otherwise.
+func (s *state) statusReason(errs field.ErrorList, unknown []string) (reason, msg string) {
+	if len(unknown) == 0 && len(errs) == 0 {
+		return "", ""
+	}
+	reason = "InvalidSpec"
 	if len(unknown) > 0 {
-		return "UnknownField", fmt.Sprintf("unknown field %s: enforced fail-closed", strings.Join(unknown, ", "))
+		reason = "UnknownField"
 	}
-	if len(errs) > 0 {
-		return "InvalidSpec", errs[0].Error() + ": enforced fail-closed"
+	total := len(unknown) + len(errs)
+	var b strings.Builder
+	shown := 0
+	add := func(item string) bool {
+		if shown == statusMaxProblems || shown > 0 && b.Len()+len("; ")+len(item) > statusMaxBytes {
+			return false
+		}
+		if shown > 0 {
+			b.WriteString("; ")
+		}
+		if len(item) > statusMaxBytes {
+			item = truncateUTF8(item, statusMaxBytes-len("...")) + "..."
+		}
+		b.WriteString(item)
+		shown++
+		return true
 	}
-	return "", ""
+	for _, u := range unknown {
+		if !add(u + ": " + s.unknownCause(u)) {
+			break
+		}
+	}
+	if shown == len(unknown) {
+		for _, e := range errs {
+			if !add(e.Error()) {
+				break
+			}
+		}
+	}
+	if shown < total {
+		fmt.Fprintf(&b, "; and %d more (moat check lists them all)", total-shown)
+	}
+	b.WriteString(": enforced fail-closed")
+	return reason, b.String()
+}
+
+// truncateUTF8 cuts s to at most n bytes without splitting a character.
+func truncateUTF8(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	for n > 0 && !utf8.RuneStart(s[n]) {
+		n--
+	}
+	return s[:n]
 }
 
 // selectorCache converts API label selectors once per distinct selector,

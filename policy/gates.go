@@ -50,13 +50,24 @@ func GatedFields(cnp *ClusterNetworkPolicy, opts Options) []string {
 // disabled gate hides says which gate; one outside spec fails the whole
 // policy.
 func (s *state) unknownMessage(path string) string {
-	if !s.opts.IngressNetworksAndNodes && isIngressNetworksOrNodes(path) {
-		return "needs feature gate " + GateIngressNetworksAndNodes + " (off): the part it belongs to is enforced fail-closed"
-	}
 	if objectProblem([]string{path}) != "" {
 		return "unknown field outside spec: the whole policy is enforced fail-closed"
 	}
-	return "unknown field: the part it belongs to is enforced fail-closed"
+	return s.unknownCause(path) + ": the part it belongs to is enforced fail-closed"
+}
+
+// unknownCause says why a field is treated as unknown, in the words every
+// output uses (moat check, warnings, the explain note, the agent's
+// condition): a field a disabled gate hides names the gate, so that an
+// operator turns the gate on instead of hunting for a typo.
+func (s *state) unknownCause(path string) string {
+	if !s.opts.IngressNetworksAndNodes && isIngressNetworksOrNodes(path) {
+		return "needs feature gate " + GateIngressNetworksAndNodes + " (off)"
+	}
+	if objectProblem([]string{path}) != "" {
+		return "unknown field outside spec"
+	}
+	return "unknown field"
 }
 
 // isIngressNetworksOrNodes matches spec.ingress[i].from[j].networks and
