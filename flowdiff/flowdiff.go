@@ -43,16 +43,19 @@ type Options struct {
 // Change is one flow whose verdict differs: the JSON schema of `moat diff
 // -o json`.
 type Change struct {
-	From     string         `json:"from"`
-	To       string         `json:"to"`
-	Port     uint16         `json:"port"`
-	Protocol string         `json:"protocol"`
-	Before   policy.Verdict `json:"before"`
-	After    policy.Verdict `json:"after"`
+	From     string `json:"from"`
+	To       string `json:"to"`
+	Port     uint16 `json:"port"`
+	Protocol string `json:"protocol"`
+	// Family is IPv4 or IPv6 when the two ends share both families (in
+	// either state): each family's flow is compared on its own.
+	Family string         `json:"family,omitempty"`
+	Before policy.Verdict `json:"before"`
+	After  policy.Verdict `json:"after"`
 }
 
-// Result is every change, sorted by source, destination, port and
-// protocol.
+// Result is every change, sorted by source, destination, port, protocol
+// and family.
 type Result struct {
 	Changes []Change `json:"changes"`
 	// AddedPods and RemovedPods are pods (namespace/name, with an address)
@@ -164,31 +167,75 @@ func sortedPorts(ps []matrix.PortProto) []matrix.PortProto {
 }
 
 // judge compares one source and destination on every port of the
-// destination: verdicts first, explanations only for flows that changed.
+// destination, over each address family they share in either state (a
+// dual-stack pair is two flows, which an ipBlock of one family can treat
+// differently): verdicts first, explanations only for flows that changed.
 func (s *space) judge(src, dst int) {
 	from, to := &s.eps[src], &s.eps[dst]
-	bs, bd, bok := s.before.PairAddrs(from.before.Endpoint, to.before.Endpoint)
-	as, ad, aok := s.after.PairAddrs(from.after.Endpoint, to.after.Endpoint)
+	var pairs [2]struct {
+		before, after   [2]policy.Endpoint
+		inBefore, inAft bool
+	}
+	families := 0
+	for f, v4 := range []bool{true, false} {
+		pr := &pairs[f]
+		pr.before, pr.inBefore = s.before.PairAddrsIn(from.before.Endpoint, to.before.Endpoint, v4)
+		pr.after, pr.inAft = s.after.PairAddrsIn(from.after.Endpoint, to.after.Endpoint, v4)
+		if pr.inBefore || pr.inAft {
+			families++
+		}
+	}
 	for _, pp := range to.ports {
 		s.result.Judged++
-		b := bok && s.before.Allowed(policy.Flow{Src: bs, Dst: bd, Proto: pp.Protocol, Port: pp.Port})
-		a := aok && s.after.Allowed(policy.Flow{Src: as, Dst: ad, Proto: pp.Protocol, Port: pp.Port})
-		if a == b {
-			continue
+		for f := range pairs {
+			pr := &pairs[f]
+			b := pr.inBefore && s.before.Allowed(policy.Flow{Src: pr.before[0], Dst: pr.before[1], Proto: pp.Protocol, Port: pp.Port})
+			a := pr.inAft && s.after.Allowed(policy.Flow{Src: pr.after[0], Dst: pr.after[1], Proto: pp.Protocol, Port: pp.Port})
+			if a == b {
+				continue
+			}
+			c := Change{
+				From: from.label, To: to.label, Port: pp.Port, Protocol: pp.Protocol.String(),
+				Before: verdict(s.before, pr.before, pr.inBefore, pp),
+				After:  verdict(s.after, pr.after, pr.inAft, pp),
+			}
+			if families > 1 {
+				c.Family = [2]string{"IPv4", "IPv6"}[f]
+			}
+			s.result.Changes = append(s.result.Changes, c)
 		}
-		bf := matrix.Judge(s.before, from.before, to.before, pp)
-		af := matrix.Judge(s.after, from.after, to.after, pp)
-		s.result.Changes = append(s.result.Changes, Change{
-			From: from.label, To: to.label, Port: pp.Port, Protocol: pp.Protocol.String(),
-			Before: policy.Verdict{Allowed: bf.Allowed, Egress: bf.Egress, Ingress: bf.Ingress},
-			After:  policy.Verdict{Allowed: af.Allowed, Egress: af.Egress, Ingress: af.Ingress},
-		})
 	}
+}
+
+// verdict explains one flow over one family's pair; ok false: the ends
+// share no address of that family in this state.
+func verdict(p *policy.Program, pair [2]policy.Endpoint, ok bool, pp matrix.PortProto) policy.Verdict {
+	if !ok {
+		no := policy.Decision{Tier: policy.TierNotPoliced, Reason: "source and destination share no address of this family"}
+		return policy.Verdict{Egress: no, Ingress: no}
+	}
+	return p.Evaluate(policy.Flow{Src: pair[0], Dst: pair[1], Proto: pp.Protocol, Port: pp.Port})
+}
+
+// ChangedFlows counts the flows with a change: a dual-stack flow whose
+// verdict changes over both families is one flow and two Changes.
+func (r *Result) ChangedFlows() int {
+	n := 0
+	for i, c := range r.Changes {
+		if i == 0 || c.Family == "" || !sameFlow(c, r.Changes[i-1]) {
+			n++
+		}
+	}
+	return n
+}
+
+func sameFlow(a, b Change) bool {
+	return a.From == b.From && a.To == b.To && a.Port == b.Port && a.Protocol == b.Protocol
 }
 
 func (s *space) finish() *Result {
 	slices.SortFunc(s.result.Changes, func(a, b Change) int {
-		return cmp.Or(cmp.Compare(a.From, b.From), cmp.Compare(a.To, b.To), cmp.Compare(a.Port, b.Port), cmp.Compare(a.Protocol, b.Protocol))
+		return cmp.Or(cmp.Compare(a.From, b.From), cmp.Compare(a.To, b.To), cmp.Compare(a.Port, b.Port), cmp.Compare(a.Protocol, b.Protocol), cmp.Compare(a.Family, b.Family))
 	})
 	slices.Sort(s.result.AddedPods)
 	slices.Sort(s.result.RemovedPods)

@@ -28,7 +28,7 @@ func WriteTable(w io.Writer, r *Result) error {
 	}
 	for _, c := range r.Changes {
 		b, a := Why(c)
-		fmt.Fprintf(tw, "%s\t%s\t%d/%s\t%s\t%s\t%s\t%s\n", c.From, c.To, c.Port, c.Protocol, word(c.Before.Allowed), word(c.After.Allowed), b, a)
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\n", c.From, c.To, portOf(c), word(c.Before.Allowed), word(c.After.Allowed), b, a)
 	}
 	return tw.Flush()
 }
@@ -36,7 +36,7 @@ func WriteTable(w io.Writer, r *Result) error {
 // Summary is one line: how many flows change, of how many, and the pods
 // only one state has.
 func Summary(r *Result) string {
-	s := fmt.Sprintf("%d of %d flows change verdict (%d judged)", len(r.Changes), r.Flows, r.Judged)
+	s := fmt.Sprintf("%d of %d flows change verdict (%d judged)", r.ChangedFlows(), r.Flows, r.Judged)
 	if len(r.AddedPods) > 0 {
 		s += fmt.Sprintf("; pods added (flows not compared): %s", strings.Join(r.AddedPods, ", "))
 	}
@@ -63,6 +63,16 @@ func Why(c Change) (before, after string) {
 		as = append(as, d.name+": "+d.a.Reason)
 	}
 	return strings.Join(bs, "; "), strings.Join(as, "; ")
+}
+
+// portOf is "port/protocol", with the address family when the ends are
+// dual-stack.
+func portOf(c Change) string {
+	s := fmt.Sprintf("%d/%s", c.Port, c.Protocol)
+	if c.Family != "" {
+		s += " " + c.Family
+	}
+	return s
 }
 
 func word(ok bool) string {
@@ -108,7 +118,7 @@ func WriteHTML(w io.Writer, r *Result) error {
 	for _, c := range r.Changes {
 		b, a := Why(c)
 		data.Rows = append(data.Rows, htmlRow{
-			From: c.From, To: c.To, Port: fmt.Sprintf("%d/%s", c.Port, c.Protocol),
+			From: c.From, To: c.To, Port: portOf(c),
 			Before: word(c.Before.Allowed), After: word(c.After.Allowed),
 			BeforeClass: class[c.Before.Allowed], AfterClass: class[c.After.Allowed],
 			WhyBefore: b, WhyAfter: a,

@@ -122,7 +122,12 @@ func newHTMLData(r *Result) (*htmlData, error) {
 		if f.Allowed {
 			allowed = 1
 		}
-		key := [3]int{allowed, text("egress", f.Egress), text("ingress", f.Ingress)}
+		eg, in := f.Egress, f.Ingress
+		for _, o := range f.OtherFamilies {
+			// The cell is the first family's; say what the other does.
+			in.Reason += fmt.Sprintf("\nover %s -> %s: %s (egress: %s; ingress: %s)", o.From, o.To, verdictWord(o.Allowed), o.Egress.Reason, o.Ingress.Reason)
+		}
+		key := [3]int{allowed, text("egress", eg), text("ingress", in)}
 		pi, ok := pairs[key]
 		if !ok {
 			pi = len(d.Pairs)
@@ -156,6 +161,13 @@ func newHTMLData(r *Result) (*htmlData, error) {
 	}
 	d.Cells = base64.StdEncoding.EncodeToString(z.Bytes())
 	return d, nil
+}
+
+func verdictWord(ok bool) string {
+	if ok {
+		return "ALLOWED"
+	}
+	return "DENIED"
 }
 
 // explainDirection is one direction's decision as `moat explain` prints it.

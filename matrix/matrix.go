@@ -85,7 +85,16 @@ type Flow struct {
 	Allowed  bool            `json:"allowed"`
 	Egress   policy.Decision `json:"egress"`
 	Ingress  policy.Decision `json:"ingress"`
+	// OtherFamilies are the same pair's flows over the other address
+	// family of a dual-stack pair, labelled with their addresses: in a
+	// matrix (Build) only when that family's verdict differs from this
+	// one's (the cell is mixed: a reader of Allowed alone would miss an
+	// open or a closed path); in moat explain always.
+	OtherFamilies []Flow `json:"otherFamilies,omitempty"`
 }
+
+// Mixed reports whether the flow's verdict differs by address family.
+func (f *Flow) Mixed() bool { return len(f.OtherFamilies) > 0 }
 
 // Result is the whole matrix.
 type Result struct {
@@ -141,7 +150,7 @@ func DefaultPorts(p *policy.Program) []PortProto {
 }
 
 // Build evaluates every ordered pair of endpoints (self included) on every
-// port.
+// port, and a dual-stack pair over both families.
 func Build(p *policy.Program, opts Options) (*Result, error) {
 	ports := opts.Ports
 	if len(ports) == 0 {
@@ -161,7 +170,13 @@ func Build(p *policy.Program, opts Options) (*Result, error) {
 	for _, pp := range ports {
 		for _, src := range eps {
 			for _, dst := range eps {
-				res.Flows = append(res.Flows, Judge(p, src, dst, pp))
+				f := Judge(p, src, dst, pp)
+				for _, o := range OtherFamilies(p, src, dst, pp) {
+					if o.Allowed != f.Allowed {
+						f.OtherFamilies = append(f.OtherFamilies, o)
+					}
+				}
+				res.Flows = append(res.Flows, f)
 			}
 		}
 	}
@@ -214,29 +229,20 @@ func Judge(p *policy.Program, src, dst Endpoint, pp PortProto) Flow {
 
 // OtherFamilies judges the same pair over each other address family both
 // endpoints have (dual stack): a matrix cell uses one family, and policies
-// can treat the families differently.
+// can treat the families differently. The flows are labelled with their
+// addresses.
 func OtherFamilies(p *policy.Program, src, dst Endpoint, pp PortProto) []Flow {
 	first, _, ok := p.PairAddrs(src.Endpoint, dst.Endpoint)
-	if !ok || src.Endpoint.Fixed || dst.Endpoint.Fixed || src.Endpoint.Pod < 0 || dst.Endpoint.Pod < 0 {
+	if !ok {
 		return nil
 	}
-	var out []Flow
-	for _, sa := range p.Pods[src.Endpoint.Pod].IPs {
-		if sa.Is4() == first.Addr.Is4() {
-			continue
-		}
-		for _, da := range p.Pods[dst.Endpoint.Pod].IPs {
-			if da.Is4() != sa.Is4() {
-				continue
-			}
-			s, d := src, dst
-			s.Endpoint.Addr, s.Endpoint.Fixed = sa, true
-			d.Endpoint.Addr, d.Endpoint.Fixed = da, true
-			s.Label, d.Label = sa.String(), da.String()
-			out = append(out, Judge(p, s, d, pp))
-			break
-		}
-		break
+	pair, ok := p.PairAddrsIn(src.Endpoint, dst.Endpoint, !first.Addr.Is4())
+	if !ok {
+		return nil
 	}
-	return out
+	s, d := src, dst
+	s.Endpoint, d.Endpoint = pair[0], pair[1]
+	s.Endpoint.Fixed, d.Endpoint.Fixed = true, true
+	s.Label, d.Label = pair[0].Addr.String(), pair[1].Addr.String()
+	return []Flow{Judge(p, s, d, pp)}
 }

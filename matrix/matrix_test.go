@@ -6,6 +6,9 @@ import (
 	"strings"
 	"testing"
 
+	networkingv1 "k8s.io/api/networking/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
 	"github.com/moat-net/moat/policy"
 )
 
@@ -74,5 +77,51 @@ func TestBuildAndTable(t *testing.T) {
 	}
 	if _, err := Build(policy.Compile(&policy.Cluster{}, policy.Options{}), Options{}); err == nil {
 		t.Error("no ports and no --port: want an error")
+	}
+}
+
+// TestDualStackMixedCells: a pair whose families get different verdicts is
+// a mixed cell, with the other family's flow in the JSON and "~" in the
+// table; a pair whose families agree carries nothing more.
+func TestDualStackMixedCells(t *testing.T) {
+	ips := func(s ...string) []netip.Addr {
+		var out []netip.Addr
+		for _, a := range s {
+			out = append(out, netip.MustParseAddr(a))
+		}
+		return out
+	}
+	c := &policy.Cluster{
+		Namespaces: []policy.Namespace{{Name: "n"}},
+		Pods: []*policy.Pod{
+			{Namespace: "n", Name: "db", IPs: ips("10.0.0.1", "fd00::1"), Labels: map[string]string{"app": "db"}, Ports: []policy.ContainerPort{{Port: 5432, Protocol: policy.ProtoTCP}}},
+			{Namespace: "n", Name: "cli", IPs: ips("10.0.0.2", "fd00::2")},
+		},
+		// The db admits any IPv6 address and no IPv4 one.
+		NetworkPolicies: []*policy.NetworkPolicy{{Namespace: "n", Name: "db", Spec: networkingv1.NetworkPolicySpec{
+			PodSelector: metav1.LabelSelector{MatchLabels: map[string]string{"app": "db"}},
+			Ingress:     []networkingv1.NetworkPolicyIngressRule{{From: []networkingv1.NetworkPolicyPeer{{IPBlock: &networkingv1.IPBlock{CIDR: "::/0"}}}}},
+			PolicyTypes: []networkingv1.PolicyType{networkingv1.PolicyTypeIngress},
+		}}},
+	}
+	res, err := Build(policy.Compile(c, policy.Options{}), Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, f := range res.Flows {
+		mixed := f.From == "n/cli" && f.To == "n/db"
+		if f.Mixed() != mixed {
+			t.Errorf("%s -> %s: mixed %v, want %v", f.From, f.To, f.Mixed(), mixed)
+		}
+		if mixed && (f.Allowed || !f.OtherFamilies[0].Allowed || f.OtherFamilies[0].From != "fd00::2") {
+			t.Errorf("%s -> %s: allowed %v, other families %+v", f.From, f.To, f.Allowed, f.OtherFamilies)
+		}
+	}
+	var buf bytes.Buffer
+	if err := WriteTable(&buf, res); err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(buf.String(), "1 n/cli  . ~") || !strings.Contains(buf.String(), "~ allowed over one address family only") {
+		t.Errorf("table has no mixed cell:\n%s", buf.String())
 	}
 }

@@ -15,7 +15,8 @@ func WriteJSON(w io.Writer, r *Result) error {
 }
 
 // WriteTable prints one compact block per port: rows are sources, columns
-// destinations (numbered), "." allowed and "X" denied.
+// destinations (numbered), "." allowed, "X" denied, "~" allowed over one
+// address family of a dual-stack pair only (the JSON has both).
 func WriteTable(w io.Writer, r *Result) error {
 	n := len(r.Endpoints)
 	width := 0
@@ -28,7 +29,7 @@ func WriteTable(w io.Writer, r *Result) error {
 		if pi > 0 {
 			b.WriteString("\n")
 		}
-		fmt.Fprintf(&b, "%s   (rows: from, columns: to; . allowed, X denied)\n", pp)
+		fmt.Fprintf(&b, "%s   (rows: from, columns: to; . allowed, X denied%s)\n", pp, mixedLegend(r, pi))
 		fmt.Fprintf(&b, "%*s", numW+2+width, "")
 		for j := range n {
 			fmt.Fprintf(&b, " %*d", numW, j+1)
@@ -39,7 +40,10 @@ func WriteTable(w io.Writer, r *Result) error {
 			for j := range n {
 				f := r.Flows[pi*n*n+i*n+j]
 				mark := "X"
-				if f.Allowed {
+				switch {
+				case f.Mixed():
+					mark = "~"
+				case f.Allowed:
 					mark = "."
 				}
 				fmt.Fprintf(&b, " %*s", numW, mark)
@@ -49,4 +53,15 @@ func WriteTable(w io.Writer, r *Result) error {
 	}
 	_, err := io.WriteString(w, b.String())
 	return err
+}
+
+// mixedLegend explains "~" in the legend of a port's block that has one.
+func mixedLegend(r *Result, pi int) string {
+	n := len(r.Endpoints)
+	for _, f := range r.Flows[pi*n*n : (pi+1)*n*n] {
+		if f.Mixed() {
+			return ", ~ allowed over one address family only (see -o json)"
+		}
+	}
+	return ""
 }

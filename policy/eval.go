@@ -305,17 +305,26 @@ func (p *Program) ParseEndpoint(s string) (Endpoint, error) {
 // endpoints: the source's first address that has a same-family address at
 // the destination. ok is false when they share no family.
 func (p *Program) PairAddrs(src, dst Endpoint) (Endpoint, Endpoint, bool) {
-	srcAddrs := p.endpointAddrs(src)
-	dstAddrs := p.endpointAddrs(dst)
-	for _, s := range srcAddrs {
-		for _, d := range dstAddrs {
-			if s.Is4() == d.Is4() {
-				src.Addr, dst.Addr = s, d
-				return src, dst, true
-			}
+	for _, s := range p.endpointAddrs(src) {
+		if d, ok := p.PairAddrsIn(src, dst, s.Is4()); ok {
+			return d[0], d[1], true
 		}
 	}
 	return src, dst, false
+}
+
+// PairAddrsIn is PairAddrs within one family (IPv4 if v4): each end's first
+// address of that family. A dual-stack pair is two flows that policies may
+// judge differently (an ipBlock is of one family), so tools that compare
+// or list verdicts judge both.
+func (p *Program) PairAddrsIn(src, dst Endpoint, v4 bool) ([2]Endpoint, bool) {
+	i := slices.IndexFunc(p.endpointAddrs(src), func(a netip.Addr) bool { return a.Is4() == v4 })
+	j := slices.IndexFunc(p.endpointAddrs(dst), func(a netip.Addr) bool { return a.Is4() == v4 })
+	if i < 0 || j < 0 {
+		return [2]Endpoint{}, false
+	}
+	src.Addr, dst.Addr = p.endpointAddrs(src)[i], p.endpointAddrs(dst)[j]
+	return [2]Endpoint{src, dst}, true
 }
 
 func (p *Program) endpointAddrs(e Endpoint) []netip.Addr {

@@ -106,7 +106,7 @@ gate CI and GitOps pipelines as kubectl diff does.`,
 				return err
 			}
 			if len(res.Changes) > 0 {
-				return &exitError{exitChanged, fmt.Errorf("%d flow(s) change verdict", len(res.Changes))}
+				return &exitError{exitChanged, fmt.Errorf("%d flow(s) change verdict", res.ChangedFlows())}
 			}
 			return nil
 		},

@@ -59,6 +59,7 @@ that decided. Exit status: 0 when a verdict was computed (allowed or not),
 				return fmt.Errorf("--to: %w", err)
 			}
 			f := matrix.Judge(prog, matrix.Endpoint{Label: from, Endpoint: src}, matrix.Endpoint{Label: to, Endpoint: dst}, matrix.PortProto{Port: uint16(port), Protocol: proto})
+			f.OtherFamilies = matrix.OtherFamilies(prog, matrix.Endpoint{Label: from, Endpoint: src}, matrix.Endpoint{Label: to, Endpoint: dst}, matrix.PortProto{Port: uint16(port), Protocol: proto})
 			switch output {
 			case "json":
 				enc := json.NewEncoder(cmd.OutOrStdout())
@@ -66,7 +67,7 @@ that decided. Exit status: 0 when a verdict was computed (allowed or not),
 				return enc.Encode(explainJSON{Flow: f, Egress: decisionJSON{f.Egress, f.Egress.Isolating}, Ingress: decisionJSON{f.Ingress, f.Ingress.Isolating}})
 			case "text", "":
 				writeExplanation(cmd.OutOrStdout(), f)
-				for _, other := range matrix.OtherFamilies(prog, matrix.Endpoint{Label: from, Endpoint: src}, matrix.Endpoint{Label: to, Endpoint: dst}, matrix.PortProto{Port: uint16(port), Protocol: proto}) {
+				for _, other := range f.OtherFamilies {
 					fmt.Fprintln(cmd.OutOrStdout(), "also, over the other address family:")
 					writeExplanation(cmd.OutOrStdout(), other)
 				}
