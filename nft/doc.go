@@ -6,7 +6,10 @@
 //
 // The table: base chains accept established flows and send every new
 // connection to a dispatch chain, whose verdict maps jump to the source
-// pod's egress chain and the destination pod's ingress chain. A pod's
+// pod's egress chain and the destination pod's ingress chain. Only the
+// output hook (packets the node sends) lets the node's addresses past
+// dispatch as node-local; forward and input judge a packet carrying one
+// like any other, because from outside it is forged. A pod's
 // chains hold its tiers in order (the Admin tier's chain reaches the
 // tiers after it through a second, per-pod verdict map, so that it can be
 // shared by pods whose other tiers differ); a rule matches the remote address in a

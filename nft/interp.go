@@ -24,11 +24,16 @@ func (rs *Ruleset) Allows(p Packet) bool {
 	if src == dst && contains(rs.self, src) {
 		return true
 	}
+	if contains(rs.nodeLocal, src) {
+		// Node-local: the output hook's exemption. A connection from a
+		// node-local address is taken to start on the node, as the
+		// evaluator takes it; one forged from elsewhere meets forward,
+		// which has no such exemption (no pod owns the address, so
+		// dispatch lets it reach the destination's ingress chain).
+		return true
+	}
 	if c, ok := rs.egress[src]; ok && !rs.runChain(c, rs.egressNext, src, dst, p) {
 		return false
-	}
-	if contains(rs.nodeLocal, src) {
-		return true
 	}
 	if c, ok := rs.ingress[dst]; ok && !rs.runChain(c, rs.ingressNext, dst, src, p) {
 		return false

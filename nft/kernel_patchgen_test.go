@@ -52,7 +52,7 @@ func TestKernelPatchAfterAnotherWriterMadeItsChanges(t *testing.T) {
 			t.Fatalf("patch deletes:\n%s", text)
 		}
 		for name := range s.Applied().chains {
-			text += "insert rule inet " + Table + " " + name + " accept\n"
+			text += "insert rule inet " + Table + " " + name + " accept comment \"intruder\"\n"
 		}
 		t.Logf("intruder:\n%s", text)
 		h.after = func() {
@@ -72,7 +72,7 @@ func TestKernelPatchAfterAnotherWriterMadeItsChanges(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if listed := nftList(t); strings.Contains(listed, "\t\taccept\n") {
+		if listed := nftList(t); strings.Contains(listed, "intruder") {
 			t.Errorf("checked resync (full=%v, check %+v) kept the intruder's accept rules:\n%s", res.Full, res.Check, listed)
 		}
 	})

@@ -3,6 +3,7 @@ package nft
 import (
 	"fmt"
 	"net/netip"
+	"slices"
 	"strings"
 
 	"sigs.k8s.io/knftables"
@@ -15,9 +16,10 @@ import (
 const Table = "moat"
 
 const (
-	dispatchChain = "dispatch"
-	conflictChain = "conflict"
-	tableComment  = "moat: network policy; managed by moat, do not edit"
+	dispatchChain  = "dispatch"
+	nodeLocalChain = "node-local"
+	conflictChain  = "conflict"
+	tableComment   = "moat: network policy; managed by moat, do not edit"
 )
 
 // nextChain is where a pod's Admin tier chain goes for the tiers after it
@@ -46,8 +48,9 @@ type staticChain struct {
 // judgement: replies of allowed connections pass, invalid packets drop,
 // new connections go to dispatch. dispatch lets a pod reach itself, judges
 // the source pod's egress (a verdict map from address to chain; the chain
-// returns when egress allows), lets the node's own addresses reach its pods
-// and finally judges the destination pod's ingress the same way.
+// returns when egress allows) and then the destination pod's ingress the
+// same way. The output hook alone first lets the node's own addresses
+// reach its pods (node-local).
 var staticChains = []staticChain{
 	{name: conflictChain, rules: []string{"counter name " + counterConflict + " drop"}},
 	{name: dispatchChain, rules: []string{
@@ -64,10 +67,17 @@ var staticChains = []staticChain{
 		"ip6 saddr . ip6 daddr @self6 accept",
 		"ip saddr vmap @egress4",
 		"ip6 saddr vmap @egress6",
-		"ip saddr @nodelocal4 accept",
-		"ip6 saddr @nodelocal6 accept",
 		"ip daddr vmap @ingress4",
 		"ip6 daddr vmap @ingress6",
+	}},
+	// nodeLocalChain: a new connection the node itself starts from one
+	// of its node-local addresses (only the output hook goes here). It
+	// skips the tiers but not the check for TCP connections picked up in
+	// the middle.
+	{name: nodeLocalChain, rules: []string{
+		"ip daddr @local4 tcp flags & (fin|syn|rst|ack) != syn counter name " + counterNotSYN + " drop",
+		"ip6 daddr @local6 tcp flags & (fin|syn|rst|ack) != syn counter name " + counterNotSYN + " drop",
+		"accept",
 	}},
 	{name: "egress-next", rules: []string{
 		"ip saddr vmap @egress-next4",
@@ -81,8 +91,20 @@ var staticChains = []staticChain{
 	}},
 	{name: "forward", hook: knftables.ForwardHook, rules: baseRules},
 	{name: "input", hook: knftables.InputHook, rules: baseRules},
-	{name: "output", hook: knftables.OutputHook, rules: baseRules},
+	{name: "output", hook: knftables.OutputHook, rules: outputRules},
 }
+
+// outputRules are baseRules with the node-local exemption before
+// dispatch. Only the output hook sees the packets the node itself sends,
+// and only those may use the exemption (docs/semantics.md, "Node-local
+// traffic"): in forward or input a packet with a node address as source
+// came from elsewhere, forged (the kernel drops such IPv4 martians, but
+// not IPv6 ones), and is judged like any other.
+var outputRules = append(slices.Clone(baseRules[:len(baseRules)-1]),
+	"ip saddr @nodelocal4 goto "+nodeLocalChain,
+	"ip6 saddr @nodelocal6 goto "+nodeLocalChain,
+	baseRules[len(baseRules)-1],
+)
 
 // IPv6 neighbour discovery is link infrastructure, not a connection: a
 // node's neighbour advertisement to an isolated pod's address must not be
