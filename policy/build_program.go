@@ -370,6 +370,7 @@ func (s *state) diagnostics() []Diagnostic {
 		out = append(out, Diagnostic{Severity: SeverityWarning, Object: "Namespace " + name, Message: "no Namespace object in the input: only its kubernetes.io/metadata.name label is known to selectors"})
 	}
 	out = append(out, s.nodeDiags()...)
+	out = append(out, s.missingNodeDiags()...)
 	pods := make([]*podState, 0, len(s.podsWithDiags))
 	for ps := range s.podsWithDiags {
 		pods = append(pods, ps)
@@ -393,6 +394,40 @@ func (s *state) diagnostics() []Diagnostic {
 // hasPodNetPod reports whether a namespace has a pod that is not on the
 // host network (those do not need their namespace's labels).
 func (s *state) hasPodNetPod(ns *nsState) bool { return ns.nonHost > 0 }
+
+// missingNodeDiags warns of nodes that pods run on but the input has no
+// Node object for (`kubectl get pods,ns,netpol` leaves them out): their
+// addresses are unknown, so the node-local exemption and `nodes` peers
+// cannot see them, and verdicts about them differ from the cluster's.
+func (s *state) missingNodeDiags() []Diagnostic {
+	missing := map[string]int{}
+	for _, ps := range s.order {
+		if n := ps.pod.NodeName; s.nodeMissing(n) {
+			missing[n]++
+		}
+	}
+	if len(missing) == 0 {
+		return nil
+	}
+	const why = "the node-local exemption and `nodes` peers do not know its addresses"
+	if len(s.nodes) == 0 {
+		pods := 0
+		for _, n := range missing {
+			pods += n
+		}
+		return []Diagnostic{{Severity: SeverityWarning, Object: "Node", Message: fmt.Sprintf("no Node objects in the input, but %d pods run on %d nodes: %s (add them, e.g. kubectl get nodes -o yaml)", pods, len(missing), strings.Replace(why, "its", "their", 1))}}
+	}
+	names := make([]string, 0, len(missing))
+	for n := range missing {
+		names = append(names, n)
+	}
+	sort.Strings(names)
+	out := make([]Diagnostic, 0, len(names))
+	for _, n := range names {
+		out = append(out, Diagnostic{Severity: SeverityWarning, Object: "Node " + n, Message: fmt.Sprintf("no Node object in the input, but %d pods run on it: %s", missing[n], why)})
+	}
+	return out
+}
 
 func (s *state) nodeDiags() []Diagnostic {
 	names := make([]string, 0, len(s.nodes))

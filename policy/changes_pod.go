@@ -46,6 +46,9 @@ func (s *state) deletePod(key string) bool {
 		delete(s.podsWithDiags, ps)
 		s.dirty.diags = true
 	}
+	if s.nodeMissing(old.NodeName) {
+		s.dirty.diags = true // it counted towards a missing node
+	}
 	s.pendingFree = append(s.pendingFree, ps.slot)
 	s.slots[ps.slot] = nil
 	ps.ns.refs--
@@ -93,6 +96,9 @@ func (s *state) updatePod(ps *podState, old *Pod) {
 			ps.ns.nonHost--
 		}
 		d.diags = true
+	}
+	if s.nodeMissing(p.NodeName) || old != nil && old.NodeName != p.NodeName && s.nodeMissing(old.NodeName) {
+		d.diags = true // missing nodes are counted by the pods on them
 	}
 	if old != nil && !labelsChanged && !addrsChanged && !portsChanged && old.NodeName == p.NodeName {
 		return
@@ -331,4 +337,10 @@ func (s *state) settlePeers() {
 // ownedWithin reports whether a pod among pods claims a.
 func (s *state) ownedWithin(a netip.Addr, pods interface{ Contains(uint32) bool }) bool {
 	return s.ipOwners.any(a, func(o *podState) bool { return pods.Contains(o.slot) })
+}
+
+// nodeMissing reports whether pods on the named node count towards a
+// missing-node warning.
+func (s *state) nodeMissing(name string) bool {
+	return name != "" && s.nodes[name] == nil
 }

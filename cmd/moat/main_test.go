@@ -177,7 +177,7 @@ spec: {tier: Admin, priority: 1, subject: {namespaces: {}}, egress: [{action: De
 // warnings can fill the 20 lines.
 func TestWarningsCapped(t *testing.T) {
 	var b strings.Builder
-	b.WriteString("apiVersion: v1\nkind: Pod\nmetadata: {name: p, namespace: a, labels: {app: x}}\nspec: {nodeName: n1}\nstatus: {podIPs: [{ip: 10.0.0.1}]}\n")
+	b.WriteString("apiVersion: v1\nkind: Pod\nmetadata: {name: p, namespace: a, labels: {app: x}}\nspec: {}\nstatus: {podIPs: [{ip: 10.0.0.1}]}\n")
 	for i := range 25 {
 		fmt.Fprintf(&b, "---\napiVersion: networking.k8s.io/v1\nkind: NetworkPolicy\nmetadata: {name: np%02d, namespace: a}\nspec:\n  podSelector: {}\n  ingress: [{ports: [{port: nope%d}]}]\n", i, i)
 	}
