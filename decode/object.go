@@ -94,6 +94,11 @@ type decoder struct {
 	items []int
 	// sequential turns off decoding a large List on every core (tests).
 	sequential bool
+	// ahead is the document's own apiVersion and kind when they could be
+	// read ahead of its members (see listAhead): the items of a typed
+	// List whose keys come sorted, as a YAML document converted to JSON
+	// or an unstructured map has them, come before its kind.
+	ahead header
 	// Bodies of the kinds not kept whole, reused from object to object.
 	pod  podBody
 	node nodeBody
@@ -102,10 +107,85 @@ type decoder struct {
 
 func newDecoder() *decoder { return &decoder{} }
 
-// document decodes one JSON value, named name in Sources.
-func (x *decoder) document(src source, name string, emit func(*Object)) error {
-	x.doc, x.items = name, x.items[:0]
+// document decodes one JSON value, named name in Sources. ahead is the
+// header of a typed List read ahead of its items, if known.
+func (x *decoder) document(src source, name string, ahead header, emit func(*Object)) error {
+	x.doc, x.items, x.ahead = name, x.items[:0], ahead
 	return x.value(src, header{}, emit)
+}
+
+// listAhead is the header of a typed List (PodList, NetworkPolicyList...)
+// given its apiVersion and kind as read ahead of its members: the header
+// its items take theirs from, as when the List says them first. Anything
+// else (no List, a generic List, a kind given twice or not as a string)
+// gives none, and items without their own kind are dropped as before.
+func listAhead(apiVersion, kind any, kinds int) header {
+	k, ok := kind.(string)
+	if !ok || kinds != 1 || !strings.HasSuffix(k, "List") || k == "List" {
+		return header{}
+	}
+	h := header{kind: k, haveKind: true}
+	if v, ok := apiVersion.(string); ok {
+		h.apiVersion, h.haveVersion = v, true
+	}
+	return h
+}
+
+// jsonAhead reads the top-level apiVersion and kind of the JSON object js
+// ahead of decoding it, when its items come before its kind; errors are
+// left to the decoding.
+func jsonAhead(js []byte) header {
+	s := newBytesScanner(js)
+	if k, err := s.peek(); err != nil || k != kObject || s.enterObject() != nil {
+		return header{}
+	}
+	var apiVersion, kind any
+	kinds, versions, items := 0, 0, false
+	for {
+		key, ok, err := s.key()
+		if err != nil {
+			return header{}
+		}
+		if !ok {
+			break
+		}
+		switch string(key) {
+		case "kind", "apiVersion":
+			if string(key) == "kind" {
+				if !items {
+					return header{} // read before the items: nothing to do
+				}
+				kinds++
+			} else {
+				versions++
+			}
+			var v any = false // not a string
+			if k, err := s.peek(); err == nil && k == kString {
+				str, err := s.str()
+				if err != nil {
+					return header{}
+				}
+				v = str
+			} else if s.skip() != nil {
+				return header{}
+			}
+			if string(key) == "kind" {
+				kind = v
+			} else {
+				apiVersion = v
+			}
+			continue
+		case "items":
+			items = true
+		}
+		if s.skip() != nil {
+			return header{}
+		}
+	}
+	if versions > 1 {
+		return header{}
+	}
+	return listAhead(apiVersion, kind, kinds)
 }
 
 // location is where an object was read: a document and, in a List, its
@@ -230,16 +310,20 @@ func (x *decoder) value(src source, inherit header, emit func(*Object)) error {
 			if err != nil {
 				return err
 			}
+			lh := h // the List's header, read ahead if its kind comes later
+			if !lh.haveKind && len(x.items) == 0 && x.ahead.haveKind {
+				lh = x.ahead
+			}
 			if k != kArray {
-				if h.haveKind && strings.HasSuffix(h.kind, "List") {
-					return fmt.Errorf("%s: items: must be a list, got %s", h.kind, k)
+				if lh.haveKind && strings.HasSuffix(lh.kind, "List") {
+					return fmt.Errorf("%s: items: must be a list, got %s", lh.kind, k)
 				}
 				break
 			}
 			isList = true
 			var items header
-			if h.haveKind && strings.HasSuffix(h.kind, "List") && h.kind != "List" {
-				items = header{apiVersion: h.apiVersion, kind: strings.TrimSuffix(h.kind, "List"), haveVersion: h.haveVersion, haveKind: true, inherited: true}
+			if lh.haveKind && strings.HasSuffix(lh.kind, "List") && lh.kind != "List" {
+				items = header{apiVersion: lh.apiVersion, kind: strings.TrimSuffix(lh.kind, "List"), haveVersion: lh.haveVersion, haveKind: true, inherited: true}
 			}
 			if err := src.enterArray(); err != nil {
 				return err

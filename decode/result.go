@@ -110,7 +110,7 @@ func (r *Result) decodeJSON(source string, in io.Reader) (string, error) {
 			return x.cont, nil
 		}
 		name := fmt.Sprintf("%s#%d", source, doc)
-		if err := x.document(s, name, func(o *Object) { r.Add(o) }); err != nil {
+		if err := x.document(s, name, header{}, func(o *Object) { r.Add(o) }); err != nil {
 			return "", fmt.Errorf("%s: %w", name, err)
 		}
 	}
@@ -122,7 +122,7 @@ func (r *Result) decodeJSON(source string, in io.Reader) (string, error) {
 func (r *Result) DecodeJSONBytes(source string, js []byte) error {
 	x := r.decoder()
 	s := newBytesScanner(js)
-	if err := x.document(s, source, func(o *Object) { r.Add(o) }); err != nil {
+	if err := x.document(s, source, jsonAhead(js), func(o *Object) { r.Add(o) }); err != nil {
 		return err
 	}
 	if _, more, err := s.ws(); err != nil || more {
@@ -136,7 +136,7 @@ func (r *Result) DecodeJSONBytes(source string, js []byte) error {
 // informers give.
 func (r *Result) DecodeUnstructured(source string, obj map[string]any) error {
 	x := r.decoder()
-	if err := x.document(newTree(obj), source, func(o *Object) { r.Add(o) }); err != nil {
+	if err := x.document(newTree(obj), source, treeAhead(obj), func(o *Object) { r.Add(o) }); err != nil {
 		return fmt.Errorf("%s: %w", source, err)
 	}
 	return nil
@@ -148,13 +148,23 @@ func (r *Result) DecodeUnstructured(source string, obj map[string]any) error {
 func Unstructured(source string, obj map[string]any) (*Object, error) {
 	x := newDecoder()
 	var out []*Object
-	if err := x.document(newTree(obj), source, func(o *Object) { out = append(out, o) }); err != nil {
+	if err := x.document(newTree(obj), source, treeAhead(obj), func(o *Object) { out = append(out, o) }); err != nil {
 		return nil, err
 	}
 	if len(out) != 1 {
 		return nil, fmt.Errorf("%s: want one object, got a list of %d", source, len(out))
 	}
 	return out[0], nil
+}
+
+// treeAhead is jsonAhead for an unstructured map, whose members the
+// decoder reads in name order (items before kind).
+func treeAhead(obj map[string]any) header {
+	kind, ok := obj["kind"]
+	if !ok {
+		return header{}
+	}
+	return listAhead(obj["apiVersion"], kind, 1)
 }
 
 // source is where o came from, as Source says or as decoding found.
