@@ -2,9 +2,11 @@ package main
 
 import (
 	"fmt"
+	"strings"
 
 	"github.com/spf13/cobra"
 
+	"github.com/moat-net/moat/manifest"
 	"github.com/moat-net/moat/policy"
 )
 
@@ -18,8 +20,10 @@ ClusterNetworkPolicies (policy.networking.k8s.io/v1alpha2, experimental channel)
 and prints every violation as "<Kind> <namespace/name>: <field path>: <message>".
 Unknown fields are errors. The input is required: -f files, a live cluster
 (--live, --kubeconfig, --context), or both (the files layered on the cluster,
-to check a change before it lands). Exit status: 0 valid, 1 invalid or no
-input.`,
+to check a change before it lands). AdminNetworkPolicy and
+BaselineAdminNetworkPolicy (v1alpha1) are errors: Moat does not enforce them.
+Files that hold no Kubernetes object at all are an error too, not a pass.
+Exit status: 0 valid, 1 invalid or no input.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			l, err := in.load(cmd)
@@ -27,12 +31,15 @@ input.`,
 				return err
 			}
 			res := l.Result
+			if !in.isLive() && objects(res) == 0 {
+				return fmt.Errorf("no Kubernetes objects in %s: nothing to check", strings.Join(in.files, ", "))
+			}
 			prog := policy.Compile(&res.Cluster, in.policyOptions())
 			out := cmd.OutOrStdout()
 			errs := 0
 			for _, list := range [][]policy.Diagnostic{res.Diagnostics, prog.Diagnostics} {
 				for _, d := range list {
-					if d.Severity == policy.SeverityError {
+					if d.Severity == policy.SeverityError || notEnforcedKind(d) {
 						errs++
 						fmt.Fprintln(out, d)
 					} else {
@@ -54,4 +61,18 @@ input.`,
 	}
 	in.register(cmd)
 	return cmd
+}
+
+// objects counts what the input held: objects Moat reads, and those it
+// skipped or could not load.
+func objects(r *manifest.Result) int {
+	c := &r.Cluster
+	return len(c.Pods) + len(c.Namespaces) + len(c.Nodes) + len(c.NetworkPolicies) + len(c.ClusterNetworkPolicies) + len(r.Skipped) + len(r.Dropped)
+}
+
+// notEnforcedKind: a policy of a kind Moat reads no rule of (decoding
+// warns of it). check counts it as an error, since a pipeline gated on
+// check would otherwise pass policies that nothing enforces.
+func notEnforcedKind(d policy.Diagnostic) bool {
+	return strings.HasPrefix(d.Object, "AdminNetworkPolicy ") || strings.HasPrefix(d.Object, "BaselineAdminNetworkPolicy ")
 }

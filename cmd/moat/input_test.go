@@ -17,6 +17,31 @@ func TestCheckNeedsInput(t *testing.T) {
 	}
 }
 
+// check and nft refuse to pass or print nothing: check on input without a
+// single Kubernetes object, check on policy kinds Moat does not enforce,
+// nft without input (its output goes to "nft -f" as root; the embedded
+// example's ruleset must not get there by accident).
+func TestNothingToCheckOrPrint(t *testing.T) {
+	empty := t.TempDir()
+	anp := "apiVersion: policy.networking.k8s.io/v1alpha1\nkind: AdminNetworkPolicy\nmetadata: {name: anp}\nspec: {priority: 1, subject: {namespaces: {}}, ingress: [{action: Deny, from: [{namespaces: {}}]}]}\n"
+	for _, tc := range []struct {
+		args  []string
+		stdin string
+		want  string
+	}{
+		{[]string{"check", "-f", empty}, "", "no Kubernetes objects in " + empty},
+		{[]string{"check", "-f", "-"}, "", "no Kubernetes objects in -"},
+		{[]string{"check", "-f", "-"}, "# only a comment\n---\n", "no Kubernetes objects in -"},
+		{[]string{"check", "-f", "-"}, anp, "1 error(s)"},
+		{[]string{"nft", "--node", "node-a"}, "", "no input"},
+	} {
+		_, errOut, code := run(t, tc.stdin, tc.args...)
+		if code != 1 || !strings.Contains(errOut, tc.want) {
+			t.Errorf("%v: code %d, stderr %q, want 1 and %q", tc.args, code, errOut, tc.want)
+		}
+	}
+}
+
 // Every command that reads input says on stderr which input it used.
 func TestInputIsNamed(t *testing.T) {
 	for _, tc := range []struct {

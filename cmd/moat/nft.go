@@ -14,10 +14,12 @@ import (
 )
 
 func newNftCommand() *cobra.Command {
-	var in inputFlags
+	// The output is meant for "nft -f" as root: never the embedded
+	// example's ruleset by accident.
+	in := inputFlags{requireInput: true}
 	var node string
 	cmd := &cobra.Command{
-		Use:   "nft --node NAME [-f FILE...]",
+		Use:   "nft --node NAME (-f FILE... | --live)",
 		Short: "Print the nftables ruleset moat-agent would program on a node",
 		Long: `nft prints table inet moat as moat-agent programs it on the node NAME, in
 "nft -f" syntax, without root and without touching the host's nftables: the
