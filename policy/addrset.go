@@ -5,6 +5,7 @@ import (
 	"net/netip"
 	"slices"
 	"sort"
+	"strconv"
 	"strings"
 )
 
@@ -171,12 +172,26 @@ func (s *AddrSet) String() string {
 func ParseCIDR(s string) (netip.Prefix, error) {
 	p, err := netip.ParsePrefix(s)
 	if err != nil {
-		return netip.Prefix{}, fmt.Errorf("invalid CIDR %q: %w", s, err)
+		return netip.Prefix{}, fmt.Errorf("invalid CIDR %q: %s", s, prefixProblem(s, err))
 	}
 	if p.Addr().Zone() != "" {
 		return netip.Prefix{}, fmt.Errorf("invalid CIDR %q: zones are not allowed", s)
 	}
 	return p.Masked(), nil
+}
+
+// prefixProblem is what is wrong with s, from netip.ParsePrefix's error
+// without the Go call chain it starts with
+// (`netip.ParsePrefix("10.0.0.300/8"): ParseAddr("10.0.0.300"): IPv4
+// field has value >255`): the message already quotes s.
+func prefixProblem(s string, err error) string {
+	msg := strings.TrimPrefix(err.Error(), "netip.ParsePrefix("+strconv.Quote(s)+"): ")
+	addr, _, _ := strings.Cut(s, "/")
+	msg = strings.TrimPrefix(msg, "ParseAddr("+strconv.Quote(addr)+"): ")
+	if msg == "no '/'" {
+		return "no prefix length (such as /32)"
+	}
+	return msg
 }
 
 // withAddr returns s plus one address, in time linear in s without
