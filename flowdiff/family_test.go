@@ -1,6 +1,7 @@
 package flowdiff
 
 import (
+	"strings"
 	"testing"
 
 	corev1 "k8s.io/api/core/v1"
@@ -82,5 +83,19 @@ func TestFamiliesComparedApart(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// TestEmptyListsAreJSONArrays: no change is "changes": [], not null.
+func TestEmptyListsAreJSONArrays(t *testing.T) {
+	p := dualStack([2][]string{{"10.0.1.1"}, {"10.0.2.1"}})
+	var b strings.Builder
+	if err := WriteJSON(&b, Compute(p, p, Options{})); err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{`"changes": []`, `"addedPods": []`, `"removedPods": []`} {
+		if !strings.Contains(b.String(), want) {
+			t.Errorf("JSON has no %s:\n%s", want, b.String())
+		}
 	}
 }

@@ -239,6 +239,15 @@ func (s *space) finish() *Result {
 	})
 	slices.Sort(s.result.AddedPods)
 	slices.Sort(s.result.RemovedPods)
+	// JSON lists are [] when empty, never null: scripts iterate them.
+	for _, l := range []*[]string{&s.result.AddedPods, &s.result.RemovedPods} {
+		if *l == nil {
+			*l = []string{}
+		}
+	}
+	if s.result.Changes == nil {
+		s.result.Changes = []Change{}
+	}
 	return &s.result
 }
 
