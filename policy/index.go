@@ -4,13 +4,17 @@ import (
 	"net/netip"
 	"slices"
 	"sort"
+	"sync"
+	"sync/atomic"
 )
 
 // matchIndex answers "which is the first of these matches that contains
 // (address, protocol, port)?" in a few searches (segment, then port cell),
-// however many matches and terms there are. The address space is cut into segments at every
-// term boundary; each segment holds, per protocol, the port intervals
-// painted with the lowest match index (tag) that covers them.
+// however many matches and terms there are. The address space is cut into
+// segments at every term boundary; each segment's cell holds, per
+// protocol, the port intervals painted with the lowest match index (tag)
+// that covers them. Cells are painted on their first lookup (see cell):
+// that lookup allocates, later ones do not.
 type matchIndex struct {
 	// v4 and v6 segments are kept apart as plain integers, compared
 	// without building a key per probe.
@@ -19,9 +23,10 @@ type matchIndex struct {
 	// pods are segments of pod ordinals (see termSplit): a remote address
 	// that belongs to a policed pod is also looked up by its ordinal.
 	pods buckets
-	// podsMin is the lowest tag in pods, -1 if none: when the address
-	// already matched a tag that low, the ordinal cannot do better, and
-	// its search (the costlier one at scale) is skipped.
+	// podsMin is the lowest tag the cells of pods hold (painted or not:
+	// it is known from the terms), -1 if none: when the address already
+	// matched a tag that low, the ordinal cannot do better, and its
+	// search (the costlier one at scale) is skipped.
 	podsMin int32
 }
 
@@ -55,11 +60,25 @@ func v6key(a netip.Addr) u128 {
 	return k
 }
 
+// cell is the paint of one set of active terms. The sweep that finds
+// the cells only records where each set was first met; the cell is
+// painted on its first lookup. Painted when the index was built, N rules
+// "everything except my own range, on my own port" made N+1 cells of ~2N
+// port intervals each: 10,240 such NetworkPolicies took 1.5 GiB peak for
+// one `moat explain`, which reads one or two cells (BENCHMARKS.md).
 type cell struct {
+	// pending is set until any and ports hold the paint: the lookup's one
+	// extra check. A cell made with its paint (pending false) needs no
+	// from.
+	pending atomic.Bool
 	// any is the lowest tag of an all-traffic term, -1 if none.
 	any int32
 	// ports per protocol in PortProtocols order.
 	ports [len(PortProtocols)][]portCell
+	// from is the key space the cell's set was first met in and pos that
+	// key's position there: the stabbing query at pos rebuilds the set.
+	from *stabber
+	pos  int32
 }
 
 // portCell covers ports [from, next cell's from) with tag (-1: none).
@@ -75,7 +94,9 @@ type keyEvent[K any] struct {
 	term  int32
 }
 
-// buildIndex indexes matches; a match's tag is its position.
+// buildIndex indexes matches; a match's tag is its position. It finds
+// the segments and their distinct cells, in O(E log E) for E term
+// boundaries, and paints no cell: see cell.
 func buildIndex(matches []Match) *matchIndex {
 	b := &indexBuilder{groupOf: map[*PortSet]int32{}, groupByKey: map[string]int32{}, allGroup: -1}
 	var ev4 []keyEvent[uint32]
@@ -94,12 +115,17 @@ func buildIndex(matches []Match) *matchIndex {
 			ev6 = append(ev6, keyEvent[u128]{v6key(next), false, id})
 		}
 	}
+	// podsMin is the lowest tag of a term with slots that paints
+	// something (all traffic, or some port): the lowest tag the slot
+	// cells can hold once painted.
+	podsMin := int32(-1)
 	for tag, m := range matches {
 		for i := range m {
 			id := int32(len(b.tags))
 			t := &m[i]
+			g := b.portGroup(t.Ports)
 			b.tags = append(b.tags, int32(tag))
-			b.group = append(b.group, b.portGroup(t.Ports))
+			b.group = append(b.group, g)
 			if t.split == nil {
 				for _, r := range t.Addrs.Ranges() {
 					addRange(r, id)
@@ -109,55 +135,65 @@ func buildIndex(matches []Match) *matchIndex {
 			for _, r := range t.split.cidrs.Ranges() {
 				addRange(r, id)
 			}
-			for _, r := range t.split.ranges() {
+			runs := t.split.ranges()
+			for _, r := range runs {
 				evPods = append(evPods, keyEvent[uint32]{r.from, true, id}, keyEvent[uint32]{r.to + 1, false, id})
+			}
+			if len(runs) > 0 && podsMin < 0 && b.paints(g) {
+				podsMin = int32(tag) // tags only grow
 			}
 		}
 	}
 	// Each active set is identified by a 128-bit Zobrist hash kept up to
 	// date in O(1) per event, so that segments with the same terms share
 	// one cell without building a key per segment.
-	b.seeds = make([][2]uint64, len(b.tags))
+	seeds := make([][2]uint64, len(b.tags))
 	var x uint64 = 0x9e3779b97f4a7c15
-	for i := range b.seeds {
-		b.seeds[i] = [2]uint64{splitmix(&x), splitmix(&x)}
+	for i := range seeds {
+		seeds[i] = [2]uint64{splitmix(&x), splitmix(&x)}
 	}
-	b.memo = map[[2]uint64]*cell{}
-	pods := sweep(b, evPods, cmp32)
-	return &matchIndex{
-		v4:      newBuckets(sweep(b, ev4, cmp32)),
-		v6:      sweep(b, ev6, cmp128),
-		pods:    newBuckets(pods),
-		podsMin: minTag(pods),
+	sw := &sweeper{b: b, seeds: seeds, memo: map[[2]uint64]*cell{}}
+	ix := &matchIndex{
+		v4:      newBuckets(sweep(sw, ev4, cmp32)),
+		v6:      sweep(sw, ev6, cmp128),
+		pods:    newBuckets(sweep(sw, evPods, cmp32)),
+		podsMin: podsMin,
 	}
+	// What only the build needed goes: painting reads terms' tags and
+	// groups off the stabbers' runs.
+	b.tags, b.group, b.groupOf, b.groupByKey = nil, nil, nil, nil
+	return ix
 }
 
-// indexBuilder holds what the sweeps of one index share: the terms (by
-// id, in match order), their port sets grouped by content, the cells built
-// so far by active set, and scratch space reused from cell to cell.
+// indexBuilder holds what the cells of one index share: the terms (by
+// id, in match order) and their port sets grouped by content, and scratch
+// space reused from cell to cell. mu serialises painting: cells are
+// looked up from several goroutines (matrix, lab).
 type indexBuilder struct {
-	tags  []int32 // per term: its match's tag
-	seeds [][2]uint64
-	memo  map[[2]uint64]*cell
+	mu   sync.Mutex
+	tags []int32 // per term: its match's tag (while building)
 
-	// group is each term's port group: terms with equal port sets (the
-	// rules of one policy often share them) are painted once per cell,
-	// with the lowest active tag of the group. allGroup is the group of
-	// all traffic (no ports), -1 until a term has it.
+	// group is each term's port group (while building): terms with equal
+	// port sets (the rules of one policy often share them) are painted
+	// once per cell, with the lowest active tag of the group. allGroup is
+	// the group of all traffic (no ports), -1 until a term has it.
 	group      []int32
 	allGroup   int32
-	groupOf    map[*PortSet]int32
-	groupByKey map[string]int32
+	groupOf    map[*PortSet]int32 // while building
+	groupByKey map[string]int32   // while building
 	// groupPorts holds each group's port intervals per protocol, as
 	// half-open spans whose tag is filled in per cell.
 	groupPorts [][len(PortProtocols)][]span
 
-	// Scratch of cellFor: the lowest active tag of each active group, the
-	// spans of one protocol, the paint heap.
-	mins   []int32
-	spans  []uint64
-	sorted []uint64
-	heap   []span
+	// Scratch of paintCell: the active terms, the lowest active tag of
+	// each group (-1: none; made on first use), the groups with an active
+	// term, the spans of one protocol, the paint heap.
+	terms   []bound
+	gMin    []int32
+	gActive []int32
+	spans   []uint64
+	sorted  []uint64
+	heap    []span
 }
 
 // portGroup returns the group of a port set.
@@ -191,6 +227,19 @@ func (b *indexBuilder) portGroup(ps *PortSet) int32 {
 	return g
 }
 
+// paints reports whether group g's terms paint anything.
+func (b *indexBuilder) paints(g int32) bool {
+	if g == b.allGroup {
+		return true
+	}
+	for _, ps := range b.groupPorts[g] {
+		if len(ps) > 0 {
+			return true
+		}
+	}
+	return false
+}
+
 func cmp32(a, b uint32) int {
 	switch {
 	case a < b:
@@ -211,130 +260,180 @@ func cmp128(a, b u128) int {
 	return 0
 }
 
+// sweeper is what the sweeps of one index share: the terms' hash seeds
+// and the cells made so far by active set.
+type sweeper struct {
+	b     *indexBuilder
+	seeds [][2]uint64
+	memo  map[[2]uint64]*cell
+}
+
 // sweep cuts one key space into segments at every event and gives each
-// segment the cell of the terms active there. It keeps, per port group,
-// how many of its terms are active and a heap of them by tag, and the
-// groups with an active term as a dense set (O(1) to change, iterated in
-// O(active groups)), so a new cell costs what its own port groups cost,
-// not what all terms, or all its active terms, cost.
-func sweep[K uint32 | u128](b *indexBuilder, events []keyEvent[K], cmp func(a, b K) int) segments[K] {
+// segment the cell of the terms active there, unpainted: a new active set
+// costs one map entry and one cell, whatever its terms. It also records
+// each term's runs of active positions (a position is a distinct event
+// key) in the key space's stabber, which rebuilds a cell's set on its
+// first lookup.
+func sweep[K uint32 | u128](sw *sweeper, events []keyEvent[K], cmp func(a, b K) int) segments[K] {
 	slices.SortFunc(events, func(x, y keyEvent[K]) int { return cmp(x.at, y.at) })
 	var out segments[K]
 	if len(events) == 0 {
 		return out
 	}
-	st := &sweepState{
-		count:  make([]int32, len(b.tags)),
-		gCount: make([]int32, len(b.groupPorts)),
-		gPos:   make([]int32, len(b.groupPorts)),
-		gHeap:  make([][]tagTerm, len(b.groupPorts)),
-	}
+	st := &stabber{b: sw.b}
+	count := make([]int32, len(sw.b.tags)) // per term: its ranges that hold the key
+	opened := make([]int32, len(sw.b.tags))
+	var runs []termRun
 	var hash [2]uint64
-	for i := 0; i < len(events); {
+	active := 0
+	pos := int32(0)
+	for i := 0; i < len(events); pos++ {
 		at := events[i].at
 		for ; i < len(events) && events[i].at == at; i++ {
 			e := events[i]
-			before := st.count[e.term]
+			before := count[e.term]
 			if e.start {
-				st.count[e.term]++
+				count[e.term]++
 			} else {
-				st.count[e.term]--
+				count[e.term]--
 			}
-			if (before == 0) == (st.count[e.term] == 0) {
+			if (before == 0) == (count[e.term] == 0) {
 				continue
 			}
-			hash[0] ^= b.seeds[e.term][0]
-			hash[1] ^= b.seeds[e.term][1]
-			g := b.group[e.term]
+			hash[0] ^= sw.seeds[e.term][0]
+			hash[1] ^= sw.seeds[e.term][1]
 			if before == 0 {
-				if st.gCount[g] == 0 {
-					st.gPos[g] = int32(len(st.gActive))
-					st.gActive = append(st.gActive, g)
-				}
-				st.gCount[g]++
-				st.gHeap[g] = tagHeapPush(st.gHeap[g], tagTerm{b.tags[e.term], e.term})
+				active++
+				opened[e.term] = pos
 				continue
 			}
-			if st.gCount[g]--; st.gCount[g] > 0 {
-				continue // the term stays in the heap until it reaches the top
+			active--
+			if opened[e.term] < pos { // else it opened and closed at this key
+				runs = append(runs, termRun{opened[e.term], pos - 1, e.term})
 			}
-			st.gHeap[g] = st.gHeap[g][:0]
-			last := st.gActive[len(st.gActive)-1]
-			st.gActive[st.gPos[g]] = last
-			st.gPos[last] = st.gPos[g]
-			st.gActive = st.gActive[:len(st.gActive)-1]
 		}
 		var c *cell
-		if len(st.gActive) > 0 {
+		if active > 0 {
 			var ok bool
-			if c, ok = b.memo[hash]; !ok {
-				c = b.cellFor(st)
-				b.memo[hash] = c
+			if c, ok = sw.memo[hash]; !ok {
+				c = &cell{from: st, pos: pos}
+				c.pending.Store(true)
+				sw.memo[hash] = c
 			}
 		}
 		out.add(at, c)
 	}
+	for t, n := range count {
+		if n > 0 {
+			runs = append(runs, termRun{opened[t], pos - 1, int32(t)})
+		}
+	}
+	st.build(pos, runs)
 	return out
 }
 
-// sweepState is what a sweep knows at its current key.
-type sweepState struct {
-	count []int32 // per term: how many of its ranges hold the key
-	// Per port group: active terms, position in gActive, and a heap of
-	// its terms by tag (terms that are no longer active leave it when
-	// they reach the top).
-	gCount  []int32
-	gPos    []int32
-	gHeap   [][]tagTerm
-	gActive []int32 // groups with an active term
+// termRun is a run of positions [from, to] where a term is active.
+type termRun struct{ from, to, term int32 }
+
+// stabber answers "which terms are active at position p of a key space"
+// in O(log P + k) for P positions and k such terms, in O(P + runs)
+// memory: a centered interval tree whose nodes are the positions
+// themselves. The node of positions [lo, hi) is their middle m, with the
+// runs that hold m and lie within [lo, hi); its children are [lo, m) and
+// [m+1, hi). A run is kept at one node, in two lists: by start ascending
+// and by end descending, so that a query left of m reads the first list
+// up to its first run starting past p, and right of m the second.
+type stabber struct {
+	b      *indexBuilder
+	n      int32
+	off    []int32 // node m's runs are [off[m], off[m+1]) of both lists
+	byFrom []bound // run starts, each node's ascending
+	byTo   []bound // run ends, each node's descending
 }
 
-// minTag is the lowest tag of an active term of group g (which has one).
-func (st *sweepState) minTag(g int32) int32 {
-	h := st.gHeap[g]
-	for st.count[h[0].term] == 0 {
-		h = tagHeapPop(h)
+// bound is a run's start or end with what painting needs of its term,
+// so that a stab reads its lists in order and nothing else.
+type bound struct{ at, tag, group int32 }
+
+// node is the position whose node holds the run [from, to].
+func (st *stabber) node(from, to int32) int32 {
+	lo, hi := int32(0), st.n
+	for {
+		m := lo + (hi-lo)/2
+		switch {
+		case to < m:
+			hi = m
+		case from > m:
+			lo = m + 1
+		default:
+			return m
+		}
 	}
-	st.gHeap[g] = h
-	return h[0].tag
 }
 
-type tagTerm struct{ tag, term int32 }
-
-// tagHeapPush and tagHeapPop keep h a binary min-heap by tag.
-func tagHeapPush(h []tagTerm, x tagTerm) []tagTerm {
-	h = append(h, x)
-	for j := len(h) - 1; j > 0; {
-		p := (j - 1) / 2
-		if h[p].tag <= h[j].tag {
-			break
-		}
-		h[p], h[j] = h[j], h[p]
-		j = p
+func (st *stabber) build(n int32, runs []termRun) {
+	st.n = n
+	st.off = make([]int32, n+1)
+	nodes := make([]int32, len(runs))
+	for i, r := range runs {
+		nodes[i] = st.node(r.from, r.to)
+		st.off[nodes[i]+1]++
 	}
-	return h
+	for m := int32(0); m < n; m++ {
+		st.off[m+1] += st.off[m]
+	}
+	st.byFrom = make([]bound, len(runs))
+	st.byTo = make([]bound, len(runs))
+	fill := slices.Clone(st.off[:n])
+	for i, r := range runs {
+		k := fill[nodes[i]]
+		fill[nodes[i]]++
+		tag, g := st.b.tags[r.term], st.b.group[r.term]
+		st.byFrom[k] = bound{r.from, tag, g}
+		st.byTo[k] = bound{r.to, tag, g}
+	}
+	for m := int32(0); m < n; m++ {
+		a, z := st.off[m], st.off[m+1]
+		if z-a < 2 {
+			continue
+		}
+		slices.SortFunc(st.byFrom[a:z], func(x, y bound) int { return int(x.at - y.at) })
+		slices.SortFunc(st.byTo[a:z], func(x, y bound) int { return int(y.at - x.at) })
+	}
 }
 
-func tagHeapPop(h []tagTerm) []tagTerm {
-	n := len(h) - 1
-	h[0] = h[n]
-	h = h[:n]
-	for j := 0; ; {
-		l := 2*j + 1
-		if l >= n {
-			break
+// stab appends the runs that hold position p to out: one per term
+// active there, its runs being disjoint.
+func (st *stabber) stab(p int32, out []bound) []bound {
+	lo, hi := int32(0), st.n
+	for lo < hi {
+		m := lo + (hi-lo)/2
+		a, z := st.off[m], st.off[m+1]
+		switch {
+		case p < m:
+			for _, bd := range st.byFrom[a:z] {
+				if bd.at > p {
+					break
+				}
+				out = append(out, bd)
+			}
+			hi = m
+		case p > m:
+			for _, bd := range st.byTo[a:z] {
+				if bd.at < p {
+					break
+				}
+				out = append(out, bd)
+			}
+			lo = m + 1
+		default:
+			for _, bd := range st.byFrom[a:z] {
+				out = append(out, bd)
+			}
+			return out
 		}
-		m := l
-		if r := l + 1; r < n && h[r].tag < h[l].tag {
-			m = r
-		}
-		if h[j].tag <= h[m].tag {
-			break
-		}
-		h[j], h[m] = h[m], h[j]
-		j = m
 	}
-	return h
+	return out
 }
 
 func (s *segments[T]) add(at T, c *cell) {
@@ -352,23 +451,45 @@ func splitmix(x *uint64) uint64 {
 	return z ^ (z >> 31)
 }
 
-// cellFor computes the cell of the sweep's active terms, in time
-// O(G + S log S) for G port groups with an active term holding S intervals
-// (intervals of groups the all-traffic group beats left out).
-func (b *indexBuilder) cellFor(st *sweepState) *cell {
-	c := &cell{any: -1}
-	b.mins = b.mins[:0]
-	for _, g := range st.gActive {
-		tag := st.minTag(g)
-		b.mins = append(b.mins, tag)
-		if g == b.allGroup {
-			c.any = tag
+// paint paints a pending cell (once, under its index's lock: a cell may
+// be looked up by several goroutines first). The cell's active terms are
+// stabbed at its position (O(log P + k) for k terms), each port group is
+// painted once with its lowest active tag, intervals an all-traffic term
+// already wins are left out, and the rest are flattened in O(S log S)
+// for S intervals. This is the only allocation of a lookup.
+func (c *cell) paint() {
+	b := c.from.b
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if !c.pending.Load() {
+		return // painted by another goroutine meanwhile
+	}
+	b.terms = c.from.stab(c.pos, b.terms[:0])
+	if b.gMin == nil {
+		b.gMin = make([]int32, len(b.groupPorts))
+		for g := range b.gMin {
+			b.gMin[g] = -1
 		}
+	}
+	b.gActive = b.gActive[:0]
+	for _, bd := range b.terms {
+		g, tag := bd.group, bd.tag
+		switch m := b.gMin[g]; {
+		case m < 0:
+			b.gActive = append(b.gActive, g)
+			b.gMin[g] = tag
+		case tag < m:
+			b.gMin[g] = tag
+		}
+	}
+	c.any = -1
+	if b.allGroup >= 0 {
+		c.any = b.gMin[b.allGroup]
 	}
 	for pi := range PortProtocols {
 		b.spans = b.spans[:0]
-		for k, g := range st.gActive {
-			tag := b.mins[k]
+		for _, g := range b.gActive {
+			tag := b.gMin[g]
 			if c.any >= 0 && tag >= c.any {
 				continue // the all-traffic term wins wherever this group matches
 			}
@@ -378,7 +499,10 @@ func (b *indexBuilder) cellFor(st *sweepState) *cell {
 		}
 		c.ports[pi] = b.paint(b.spans)
 	}
-	return c
+	for _, g := range b.gActive {
+		b.gMin[g] = -1
+	}
+	c.pending.Store(false)
 }
 
 type span struct {
@@ -539,34 +663,13 @@ func (ix *matchIndex) lookup(a netip.Addr, ord int32, proto Protocol, port uint1
 	return best
 }
 
-// minTag is the lowest tag of any cell of s, or -1.
-func minTag(s segments[uint32]) int32 {
-	lowest := int32(-1)
-	low := func(t int32) {
-		if t >= 0 && (lowest < 0 || t < lowest) {
-			lowest = t
-		}
-	}
-	seen := map[*cell]bool{}
-	for _, sg := range s {
-		if sg.cell == nil || seen[sg.cell] {
-			continue
-		}
-		seen[sg.cell] = true
-		low(sg.cell.any)
-		for _, pcs := range sg.cell.ports {
-			for _, pc := range pcs {
-				low(pc.tag)
-			}
-		}
-	}
-	return lowest
-}
-
 // tag is the lowest tag of the cell that matches the packet, or -1.
 func (c *cell) tag(proto Protocol, port uint16) int32 {
 	if c == nil {
 		return -1
+	}
+	if c.pending.Load() {
+		c.paint()
 	}
 	best := c.any
 	for pi, p := range PortProtocols {

@@ -3,6 +3,7 @@ package policy
 import (
 	"fmt"
 	"net/netip"
+	"slices"
 	"syscall"
 	"testing"
 	"time"
@@ -82,26 +83,54 @@ func nestedShape(n int) []Match {
 	return ms
 }
 
-// BenchmarkBuildIndex measures building one tier's index for the probe
-// shapes whose terms all overlap (BENCHMARKS.md, "evaluator index").
+type indexShape struct {
+	name  string
+	sizes []int
+	gen   func(int) []Match
+}
+
+// indexShapes are the probe shapes whose terms all overlap.
+var indexShapes = []indexShape{
+	{"deny-except-25ports", []int{25, 50, 100, 200}, func(n int) []Match { return denyExceptShape(n, 25) }},
+	{"np-except-1port", []int{160, 320, 640, 1280}, func(n int) []Match { return denyExceptShape(n, 1) }},
+	{"heavy", []int{10, 20, 40}, heavyShape},
+	{"nested-shared-ports", []int{1000, 2000, 4000, 8000}, nestedShape},
+}
+
+// BenchmarkBuildIndex measures building one tier's index and painting
+// every cell, as if every segment were looked up (BENCHMARKS.md,
+// "evaluator index"): what a build cost before cells were painted on
+// first lookup.
 func BenchmarkBuildIndex(b *testing.B) {
-	shapes := []struct {
-		name  string
-		sizes []int
-		gen   func(int) []Match
-	}{
-		{"deny-except-25ports", []int{25, 50, 100, 200}, func(n int) []Match { return denyExceptShape(n, 25) }},
-		{"np-except-1port", []int{160, 320, 640, 1280}, func(n int) []Match { return denyExceptShape(n, 1) }},
-		{"heavy", []int{10, 20, 40}, heavyShape},
-		{"nested-shared-ports", []int{1000, 2000, 4000, 8000}, nestedShape},
-	}
-	for _, s := range shapes {
+	for _, s := range indexShapes {
 		for _, n := range s.sizes {
 			ms := s.gen(n)
 			b.Run(fmt.Sprintf("%s/n=%d", s.name, n), func(b *testing.B) {
 				cpu := processCPU()
 				for b.Loop() {
-					buildIndex(ms)
+					buildIndex(ms).paintAll()
+				}
+				b.ReportMetric((processCPU()-cpu).Seconds()/float64(b.N), "cpu-s/op")
+			})
+		}
+	}
+}
+
+// BenchmarkBuildIndexOneLookup measures what one explained flow pays:
+// building the index and looking one address up (outside every "except"
+// hole, where every term holds), with the bytes allocated per op; also
+// the 10,240 NetworkPolicies of the review.
+func BenchmarkBuildIndexOneLookup(b *testing.B) {
+	shapes := append(slices.Clone(indexShapes), indexShape{"np-except-1port", []int{10240}, func(n int) []Match { return denyExceptShape(n, 1) }})
+	a := netip.MustParseAddr("203.0.113.5")
+	for _, s := range shapes {
+		for _, n := range s.sizes {
+			ms := s.gen(n)
+			b.Run(fmt.Sprintf("%s/n=%d", s.name, n), func(b *testing.B) {
+				b.ReportAllocs()
+				cpu := processCPU()
+				for b.Loop() {
+					buildIndex(ms).lookup(a, -1, ProtoTCP, 10000)
 				}
 				b.ReportMetric((processCPU()-cpu).Seconds()/float64(b.N), "cpu-s/op")
 			})
