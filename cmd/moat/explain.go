@@ -37,6 +37,9 @@ that decided. Exit status: 0 when a verdict was computed (allowed or not),
 			if err != nil || !proto.HasPorts() {
 				return fmt.Errorf("--protocol: must be TCP, UDP or SCTP, got %q", prot)
 			}
+			if !cmd.Flags().Changed("port") {
+				return fmt.Errorf("--port is required (the destination port, 1-65535)")
+			}
 			if port < 1 || port > 65535 {
 				return fmt.Errorf("--port: must be between 1 and 65535, got %d", port)
 			}

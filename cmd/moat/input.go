@@ -6,9 +6,11 @@ import (
 	"fmt"
 	"maps"
 	"slices"
+	"strconv"
 	"strings"
 
 	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
 	"k8s.io/client-go/tools/clientcmd"
 	"k8s.io/component-base/featuregate"
 
@@ -76,7 +78,28 @@ func (f *inputFlags) register(cmd *cobra.Command) {
 	}
 	f.gates = gates
 	gates.AddFlag(fl)
+	if g := fl.Lookup("feature-gates"); g != nil {
+		g.Value = gateValue{g.Value}
+	}
 	_ = cmd.RegisterFlagCompletionFunc("context", completeContexts(f))
+}
+
+// gateValue is the --feature-gates flag, with a value that is not a
+// boolean reported in words: the registry's own message ends in
+// `strconv.ParseBool: parsing "maybe": invalid syntax`.
+type gateValue struct{ pflag.Value }
+
+func (g gateValue) Set(v string) error {
+	for _, kv := range strings.Split(v, ",") {
+		name, val, ok := strings.Cut(kv, "=")
+		if !ok {
+			continue // the registry says what is missing
+		}
+		if _, err := strconv.ParseBool(strings.TrimSpace(val)); err != nil {
+			return fmt.Errorf("%s=%s: want true or false", strings.TrimSpace(name), strings.TrimSpace(val))
+		}
+	}
+	return g.Value.Set(v)
 }
 
 // isLive reports whether the snapshot comes from a cluster.

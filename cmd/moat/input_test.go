@@ -229,3 +229,22 @@ func TestInvocation(t *testing.T) {
 		}
 	}
 }
+
+// Flag mistakes are reported in words, naming the flag: no Go parser
+// names, no "got 0" for a flag that was not given.
+func TestFlagErrorsInWords(t *testing.T) {
+	for _, tc := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"matrix", "--feature-gates", "IngressNetworksAndNodes=maybe"}, `"--feature-gates" flag: IngressNetworksAndNodes=maybe: want true or false`},
+		{[]string{"check", "-f", "../../examples/quickstart", "--feature-gates", "IngressNetworksAndNodes=true,IngressNetworksAndNodes=1x"}, "IngressNetworksAndNodes=1x: want true or false"},
+		{[]string{"explain", "--from", "frontend/web", "--to", "backend/db"}, "--port is required"},
+		{[]string{"explain", "--from", "frontend/web", "--to", "backend/db", "--port", "0"}, "--port: must be between 1 and 65535, got 0"},
+	} {
+		_, errOut, code := run(t, "", tc.args...)
+		if code != 1 || !strings.Contains(errOut, tc.want) || strings.Contains(errOut, "strconv") {
+			t.Errorf("%v: code %d, stderr %q, want 1 and %q", tc.args, code, errOut, tc.want)
+		}
+	}
+}
