@@ -65,10 +65,17 @@ func TestDropsCollectAndKeepLastReading(t *testing.T) {
 		`direction="",kind="",name="",namespace="",reason="invalid",rule=""`:                          7,
 		`direction="egress",kind="ClusterNetworkPolicy",name="g",namespace="",reason="deny",rule="0"`: 4,
 	}
+	wantBytes := map[string]float64{
+		`direction="",kind="",name="",namespace="",reason="invalid",rule=""`:                          400,
+		`direction="egress",kind="ClusterNetworkPolicy",name="g",namespace="",reason="deny",rule="0"`: 240,
+	}
 	check := func(step string) {
 		t.Helper()
 		if got := gatherDrops(t, reg); !maps.Equal(got, want) {
 			t.Errorf("%s: moat_agent_dropped_packets_total = %v, want %v", step, got, want)
+		}
+		if got := gatherMetric(t, reg, "moat_agent_dropped_bytes_total"); !maps.Equal(got, wantBytes) {
+			t.Errorf("%s: moat_agent_dropped_bytes_total = %v, want %v", step, got, wantBytes)
 		}
 	}
 	check("first reading")
@@ -84,11 +91,18 @@ func TestDropsCollectAndKeepLastReading(t *testing.T) {
 	stub.err, stub.cs = nil, stub.cs[2:]
 	d.read(ctx)
 	delete(want, `direction="egress",kind="ClusterNetworkPolicy",name="g",namespace="",reason="deny",rule="0"`)
+	delete(wantBytes, `direction="egress",kind="ClusterNetworkPolicy",name="g",namespace="",reason="deny",rule="0"`)
 	check("after the rule went")
 }
 
 // gatherDrops returns moat_agent_dropped_packets_total by its labels.
 func gatherDrops(t *testing.T, reg *prometheus.Registry) map[string]float64 {
+	t.Helper()
+	return gatherMetric(t, reg, "moat_agent_dropped_packets_total")
+}
+
+// gatherMetric returns the counter series name by their labels.
+func gatherMetric(t *testing.T, reg *prometheus.Registry, name string) map[string]float64 {
 	t.Helper()
 	mfs, err := reg.Gather()
 	if err != nil {
@@ -96,7 +110,7 @@ func gatherDrops(t *testing.T, reg *prometheus.Registry) map[string]float64 {
 	}
 	out := map[string]float64{}
 	for _, mf := range mfs {
-		if mf.GetName() != "moat_agent_dropped_packets_total" {
+		if mf.GetName() != name {
 			continue
 		}
 		if mf.GetType() != dto.MetricType_COUNTER {
