@@ -3,6 +3,7 @@ package agent
 import (
 	"maps"
 	"slices"
+	"unique"
 
 	networkingv1 "k8s.io/api/networking/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -83,7 +84,10 @@ func decodeCNP(u *unstructured.Unstructured) *decodedCNP { return (*labelSets)(n
 func (t *labelSets) decodeNP(u *unstructured.Unstructured) *decodedNP {
 	o := decodeObject(u, "NetworkPolicy", networkingv1.SchemeGroupVersion.String())
 	d := &decodedNP{NetworkPolicy: *o.NetworkPolicy}
+	// A namespace's name is repeated by each of its policies.
+	d.Namespace = unique.Make(d.Namespace).Value()
 	d.labels = t.internSelectors(npSelectors(&d.Spec))
+	t.sharePeerSelectors(&d.Spec)
 	t.sharePorts(&d.Spec)
 	d.keys = makeKeyList(selectorKeys(&d.Spec))
 	return d

@@ -73,6 +73,16 @@ kind: NetworkPolicy
 metadata: {name: web, namespace: a}
 spec: {podSelector: {matchLabels: {app: x}}, ingress: [{from: [{podSelector: {}}], ports: [{port: http}]}]}
 ---
+apiVersion: networking.k8s.io/v1
+kind: NetworkPolicy
+metadata: {name: api, namespace: a}
+spec: {podSelector: {matchLabels: {app: "y"}}, policyTypes: [Ingress, Egress], ingress: [{from: [{podSelector: {}}, {podSelector: {matchLabels: {app: x}}, namespaceSelector: {}}], ports: [{protocol: TCP, port: 80}]}], egress: [{to: [{podSelector: {matchLabels: {app: x}}}], ports: [{protocol: TCP, port: 80}, {protocol: UDP, port: 53}]}]}
+---
+apiVersion: networking.k8s.io/v1
+kind: NetworkPolicy
+metadata: {name: db, namespace: b}
+spec: {podSelector: {}, policyTypes: [Ingress, Egress], ingress: [{from: [{podSelector: {matchLabels: {app: x}}, namespaceSelector: {}}], ports: [{protocol: TCP, port: 80}]}]}
+---
 apiVersion: policy.networking.k8s.io/v1alpha2
 kind: ClusterNetworkPolicy
 metadata: {name: admin}
@@ -207,10 +217,12 @@ func loadFile(t *testing.T, docs string) *policy.Cluster {
 
 // viaInformers builds the Cluster as the agent does from what the API
 // server would send: JSON decoded into unstructured maps for policies
-// (dynamic informers), into typed objects for the rest.
+// (dynamic informers), into typed objects for the rest, with what equal
+// objects repeat shared as the informers' transforms share it.
 func viaInformers(t *testing.T, docs string) *policy.Cluster {
 	t.Helper()
 	var c policy.Cluster
+	shared := newLabelSets()
 	for _, doc := range strings.Split(docs, "\n---\n") {
 		js, err := sigsyaml.YAMLToJSONStrict([]byte(doc))
 		if err != nil {
@@ -224,7 +236,7 @@ func viaInformers(t *testing.T, docs string) *policy.Cluster {
 		case "Pod":
 			var p corev1.Pod
 			decodeTyped(t, js, &p)
-			cached, _ := toCachedPod(&p)
+			cached, _ := shared.toCachedPod(&p, nil)
 			c.Pods = append(c.Pods, &cached.(*cachedPod).Pod)
 		case "Node":
 			var n corev1.Node
@@ -237,9 +249,9 @@ func viaInformers(t *testing.T, docs string) *policy.Cluster {
 			cached, _ := toCachedNamespace(&n)
 			c.Namespaces = append(c.Namespaces, cached.(*cachedNamespace).Namespace)
 		case "NetworkPolicy":
-			c.NetworkPolicies = append(c.NetworkPolicies, &decodeNP(unstructuredJSON(t, js)).NetworkPolicy)
+			c.NetworkPolicies = append(c.NetworkPolicies, &shared.decodeNP(unstructuredJSON(t, js)).NetworkPolicy)
 		case "ClusterNetworkPolicy":
-			c.ClusterNetworkPolicies = append(c.ClusterNetworkPolicies, decodeCNP(unstructuredJSON(t, js)).ClusterNetworkPolicy)
+			c.ClusterNetworkPolicies = append(c.ClusterNetworkPolicies, shared.decodeCNP(unstructuredJSON(t, js)).ClusterNetworkPolicy)
 		default:
 			t.Fatalf("unexpected kind %q", head.Kind)
 		}

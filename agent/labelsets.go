@@ -6,6 +6,9 @@ import (
 	"slices"
 	"sync"
 
+	corev1 "k8s.io/api/core/v1"
+	networkingv1 "k8s.io/api/networking/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/intstr"
 
 	"github.com/moat-net/moat/policy"
@@ -25,10 +28,17 @@ type labelSets struct {
 	// podPorts are pods' declared ports.
 	podPorts *internTable[[]policy.ContainerPort]
 
+	// selectors are NetworkPolicies' peer selectors (selectors.go).
+	selectors *internTable[metav1.LabelSelector]
+
 	mu sync.Mutex
 	// ports holds one shared value per numeric port policies name
-	// (selectors.go); at most one per port number.
-	ports map[int32]*intstr.IntOrString
+	// (selectors.go); at most one per port number. protocols and
+	// policyTypes are the same for the valid protocols and policyTypes
+	// lists.
+	ports       map[int32]*intstr.IntOrString
+	protocols   map[corev1.Protocol]*corev1.Protocol
+	policyTypes [][]networkingv1.PolicyType
 }
 
 // labelSet is one interned labels map.
@@ -36,9 +46,11 @@ type labelSet = interned[map[string]string]
 
 func newLabelSets() *labelSets {
 	return &labelSets{
-		labels:   newInternTable(hashLabels, maps.Equal[map[string]string]),
-		podPorts: newInternTable(hashPorts, slices.Equal[[]policy.ContainerPort]),
-		ports:    map[int32]*intstr.IntOrString{},
+		labels:    newInternTable(hashLabels, maps.Equal[map[string]string]),
+		podPorts:  newInternTable(hashPorts, slices.Equal[[]policy.ContainerPort]),
+		selectors: newInternTable(hashSelector, equalSelector),
+		ports:     map[int32]*intstr.IntOrString{},
+		protocols: map[corev1.Protocol]*corev1.Protocol{},
 	}
 }
 

@@ -1,6 +1,11 @@
 package agent
 
 import (
+	"hash/maphash"
+	"maps"
+	"slices"
+
+	corev1 "k8s.io/api/core/v1"
 	networkingv1 "k8s.io/api/networking/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/intstr"
@@ -34,10 +39,11 @@ func (t *labelSets) internSelectors(sels []*metav1.LabelSelector) []*labelSet {
 	return keep
 }
 
-// sharePorts makes a NetworkPolicy's numeric ports point to values shared
-// with every other policy naming the same port: a cluster's policies name
-// a few dozen ports thousands of times. The values are never changed in
-// place.
+// sharePorts makes a NetworkPolicy's numeric ports, their protocols and
+// its policyTypes list point to values shared with every other policy
+// naming the same: a cluster's policies name a few dozen ports, three
+// protocols and two or three policyTypes lists thousands of times. The
+// values are never changed in place.
 func (t *labelSets) sharePorts(spec *networkingv1.NetworkPolicySpec) {
 	if t == nil {
 		return
@@ -46,6 +52,16 @@ func (t *labelSets) sharePorts(spec *networkingv1.NetworkPolicySpec) {
 	defer t.mu.Unlock()
 	share := func(ports []networkingv1.NetworkPolicyPort) {
 		for i := range ports {
+			if p := ports[i].Protocol; p != nil {
+				switch *p {
+				case corev1.ProtocolTCP, corev1.ProtocolUDP, corev1.ProtocolSCTP: // only valid ones: bounded
+					if v, ok := t.protocols[*p]; ok {
+						ports[i].Protocol = v
+					} else {
+						t.protocols[*p] = p
+					}
+				}
+			}
 			p := ports[i].Port
 			if p == nil || p.Type != intstr.Int || p.StrVal != "" || p.IntVal < 0 || p.IntVal > 65535 {
 				continue // only valid port numbers: the map stays bounded
@@ -57,12 +73,68 @@ func (t *labelSets) sharePorts(spec *networkingv1.NetworkPolicySpec) {
 			}
 		}
 	}
+	if types := spec.PolicyTypes; len(types) > 0 && len(types) <= 2 {
+		// Only lists of valid types, at most two: the table stays tiny.
+		valid := true
+		for _, pt := range types {
+			valid = valid && (pt == networkingv1.PolicyTypeIngress || pt == networkingv1.PolicyTypeEgress)
+		}
+		if valid {
+			found := false
+			for _, v := range t.policyTypes {
+				if slices.Equal(v, types) {
+					spec.PolicyTypes, found = v, true
+					break
+				}
+			}
+			if !found {
+				t.policyTypes = append(t.policyTypes, slices.Clip(types))
+			}
+		}
+	}
 	for i := range spec.Ingress {
 		share(spec.Ingress[i].Ports)
 	}
 	for i := range spec.Egress {
 		share(spec.Egress[i].Ports)
 	}
+}
+
+// sharePeerSelectors makes a NetworkPolicy's peer selectors that have
+// only matchLabels (shared already by internSelectors) point to one
+// selector shared with every policy that has an equal one: most peers
+// repeat a few selectors ({app: web} in every namespace), each a 32-byte
+// struct of its own. The shared selector lives while a policy points
+// into it (intern.go), and is never changed.
+func (t *labelSets) sharePeerSelectors(spec *networkingv1.NetworkPolicySpec) {
+	if t == nil {
+		return
+	}
+	share := func(sel **metav1.LabelSelector) {
+		if s := *sel; s != nil && len(s.MatchExpressions) == 0 {
+			*sel = &t.selectors.intern(*s).v
+		}
+	}
+	peers := func(ps []networkingv1.NetworkPolicyPeer) {
+		for i := range ps {
+			share(&ps[i].PodSelector)
+			share(&ps[i].NamespaceSelector)
+		}
+	}
+	for i := range spec.Ingress {
+		peers(spec.Ingress[i].From)
+	}
+	for i := range spec.Egress {
+		peers(spec.Egress[i].To)
+	}
+}
+
+// hashSelector and equalSelector compare selectors of matchLabels only
+// (an empty matchExpressions list means what none does).
+func hashSelector(h *maphash.Hash, s metav1.LabelSelector) { hashLabels(h, s.MatchLabels) }
+
+func equalSelector(a, b metav1.LabelSelector) bool {
+	return len(a.MatchExpressions) == 0 && len(b.MatchExpressions) == 0 && maps.Equal(a.MatchLabels, b.MatchLabels)
 }
 
 // npSelectors lists the label selectors of a NetworkPolicy's spec.

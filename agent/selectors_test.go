@@ -3,8 +3,11 @@ package agent
 import (
 	"reflect"
 	"slices"
+	"strings"
 	"testing"
+	"unsafe"
 
+	"k8s.io/apimachinery/pkg/api/equality"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 )
 
@@ -114,5 +117,71 @@ spec:
 	}
 	if got := slices.Collect(a.readKeys().all()); !slices.Equal(got, []string{"app", "tier"}) || a.readKeys() != b.readKeys() {
 		t.Errorf("keys %v (shared: %v), want [app tier], shared", got, a.readKeys() == b.readKeys())
+	}
+}
+
+// TestPolicyPartsShared: NetworkPolicies with equal peer selectors of
+// matchLabels only, equal valid protocols, equal valid policyTypes lists
+// and one namespace point to one shared value of each, and decode to what
+// they decode to unshared; selectors with matchExpressions, unknown
+// protocols and invalid policyTypes are left alone.
+func TestPolicyPartsShared(t *testing.T) {
+	ls := newLabelSets()
+	doc := func(name, ns string) string {
+		return `
+apiVersion: networking.k8s.io/v1
+kind: NetworkPolicy
+metadata: {name: ` + name + `, namespace: ` + ns + `}
+spec:
+  podSelector: {matchLabels: {app: web}}
+  policyTypes: [Ingress, Egress]
+  ingress:
+  - ports: [{protocol: TCP, port: 80}, {protocol: ICMP, port: 1}]
+    from:
+    - podSelector: {matchLabels: {app: api}}
+      namespaceSelector: {}
+    - podSelector: {matchExpressions: [{key: tier, operator: Exists}]}
+  egress:
+  - ports: [{protocol: TCP, port: 443}]
+    to: [{podSelector: {matchLabels: {app: api}}}]
+`
+	}
+	a := ls.decodeNP(unstructuredFrom(t, doc("a", "team-a")))
+	b := ls.decodeNP(unstructuredFrom(t, doc("b", strings.Clone("team-a"))))
+	bad := ls.decodeNP(unstructuredFrom(t, strings.Replace(doc("c", "team-a"), "[Ingress, Egress]", "[Ingress, Sideways]", 1)))
+	for _, d := range []*decodedNP{a, b, bad} {
+		plain := decodeNP(unstructuredFrom(t, map[*decodedNP]string{a: doc("a", "team-a"), b: doc("b", "team-a"),
+			bad: strings.Replace(doc("c", "team-a"), "[Ingress, Egress]", "[Ingress, Sideways]", 1)}[d]))
+		if !equality.Semantic.DeepEqual(d.NetworkPolicy, plain.NetworkPolicy) {
+			t.Errorf("%s: shared decoding %+v differs from plain %+v", d.Name, d.Spec, plain.Spec)
+		}
+	}
+	ai, bi := a.Spec.Ingress[0], b.Spec.Ingress[0]
+	if ai.From[0].PodSelector != bi.From[0].PodSelector || ai.From[0].PodSelector != b.Spec.Egress[0].To[0].PodSelector {
+		t.Error("equal matchLabels peer selectors are not one shared selector")
+	}
+	if ai.From[0].NamespaceSelector != bi.From[0].NamespaceSelector {
+		t.Error("empty peer selectors are not one shared selector")
+	}
+	if ai.From[0].PodSelector == ai.From[0].NamespaceSelector {
+		t.Error("a selector of matchLabels shares with the empty one")
+	}
+	if ai.From[1].PodSelector == bi.From[1].PodSelector {
+		t.Error("a selector with matchExpressions is shared")
+	}
+	if ai.Ports[0].Protocol != bi.Ports[0].Protocol || ai.Ports[0].Protocol != b.Spec.Egress[0].Ports[0].Protocol {
+		t.Error("protocol TCP is not shared")
+	}
+	if ai.Ports[1].Protocol == bi.Ports[1].Protocol {
+		t.Error("an unknown protocol is shared")
+	}
+	if unsafe.SliceData(a.Spec.PolicyTypes) != unsafe.SliceData(b.Spec.PolicyTypes) {
+		t.Error("equal policyTypes lists are not shared")
+	}
+	if unsafe.SliceData(a.Spec.PolicyTypes) == unsafe.SliceData(bad.Spec.PolicyTypes) || len(ls.policyTypes) != 1 {
+		t.Errorf("an invalid policyTypes list is shared or kept (%d lists kept)", len(ls.policyTypes))
+	}
+	if unsafe.StringData(a.Namespace) != unsafe.StringData(b.Namespace) {
+		t.Error("the namespace's name is not shared")
 	}
 }
