@@ -288,6 +288,12 @@ func (a *Agent) processNext(ctx context.Context) bool {
 		if ctx.Err() != nil {
 			return false
 		}
+		if errors.Is(err, errCutPending) {
+			// The rules are in force; only the cut is retried, with the
+			// same backoff (sync logged the error).
+			a.queue.AddRateLimited(key)
+			return true
+		}
 		a.log.Error(err, "Sync failed; the previous rules stay in force, retrying", "retries", a.queue.NumRequeues(key))
 		a.queue.AddRateLimited(key)
 		return true
@@ -375,10 +381,11 @@ func (a *Agent) sync(ctx context.Context) error {
 	result := resultSuccess
 	if err != nil {
 		// The rules are in; only cutting denied established connections
-		// failed. Retrying would not help the rules; the next change
-		// tries the cut again.
+		// failed. The dataplane keeps the cut pending, and the error
+		// returned below (errCutPending) has processNext queue the sync
+		// that tries it again.
 		result = resultConntrackError
-		a.log.Error(err, "Rules applied but removing denied established connections failed")
+		a.log.Error(err, "Rules applied but removing denied established connections failed; retrying")
 	}
 	a.metrics.syncs.WithLabelValues(kind, result).Inc()
 	if countResync {
@@ -401,10 +408,19 @@ func (a *Agent) sync(ctx context.Context) error {
 	}
 	a.metrics.ready.Set(1)
 	a.drops.poke()
+	if result == resultConntrackError {
+		return fmt.Errorf("%w: %w", errCutPending, err)
+	}
 	a.log.V(4).Info("Synced", "kind", kind, "fullCompile", full, "changed", changed, "operations", res.Operations, "compile", compiled.Sub(start), "program", done.Sub(compiled),
 		"reused", res.Reused, "build", res.Build, "diff", res.Diff, "nft", res.Transaction)
 	return nil
 }
+
+// errCutPending marks a sync whose rules are in force but whose cut of
+// the established connections they deny failed (--cut-denied-established):
+// the dataplane keeps the cut pending and the next sync tries it again,
+// so processNext queues one with backoff instead of waiting for a change.
+var errCutPending = errors.New("cutting denied established connections is pending")
 
 func (a *Agent) countPolicies(prog *policy.Program) {
 	counts := map[[2]string]int{}

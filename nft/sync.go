@@ -94,6 +94,9 @@ type Syncer struct {
 	// checkNext: the next apply checks the generation
 	// (InvalidateIfChanged).
 	checkNext bool
+	// cutPending: cutting the connections applied denies failed (see
+	// Options.CutDenied); the next Sync tries again, whatever changed.
+	cutPending bool
 }
 
 // New returns a Syncer for the table "inet moat" behind nft, which the
@@ -140,8 +143,13 @@ func (s *Syncer) Sync(ctx context.Context, prog *policy.Program) (Result, error)
 	s.mu.Lock()
 	if s.applied != nil && in.equal(s.inputs) {
 		rs := s.applied
+		res := Result{Applied: true, Reused: true, Stats: rs.Stats(), Warnings: rs.warnings, Build: time.Since(start)}
+		var err error
+		if s.cutPending {
+			err = s.cutDenied(ctx, rs, &res)
+		}
 		s.mu.Unlock()
-		return Result{Applied: true, Reused: true, Stats: rs.Stats(), Warnings: rs.warnings, Build: time.Since(start)}, nil
+		return res, err
 	}
 	rs := buildCached(prog, s.opts.Node, s.cache)
 	s.mu.Unlock()
@@ -178,6 +186,9 @@ func (s *Syncer) apply(ctx context.Context, rs *Ruleset, in *buildInputs) (Resul
 			s.applied, s.inputs = rs, in
 			s.counters = rs.counters
 			res.Applied = true
+			if s.cutPending {
+				return res, s.cutDenied(ctx, rs, &res)
+			}
 			return res, nil
 		}
 		if s.generationReader() != nil {
@@ -230,14 +241,25 @@ func (s *Syncer) apply(ctx context.Context, rs *Ruleset, in *buildInputs) (Resul
 		s.counters = rs.counters
 		res.Applied = true
 	}
-	if s.opts.CutDenied {
-		n, err := s.opts.Conntrack.Delete(ctx, func(p Packet) bool { return !rs.Allows(p) })
-		res.ConntrackDeleted = n
-		if err != nil {
-			return res, fmt.Errorf("rules applied on node %s; removing denied established connections: %w", s.opts.Node, err)
-		}
+	return res, s.cutDenied(ctx, rs, &res)
+}
+
+// cutDenied removes the established connections rs denies when
+// Options.CutDenied asks for it, after rs was applied; s.mu held. When
+// that fails, the cut is pending: the next Sync tries it again (with the
+// rules then in force) even if nothing changed, since the connections the
+// new rules deny keep flowing until it succeeds.
+func (s *Syncer) cutDenied(ctx context.Context, rs *Ruleset, res *Result) error {
+	if !s.opts.CutDenied {
+		return nil
 	}
-	return res, nil
+	n, err := s.opts.Conntrack.Delete(ctx, func(p Packet) bool { return !rs.Allows(p) })
+	res.ConntrackDeleted = n
+	s.cutPending = err != nil
+	if err != nil {
+		return fmt.Errorf("rules applied on node %s; removing denied established connections: %w", s.opts.Node, err)
+	}
+	return nil
 }
 
 // counterReader is Options.Counters or its default for s.nft; s.mu held.
