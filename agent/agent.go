@@ -87,6 +87,9 @@ type Agent struct {
 	// programmed: the first sync has been applied. lastFailed: the last
 	// sync attempt failed (the previous rules are still in force).
 	programmed, lastFailed atomic.Bool
+	// nodeMissing: the last sync found no Node named cfg.NodeName and
+	// programmed nothing.
+	nodeMissing atomic.Bool
 	// syncStarted holds the start time (UnixNano) of the sync in progress,
 	// 0 when none runs; /healthz fails when one hangs.
 	syncStarted atomic.Int64
@@ -309,6 +312,14 @@ func (a *Agent) sync(ctx context.Context) error {
 		// "no policies".
 		return errors.New("caches not synced")
 	}
+	if _, ok, _ := a.inf.nodes.GetStore().GetByKey(a.cfg.NodeName); !ok {
+		a.nodeNotFound()
+		return nil
+	}
+	if a.nodeMissing.Swap(false) {
+		a.log.Info("Node found: programming it", "node", a.cfg.NodeName)
+		a.problemsDirty = true
+	}
 	start := time.Now()
 	a.syncStarted.Store(start.UnixNano())
 	defer a.syncStarted.Store(0)
@@ -421,6 +432,24 @@ func (a *Agent) sync(ctx context.Context) error {
 // the dataplane keeps the cut pending and the next sync tries it again,
 // so processNext queues one with backoff instead of waiting for a change.
 var errCutPending = errors.New("cutting denied established connections is pending")
+
+// nodeNotFound handles a sync that finds no Node named cfg.NodeName: a
+// typo of --node-name, or a node name that is not the Node's (hostname
+// against FQDN). Programming then would judge no pod of this node: it
+// would replace a correct table with one that polices nothing and report
+// ready. So the sync programs nothing (whatever table the node has stays),
+// the agent is not ready, and the problem is logged once and counted; the
+// Node's appearing queues a sync (its informer's change handler) that
+// programs.
+func (a *Agent) nodeNotFound() {
+	if !a.nodeMissing.Swap(true) {
+		a.log.Error(nil, "No Node of this name in the cluster: not programming the node until it appears (check --node-name); its current table stays as it is", "node", a.cfg.NodeName)
+	}
+	a.metrics.problems.WithLabelValues(problemNodeNotFound).Set(1)
+	a.metrics.ready.Set(0)
+	// When the Node appears, the next sync scans again and clears it.
+	a.problemsDirty = true
+}
 
 func (a *Agent) countPolicies(prog *policy.Program) {
 	counts := map[[2]string]int{}

@@ -26,10 +26,14 @@ func (a *Agent) healthy(now time.Time) error {
 	return nil
 }
 
-// Ready returns nil once the first sync from complete caches is programmed
-// and while the last sync succeeded: the readiness check (/readyz).
+// Ready returns nil once the first sync from complete caches is programmed,
+// while the last sync succeeded and while the Node named --node-name
+// exists: the readiness check (/readyz). Each of those failing means the
+// node does not enforce what the cluster asks: no rules, or old rules.
 func (a *Agent) Ready() error {
 	switch {
+	case a.nodeMissing.Load():
+		return fmt.Errorf("node %s not found: no Node of that name in the cluster (check --node-name); nothing is programmed meanwhile", a.cfg.NodeName)
 	case !a.programmed.Load():
 		return errors.New("the first full sync has not been programmed yet")
 	case a.lastFailed.Load():

@@ -128,7 +128,7 @@ func newMetrics() *metrics {
 	}, []string{"resource"})
 	m.problems = prometheus.NewGaugeVec(prometheus.GaugeOpts{
 		Name: "moat_agent_input_problems",
-		Help: "Objects in the last snapshot that policy cannot use fully, by problem (pod_without_ip, duplicate_pod_ip, invalid_pod_field, node_without_address, invalid_node_address, undecodable_policy, duplicate_local_address, pod_claims_node_address).",
+		Help: "Objects in the last snapshot that policy cannot use fully, by problem (pod_without_ip, duplicate_pod_ip, invalid_pod_field, node_without_address, invalid_node_address, undecodable_policy, duplicate_local_address, pod_claims_node_address, node_not_found: no Node is named --node-name, so nothing is programmed).",
 	}, []string{"problem"})
 	m.statusWrites = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "moat_agent_status_writes_total",
@@ -144,7 +144,7 @@ func newMetrics() *metrics {
 	})
 	m.ready = prometheus.NewGauge(prometheus.GaugeOpts{
 		Name: "moat_agent_ready",
-		Help: "1 once the first full sync has been programmed and the last sync succeeded.",
+		Help: "1 once the first full sync has been programmed, while the last sync succeeded and the node named --node-name exists (see /readyz).",
 	})
 	m.leader = prometheus.NewGauge(prometheus.GaugeOpts{
 		Name: "moat_agent_leader",

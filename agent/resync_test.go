@@ -160,6 +160,7 @@ func TestCheckedResync(t *testing.T) {
 func TestResyncPeriodIsChecked(t *testing.T) {
 	c := newFakeCluster(t,
 		fixture.Namespace("a", nil),
+		fixture.Node("n1", nil, "192.168.0.1"),
 		fixture.Pod("a", "x", "n1", map[string]string{"app": "x"}, nil, "10.0.0.1"),
 		fixture.YAML(t, npAllowYtoX),
 	)

@@ -18,9 +18,12 @@ const (
 	problemUndecodablePolicy = "undecodable_policy"
 	problemDuplicateLocal    = "duplicate_local_address"
 	problemPodOnNodeAddr     = "pod_claims_node_address"
+	// problemNodeNotFound: no Node is named --node-name; the agent
+	// programs nothing meanwhile (Agent.sync).
+	problemNodeNotFound = "node_not_found"
 )
 
-var allProblems = []string{problemPodWithoutIP, problemDuplicatePodIP, problemInvalidPodField, problemNodeWithoutAddr, problemInvalidNodeAddr, problemUndecodablePolicy, problemDuplicateLocal, problemPodOnNodeAddr}
+var allProblems = []string{problemPodWithoutIP, problemDuplicatePodIP, problemInvalidPodField, problemNodeWithoutAddr, problemInvalidNodeAddr, problemUndecodablePolicy, problemDuplicateLocal, problemPodOnNodeAddr, problemNodeNotFound}
 
 // snapshot is one consistent reading of the caches: the compiler's input
 // for a full compilation and the policy objects it compiles.
