@@ -88,8 +88,9 @@ type Agent struct {
 	// sync attempt failed (the previous rules are still in force).
 	programmed, lastFailed atomic.Bool
 	// nodeMissing: the last sync found no Node named cfg.NodeName and
-	// programmed nothing.
-	nodeMissing atomic.Bool
+	// programmed nothing. tableMissing: the table was found gone from
+	// nftables (tablewatch.go) and no full replace has run since.
+	nodeMissing, tableMissing atomic.Bool
 	// syncStarted holds the start time (UnixNano) of the sync in progress,
 	// 0 when none runs; /healthz fails when one hangs.
 	syncStarted atomic.Int64
@@ -231,6 +232,13 @@ func (a *Agent) Run(ctx context.Context) error {
 		defer wg.Done()
 		a.drops.run(ctx)
 	}()
+	if v, ok := a.dp.(TableVerifier); ok {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			a.watchTable(ctx, v, tableCheckPeriod)
+		}()
+	}
 	if a.cfg.LeaderElection.Enabled {
 		wg.Add(1)
 		go func() {
@@ -417,7 +425,14 @@ func (a *Agent) sync(ctx context.Context) error {
 	if !a.programmed.Swap(true) {
 		a.log.Info("First sync programmed: ready", "duration", done.Sub(start), "rules", st.Rules, "elements", st.Elements)
 	}
-	a.metrics.ready.Set(1)
+	// Only a full replace is known to have put the table back: a sync
+	// that reused the last ruleset did not ask the kernel.
+	if res.Full && a.tableMissing.Swap(false) {
+		a.log.Info("Table inet moat programmed again", "rules", st.Rules, "elements", st.Elements)
+	}
+	if !a.tableMissing.Load() {
+		a.metrics.ready.Set(1)
+	}
 	a.drops.poke()
 	if result == resultConntrackError {
 		return fmt.Errorf("%w: %w", errCutPending, err)

@@ -27,15 +27,18 @@ func (a *Agent) healthy(now time.Time) error {
 }
 
 // Ready returns nil once the first sync from complete caches is programmed,
-// while the last sync succeeded and while the Node named --node-name
-// exists: the readiness check (/readyz). Each of those failing means the
-// node does not enforce what the cluster asks: no rules, or old rules.
+// while the last sync succeeded, while the Node named --node-name exists
+// and while table inet moat is in nftables: the readiness check (/readyz).
+// Each of those failing means the node does not enforce what the cluster
+// asks: no rules, old rules, or none at all.
 func (a *Agent) Ready() error {
 	switch {
 	case a.nodeMissing.Load():
 		return fmt.Errorf("node %s not found: no Node of that name in the cluster (check --node-name); nothing is programmed meanwhile", a.cfg.NodeName)
 	case !a.programmed.Load():
 		return errors.New("the first full sync has not been programmed yet")
+	case a.tableMissing.Load():
+		return errors.New("table inet moat is missing from nftables (deleted or flushed by another program); programming it again")
 	case a.lastFailed.Load():
 		return errors.New("the last sync failed; the previous rules are in force")
 	}

@@ -27,9 +27,11 @@ type metrics struct {
 	problems        *prometheus.GaugeVec
 	statusWrites    *prometheus.CounterVec
 	conntrack       prometheus.Counter
-	lastSuccess     prometheus.Gauge
-	ready           prometheus.Gauge
-	leader          prometheus.Gauge
+	// tableMissing counts losses of the table noticed (tablewatch.go).
+	tableMissing prometheus.Counter
+	lastSuccess  prometheus.Gauge
+	ready        prometheus.Gauge
+	leader       prometheus.Gauge
 }
 
 // Results of a sync, the label of moat_agent_syncs_total.
@@ -91,7 +93,7 @@ func newMetrics() *metrics {
 	}, []string{"kind", "result"})
 	m.resyncs = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "moat_agent_resyncs_total",
-		Help: "Resyncs after the first sync by kind (checked: --resync, which replaces the table only if nftables' generation moved since the agent's last commit; forced: SIGHUP) and result (replaced, unchanged: patched, error).",
+		Help: "Resyncs after the first sync by kind (checked: --resync, which replaces the table only if nftables' generation moved since the agent's last commit; forced: SIGHUP, or table inet moat found missing) and result (replaced, unchanged: patched, error).",
 	}, []string{"kind", "result"})
 	m.compiles = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "moat_agent_compilations_total",
@@ -138,20 +140,24 @@ func newMetrics() *metrics {
 		Name: "moat_agent_conntrack_deleted_total",
 		Help: "Established connections removed because new rules deny them (--cut-denied-established).",
 	})
+	m.tableMissing = prometheus.NewCounter(prometheus.CounterOpts{
+		Name: "moat_agent_table_missing_total",
+		Help: "Times the agent found its table inet moat gone from nftables (deleted, or the ruleset flushed by another program, as a firewall reload does) and programmed it again. The node enforced nothing in between.",
+	})
 	m.lastSuccess = prometheus.NewGauge(prometheus.GaugeOpts{
 		Name: "moat_agent_last_successful_sync_timestamp_seconds",
 		Help: "Unix time of the last sync that left nftables in step with the caches.",
 	})
 	m.ready = prometheus.NewGauge(prometheus.GaugeOpts{
 		Name: "moat_agent_ready",
-		Help: "1 once the first full sync has been programmed, while the last sync succeeded and the node named --node-name exists (see /readyz).",
+		Help: "1 once the first full sync has been programmed, while the last sync succeeded, the node named --node-name exists and table inet moat is in nftables (see /readyz).",
 	})
 	m.leader = prometheus.NewGauge(prometheus.GaugeOpts{
 		Name: "moat_agent_leader",
 		Help: "1 while this agent holds the status-writer Lease.",
 	})
 	m.reg.MustRegister(m.syncDuration, m.syncs, m.resyncs, m.compiles, m.operations, m.programmed, m.policies, m.changes, m.ignoredRelabels, m.watchErrors, m.watchEvents,
-		m.problems, m.statusWrites, m.conntrack, m.lastSuccess, m.ready, m.leader)
+		m.problems, m.statusWrites, m.conntrack, m.tableMissing, m.lastSuccess, m.ready, m.leader)
 	for _, r := range []string{resultSuccess, resultError, resultConntrackError} {
 		for _, k := range []string{"full", "diff"} {
 			m.syncs.WithLabelValues(k, r)

@@ -94,6 +94,10 @@ type Syncer struct {
 	// checkNext: the next apply checks the generation
 	// (InvalidateIfChanged).
 	checkNext bool
+	// verified is the generation at which Verify last found the table
+	// whole, 0 when none: while the kernel's generation reads the same,
+	// Verify need not look again.
+	verified uint32
 	// cutPending: cutting the connections applied denies failed (see
 	// Options.CutDenied); the next Sync tries again, whatever changed.
 	cutPending bool
