@@ -193,5 +193,5 @@ func namespaceChanged(old, cur any) bool {
 func nodeChanged(old, cur any) bool {
 	a, ok1 := old.(*cachedNode)
 	b, ok2 := cur.(*cachedNode)
-	return !ok1 || !ok2 || !maps.Equal(a.Labels, b.Labels) || !slices.Equal(a.Addrs, b.Addrs) || !slices.Equal(a.diags, b.diags)
+	return !ok1 || !ok2 || !maps.Equal(a.Labels, b.Labels) || !slices.Equal(a.Addrs, b.Addrs) || !slices.Equal(a.PodCIDRs, b.PodCIDRs) || !slices.Equal(a.diags, b.diags)
 }

@@ -287,6 +287,10 @@ func (b *nodeBody) member(d *dec, key []byte) error {
 		d.push("status")
 		defer d.pop()
 		return d.nodeMember(&b.node, i)
+	case 2:
+		d.push("spec")
+		defer d.pop()
+		return d.nodeMember(&b.node, i)
 	}
 	return d.src.skip()
 }

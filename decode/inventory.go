@@ -92,7 +92,8 @@ func (d *dec) containers(dst *[]corev1.Container) error {
 }
 
 var (
-	nodeSchema        = schema{fields: []string{"metadata", "status"}}
+	nodeSchema        = schema{fields: []string{"metadata", "status", "spec"}}
+	nodeSpecSchema    = schema{fields: []string{"podCIDR", "podCIDRs"}}
 	nodeStatusSchema  = schema{fields: []string{"addresses"}}
 	nodeAddressSchema = schema{fields: []string{"type", "address"}}
 )
@@ -100,6 +101,16 @@ var (
 func (d *dec) nodeMember(o *corev1.Node, i int) error {
 	if i == 0 {
 		return d.meta(&o.ObjectMeta, true)
+	}
+	if i == 2 {
+		// The pod CIDRs: the agent drops forged sources in them.
+		_, err := d.object(&nodeSpecSchema, func(i int) error {
+			if i == 0 {
+				return d.str(&o.Spec.PodCIDR)
+			}
+			return list(d, &o.Spec.PodCIDRs, d.str)
+		})
+		return err
 	}
 	_, err := d.object(&nodeStatusSchema, func(int) error {
 		return list(d, &o.Status.Addresses, func(a *corev1.NodeAddress) error {

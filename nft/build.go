@@ -65,6 +65,7 @@ func buildCached(prog *policy.Program, node string, cache *buildCache) *Ruleset 
 	b := newBuilder(node, cache)
 	// 1. The node's own addresses, allowed to reach its pods.
 	b.nodeLocal(prog)
+	b.podNet(prog)
 	// 2. The local pods, their addresses, and the runs of each distinct
 	// DirPolicy that judges them.
 	locals, conflict := b.localPods(prog)
@@ -119,6 +120,63 @@ func newBuilder(node string, cache *buildCache) *builder {
 // are node-local (Program.NodeLocalAddrs).
 func (b *builder) nodeLocal(prog *policy.Program) {
 	b.rs.nodeLocal = prog.NodeLocalAddrs(b.rs.node)
+}
+
+// podNet reads the node's pod CIDRs and, when it has some, the pod
+// addresses in them (see Ruleset.podNets).
+func (b *builder) podNet(prog *policy.Program) {
+	b.rs.podNets = podNets(prog, b.rs.node)
+	b.rs.pods = podsIn(prog, b.rs.podNets)
+}
+
+// podNets are the node's pod CIDRs, less those another one contains (an
+// interval set refuses overlapping elements).
+func podNets(prog *policy.Program, node string) []netip.Prefix {
+	cidrs := slices.Clone(prog.PodCIDRs(node))
+	slices.SortFunc(cidrs, func(x, y netip.Prefix) int {
+		if c := x.Addr().Compare(y.Addr()); c != 0 {
+			return c
+		}
+		return x.Bits() - y.Bits()
+	})
+	var out []netip.Prefix
+	for _, c := range cidrs {
+		if n := len(out); n > 0 && out[n-1].Overlaps(c) {
+			continue // sorted by address then length: the earlier one contains c
+		}
+		out = append(out, c)
+	}
+	return out
+}
+
+// podsIn lists, sorted, the addresses in nets of the pod-network pods the
+// Program knows, on any node. With a CNI that allocates from the nodes'
+// pod CIDRs these are the node's own pods; one that ignores them (its own
+// IP pools while the controller manager still sets spec.podCIDRs) may
+// give a pod of another node an address in them, and that pod's
+// connections through this node must not be taken for forged ones.
+func podsIn(prog *policy.Program, nets []netip.Prefix) []netip.Addr {
+	if len(nets) == 0 {
+		return nil
+	}
+	var out []netip.Addr
+	for i := range prog.Pods {
+		pod := &prog.Pods[i]
+		if pod.HostNetwork {
+			continue
+		}
+		for _, a := range pod.IPs {
+			a = a.Unmap()
+			for _, n := range nets {
+				if n.Contains(a) {
+					out = append(out, a)
+					break
+				}
+			}
+		}
+	}
+	slices.SortFunc(out, netip.Addr.Compare)
+	return slices.Compact(out)
 }
 
 // localPods finds the policed pods on the node and plans their

@@ -28,6 +28,10 @@ const (
 	ReasonNotSYN = "not_syn"
 	// ReasonConflict: two local pods share the address (fail closed).
 	ReasonConflict = "conflict"
+	// ReasonSpoofed: a new connection from an address in the node's pod
+	// CIDRs that no pod the agent knows owns (forged, or a pod not
+	// learnt yet).
+	ReasonSpoofed = "spoofed"
 )
 
 // DropCounter is one nftables counter object that drop rules count into,
@@ -66,7 +70,8 @@ const (
 	counterConflict = "drop-conflict"
 	// counterNoTier counts packets of a pod missing from a next-tier map
 	// (nextChain): fail-closed, and never expected to count.
-	counterNoTier = "drop-no-tier"
+	counterNoTier  = "drop-no-tier"
+	counterSpoofed = "drop-spoofed"
 )
 
 var staticCounters = []DropCounter{
@@ -74,6 +79,7 @@ var staticCounters = []DropCounter{
 	{Name: counterNotSYN, Rule: -1, Reason: ReasonNotSYN},
 	{Name: counterConflict, Rule: -1, Reason: ReasonConflict},
 	{Name: counterNoTier, Rule: -1, Reason: ReasonFailClosed},
+	{Name: counterSpoofed, Rule: -1, Reason: ReasonSpoofed},
 }
 
 // counterComment is the human-readable note on a counter object.

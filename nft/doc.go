@@ -9,7 +9,10 @@
 // pod's egress chain and the destination pod's ingress chain. Only the
 // output hook (packets the node sends) lets the node's addresses past
 // dispatch as node-local; forward and input judge a packet carrying one
-// like any other, because from outside it is forged. A pod's
+// like any other, because from outside it is forged. forward and input
+// drop a new connection whose source is in the node's pod CIDRs but is no
+// known pod's address (forged: it would miss the egress chain that
+// dispatch finds by source). A pod's
 // chains hold its tiers in order (the Admin tier's chain reaches the
 // tiers after it through a second, per-pod verdict map, so that it can be
 // shared by pods whose other tiers differ); a rule matches the remote address in a

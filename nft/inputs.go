@@ -37,6 +37,10 @@ type buildInputs struct {
 	// nodeAddrs are the node's node-local addresses
 	// (Program.NodeLocalAddrs).
 	nodeAddrs []netip.Addr
+	// podNets and podAddrs are Ruleset.podNets and Ruleset.pods: the
+	// latter may hold pods of other nodes (podsIn).
+	podNets  []netip.Prefix
+	podAddrs []netip.Addr
 	// pods are the Program's pods on the node, in order.
 	pods []podInputs
 }
@@ -59,6 +63,8 @@ func readInputs(prog *policy.Program, node string) *buildInputs {
 		return in
 	}
 	in.nodeAddrs = prog.NodeLocalAddrs(node)
+	in.podNets = podNets(prog, node)
+	in.podAddrs = podsIn(prog, in.podNets)
 	for i := range prog.Pods {
 		p := &prog.Pods[i]
 		if p.NodeName != node {
@@ -81,6 +87,7 @@ func (in *buildInputs) equal(o *buildInputs) bool {
 	}
 	return in.denyNodeLocal == o.denyNodeLocal &&
 		slices.Equal(in.nodeAddrs, o.nodeAddrs) &&
+		slices.Equal(in.podNets, o.podNets) && slices.Equal(in.podAddrs, o.podAddrs) &&
 		slices.EqualFunc(in.pods, o.pods, podInputs.equal)
 }
 

@@ -2,6 +2,7 @@ package nft
 
 import (
 	"net/netip"
+	"slices"
 
 	"github.com/moat-net/moat/policy"
 )
@@ -23,6 +24,11 @@ func (rs *Ruleset) Allows(p Packet) bool {
 	src, dst := p.Src.Unmap(), p.Dst.Unmap()
 	if src == dst && contains(rs.self, src) {
 		return true
+	}
+	if rs.spoofed(src) {
+		// The forward and input hooks' spoofRules (the output hook's
+		// node-local packets do not come from the pod CIDRs).
+		return false
 	}
 	if contains(rs.nodeLocal, src) {
 		// Node-local: the output hook's exemption. A connection from a
@@ -118,6 +124,18 @@ func (rs *Ruleset) lookup(base string, remote netip.Addr, p Packet) bool {
 		s, ok := rs.sets[base+k.suffix()]
 		if ok && s.contains(remote, p.Proto, p.Port) {
 			return true
+		}
+	}
+	return false
+}
+
+// spoofed reports whether the base chains drop a new connection from src
+// as forged: in the node's pod CIDRs, and no local pod's address.
+func (rs *Ruleset) spoofed(src netip.Addr) bool {
+	for _, p := range rs.podNets {
+		if p.Contains(src) {
+			_, found := slices.BinarySearchFunc(rs.pods, src, netip.Addr.Compare)
+			return !found
 		}
 	}
 	return false

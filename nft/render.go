@@ -89,10 +89,33 @@ var staticChains = []staticChain{
 		"ip6 daddr vmap @ingress-next6",
 		"counter name " + counterNoTier + " drop",
 	}},
-	{name: "forward", hook: knftables.ForwardHook, rules: baseRules},
-	{name: "input", hook: knftables.InputHook, rules: baseRules},
+	{name: "forward", hook: knftables.ForwardHook, rules: forwardRules},
+	{name: "input", hook: knftables.InputHook, rules: inputRules},
 	{name: "output", hook: knftables.OutputHook, rules: outputRules},
 }
+
+// spoofRules drop a new connection whose source is in the node's pod
+// CIDRs but is no address of a pod on the node: a pod forging its source
+// would otherwise miss its egress chain (dispatch finds it by source
+// address) and leave through the base chain's accept policy. A pod the
+// agent has not learnt yet is caught too (fail closed until it is). The
+// sets are empty, and so the rules match nothing, when the Node has no
+// spec.podCIDRs. Packets the node sends never meet them: output does not
+// have them, and input skips what arrives on loopback (the node's own
+// packets to itself, which may carry the node's gateway address in a pod
+// CIDR).
+var spoofRules = []string{
+	"ip saddr @podnet4 ip saddr != @pods4 counter name " + counterSpoofed + " drop",
+	"ip6 saddr @podnet6 ip6 saddr != @pods6 counter name " + counterSpoofed + " drop",
+}
+
+var forwardRules = append(slices.Clone(baseRules[:len(baseRules)-1]), append(slices.Clone(spoofRules), baseRules[len(baseRules)-1])...)
+
+var inputRules = append(slices.Clone(baseRules[:len(baseRules)-1]),
+	"meta iiftype != loopback "+spoofRules[0],
+	"meta iiftype != loopback "+spoofRules[1],
+	baseRules[len(baseRules)-1],
+)
 
 // outputRules are baseRules with the node-local exemption before
 // dispatch. Only the output hook sees the packets the node itself sends,
@@ -123,6 +146,10 @@ var staticSets = []knftables.Set{
 	{Name: "local6", Type: "ipv6_addr", Comment: knftables.PtrTo("policed pods on this node")},
 	{Name: "nodelocal4", Type: "ipv4_addr", Comment: knftables.PtrTo("this node's addresses when node-local traffic is allowed")},
 	{Name: "nodelocal6", Type: "ipv6_addr", Comment: knftables.PtrTo("this node's addresses when node-local traffic is allowed")},
+	{Name: "podnet4", Type: "ipv4_addr", Flags: []knftables.SetFlag{knftables.IntervalFlag}, Comment: knftables.PtrTo("this node's pod CIDRs")},
+	{Name: "podnet6", Type: "ipv6_addr", Flags: []knftables.SetFlag{knftables.IntervalFlag}, Comment: knftables.PtrTo("this node's pod CIDRs")},
+	{Name: "pods4", Type: "ipv4_addr", Comment: knftables.PtrTo("pod addresses in this node's pod CIDRs")},
+	{Name: "pods6", Type: "ipv6_addr", Comment: knftables.PtrTo("pod addresses in this node's pod CIDRs")},
 }
 
 var staticMaps = []knftables.Map{
@@ -281,6 +308,14 @@ func nodeLocalElement(a netip.Addr) *knftables.Element {
 	return &knftables.Element{Set: "nodelocal" + family(a), Key: []string{a.String()}}
 }
 
+func podElement(a netip.Addr) *knftables.Element {
+	return &knftables.Element{Set: "pods" + family(a), Key: []string{a.String()}}
+}
+
+func podNetElement(p netip.Prefix) *knftables.Element {
+	return &knftables.Element{Set: "podnet" + family(p.Addr()), Key: []string{p.String()}}
+}
+
 // addStatic adds the table's fixed skeleton: sets, maps and chains that
 // every ruleset has.
 func addStatic(tx *knftables.Transaction) {
@@ -349,6 +384,12 @@ func fullTransaction(tx *knftables.Transaction, rs *Ruleset, prev map[string]Cou
 	}
 	for _, a := range rs.nodeLocal {
 		tx.Add(nodeLocalElement(a))
+	}
+	for _, p := range rs.podNets {
+		tx.Add(podNetElement(p))
+	}
+	for _, a := range rs.pods {
+		tx.Add(podElement(a))
 	}
 	for _, a := range sortedAddrs(rs.egress) {
 		tx.Add(mapElement(policy.Egress, a, rs.egress[a]))
@@ -438,6 +479,8 @@ func patchDispatch(tx *knftables.Transaction, old, rs *Ruleset) {
 	diffAddrList(tx, old.self, rs.self, selfElement)
 	diffAddrList(tx, old.self, rs.self, localElement)
 	diffAddrList(tx, old.nodeLocal, rs.nodeLocal, nodeLocalElement)
+	diffAddrList(tx, old.podNets, rs.podNets, podNetElement)
+	diffAddrList(tx, old.pods, rs.pods, podElement)
 	diffVerdictMap(tx, policy.Egress, old.egress, rs.egress, mapName, mapElement)
 	diffVerdictMap(tx, policy.Ingress, old.ingress, rs.ingress, mapName, mapElement)
 	diffVerdictMap(tx, policy.Egress, old.egressNext, rs.egressNext, nextMapName, nextElement)
@@ -527,12 +570,12 @@ func diffKeys(old, cur [][]string) (del, add [][]string) {
 	return del, add
 }
 
-func diffAddrList(tx *knftables.Transaction, old, cur []netip.Addr, elem func(netip.Addr) *knftables.Element) {
-	om := map[netip.Addr]bool{}
+func diffAddrList[A comparable](tx *knftables.Transaction, old, cur []A, elem func(A) *knftables.Element) {
+	om := map[A]bool{}
 	for _, a := range old {
 		om[a] = true
 	}
-	nm := map[netip.Addr]bool{}
+	nm := map[A]bool{}
 	for _, a := range cur {
 		nm[a] = true
 	}

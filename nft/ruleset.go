@@ -160,6 +160,12 @@ type Ruleset struct {
 	// nodeLocal lists the node's addresses whose traffic to local pods is
 	// allowed; empty when node-local traffic is policed.
 	nodeLocal []netip.Addr
+	// podNets are the node's pod CIDRs (policy.Node.PodCIDRs), and pods
+	// every pod-network pod address in them, policed or not (podsIn): a
+	// new connection from an address in podNets that is not in pods is
+	// forged, or from a pod the agent has not learnt yet, and is dropped.
+	podNets []netip.Prefix
+	pods    []netip.Addr
 	// counters describes the table's drop counters by counter name: the
 	// fixed ones and one per policy rule (or NetworkPolicy isolation)
 	// that some chain of this ruleset drops with. Packets and Bytes are
@@ -187,7 +193,7 @@ func (rs *Ruleset) Stats() Stats {
 	for _, s := range rs.sets {
 		st.Elements += s.len()
 	}
-	st.Elements += len(rs.egress) + len(rs.ingress) + len(rs.egressNext) + len(rs.ingressNext) + 2*len(rs.self) + len(rs.nodeLocal)
+	st.Elements += len(rs.egress) + len(rs.ingress) + len(rs.egressNext) + len(rs.ingressNext) + 2*len(rs.self) + len(rs.nodeLocal) + len(rs.podNets) + len(rs.pods)
 	return st
 }
 

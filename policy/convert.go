@@ -95,6 +95,21 @@ func NodeFromAPI(o *corev1.Node) (Node, []Diagnostic) {
 		}
 		n.Addrs = append(n.Addrs, ip.Unmap())
 	}
+	cidrs := o.Spec.PodCIDRs
+	if len(cidrs) == 0 && o.Spec.PodCIDR != "" {
+		cidrs = []string{o.Spec.PodCIDR}
+	}
+	for i, c := range cidrs {
+		p, err := netip.ParsePrefix(c)
+		if err != nil {
+			diags = append(diags, Diagnostic{Severity: SeverityWarning, Object: "Node " + o.Name, Field: fmt.Sprintf("spec.podCIDRs[%d]", i), Message: fmt.Sprintf("invalid CIDR %q: not used to recognise forged pod addresses", c)})
+			continue
+		}
+		if p.Addr().Is4In6() && p.Bits() >= 96 {
+			p = netip.PrefixFrom(p.Addr().Unmap(), p.Bits()-96)
+		}
+		n.PodCIDRs = append(n.PodCIDRs, p.Masked())
+	}
 	return n, diags
 }
 

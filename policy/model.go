@@ -56,6 +56,11 @@ type Node struct {
 	Name   string
 	Labels map[string]string
 	Addrs  []netip.Addr
+	// PodCIDRs are spec.podCIDRs (or spec.podCIDR): the ranges the node's
+	// pod-network pods get their addresses from, when the CNI uses them.
+	// The node's agent drops new connections from an address in them
+	// that no pod it knows owns (a forged source).
+	PodCIDRs []netip.Prefix
 }
 
 // NetworkPolicy is a networking.k8s.io/v1 NetworkPolicy as Moat reads it:

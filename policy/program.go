@@ -351,6 +351,17 @@ func (p *Program) NodeLocalAddrs(node string) []netip.Addr {
 	return out
 }
 
+// PodCIDRs returns the pod CIDRs of a node by name (Node.PodCIDRs), nil
+// if unknown or without any.
+func (p *Program) PodCIDRs(node string) []netip.Prefix {
+	for i := range p.Nodes {
+		if p.Nodes[i].Name == node {
+			return p.Nodes[i].PodCIDRs
+		}
+	}
+	return nil
+}
+
 // NodeByIP finds the node that owns an address.
 func (p *Program) NodeByIP(a netip.Addr) (int, bool) {
 	i, ok := p.nodeByIP[a.Unmap()]

@@ -58,7 +58,7 @@ spec:
   - from: [{ipBlock: {cidr: "fd00:1::2/128"}}, {ipBlock: {cidr: "192.168.1.2/32"}}]
     ports: [{protocol: UDP, port: 9998}]
   egress:
-  - to: [{ipBlock: {cidr: "192.168.1.2/32"}}]
+  - to: [{ipBlock: {cidr: "192.168.1.2/32"}}, {ipBlock: {cidr: "fd00:1::2/128"}}]
     ports: [{protocol: UDP, port: 9998}]
 `
 
@@ -264,6 +264,53 @@ func TestForgedNodeAddressFromOutside(t *testing.T) {
 	for _, want := range []string{"node from fd00:1::1", "node4 from 192.168.1.1"} {
 		if got, _ := receiveUntil(t, ls[0]); got != want {
 			t.Errorf("pod received %q, want %q (node-local traffic)", got, want)
+		}
+	}
+}
+
+// TestForgedPodSourceEgress: a pod under deny-all egress (but for one
+// port) that forges a source address in the node's pod CIDR, which no pod
+// owns, does not get out: its packet is dropped as spoofed, not let
+// through because no egress chain is keyed by that address.
+func TestForgedPodSourceEgress(t *testing.T) {
+	testenv.RequirePrivileged(t)
+	if !netnstest.Isolate(t) {
+		return
+	}
+	l := newSpoofLab(t, "moat-fps-")
+	dp := l.program(t, spoofCluster)
+	// The node's own reverse path filter would drop the forged IPv4
+	// source only in strict mode on some setups; keep it off so that
+	// only the rules decide (the review reproduced the hole with 1 too).
+	for _, k := range []string{"net.ipv4.conf.all.rp_filter", "net.ipv4.conf.rp0.rp_filter"} {
+		if err := l.r.Sysctl(k, "0"); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// The pod holds the forged addresses, as a raw socket would send them.
+	run(t, "-n "+l.p.Name()+" addr add 10.244.0.77/32 dev eth0", "-n "+l.p.Name()+" addr add fd00:244::77/128 dev eth0 nodad")
+	ls := listen(t, l.c, "udp", 9999, 9998)
+	for _, fam := range []struct{ honest, forged, dst string }{
+		{"10.244.0.5", "10.244.0.77", "192.168.1.2"},
+		{"[fd00:244::5]", "[fd00:244::77]", "[fd00:1::2]"},
+	} {
+		send(t, l.p, ap(fam.honest+":40000"), ap(fam.dst+":9998"), "warm-up")
+		receiveUntil(t, ls[1])
+		send(t, l.p, ap(fam.forged+":40000"), ap(fam.dst+":9999"), "forged")
+		send(t, l.p, ap(fam.honest+":40000"), ap(fam.dst+":9998"), "allowed")
+		got, before := receiveUntil(t, ls[1], ls[0])
+		t.Logf("outside host received %q", got)
+		if len(before) > 0 {
+			t.Errorf("outside host received %v: a forged source escaped deny-all egress", before)
+		}
+	}
+	cs, err := dp.Counters(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range cs {
+		if c.Reason == nft.ReasonSpoofed && c.Packets != 2 {
+			t.Errorf("counter %s: %d packets, want 2 (one forged packet per family)", c.Name, c.Packets)
 		}
 	}
 }
