@@ -2,6 +2,7 @@ package decode
 
 import (
 	"fmt"
+	"path"
 	"slices"
 	"strings"
 	"sync"
@@ -23,8 +24,12 @@ func (x *decoder) start(h header) body {
 	case h.bad != "":
 		field, msg, _ := strings.Cut(h.bad, ": ")
 		return &otherBody{kind: h.kind, drop: true, field: field, msg: msg}
+	case !h.haveKind && !h.haveVersion && len(x.items) > 0:
+		return &otherBody{kind: "<no kind>", drop: true, field: "kind", msg: "missing apiVersion and kind (only the items of a typed List, such as NetworkPolicyList, may leave them out)"}
+	case !h.haveKind && !h.haveVersion:
+		return &otherBody{kind: "<no kind>", drop: true, msg: notAnObjectMessage(x.doc)}
 	case !h.haveKind || h.kind == "":
-		return &otherBody{kind: "<unknown kind>", drop: true, field: "kind", msg: "missing kind"}
+		return &otherBody{kind: "<no kind>", drop: true, field: "kind", msg: "missing kind"}
 	case strings.HasSuffix(h.kind, "List"):
 		return &listBody{kind: h.kind}
 	}
@@ -123,9 +128,30 @@ func ref(kind string, m *metav1.ObjectMeta) string {
 		if ns == "" {
 			ns = defaultNamespace
 		}
-		return kind + " " + ns + "/" + m.Name
+		return kind + " " + ns + "/" + nameOrNone(m.Name)
 	}
-	return kind + " " + m.Name
+	return kind + " " + nameOrNone(m.Name)
+}
+
+// nameOrNone shows a missing name as such, not as nothing
+// ("Namespace : metadata.labels...").
+func nameOrNone(name string) string {
+	if name == "" {
+		return "<no name>"
+	}
+	return name
+}
+
+// notAnObjectMessage is the error for a document with neither apiVersion
+// nor kind: a file of something else in a directory of manifests (a CI
+// workflow, a kustomization that was not rendered). doc is the document's
+// name, "file#n".
+func notAnObjectMessage(doc string) string {
+	file, _, _ := strings.Cut(doc, "#")
+	if base := path.Base(file); base == "kustomization.yaml" || base == "kustomization.yml" || base == "Kustomization" {
+		return "not a Kubernetes object (no apiVersion or kind): a kustomization; render it first (kustomize build, kubectl kustomize) and pass the output"
+	}
+	return "not a Kubernetes object (no apiVersion or kind)"
 }
 
 func (o *Object) diag(sev policy.Severity, fieldPath, msg string) {
