@@ -107,7 +107,8 @@ func exactlyOne(n int, p *field.Path, fields string) field.ErrorList {
 	case n == 0:
 		return field.ErrorList{field.Required(p, "exactly one of "+fields+" must be set (an empty object may hold a field this version of Moat does not know)")}
 	case n > 1:
-		return field.ErrorList{field.Invalid(p, n, "exactly one of "+fields+" must be set, found several")}
+		// Forbidden, not Invalid: the count is not the field's value.
+		return field.ErrorList{field.Forbidden(p, fmt.Sprintf("exactly one of %s must be set, found %d", fields, n))}
 	}
 	return nil
 }
