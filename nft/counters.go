@@ -32,6 +32,10 @@ const (
 	// CIDRs that no pod the agent knows owns (forged, or a pod not
 	// learnt yet).
 	ReasonSpoofed = "spoofed"
+	// ReasonLinkScope: a new connection the node forwards from or to an
+	// IPv6 link-local address, to a broadcast or multicast address, or
+	// an IPv6 router message (pods on one bridge; see linkRules).
+	ReasonLinkScope = "link_scope"
 )
 
 // DropCounter is one nftables counter object that drop rules count into,
@@ -72,6 +76,7 @@ const (
 	// (nextChain): fail-closed, and never expected to count.
 	counterNoTier  = "drop-no-tier"
 	counterSpoofed = "drop-spoofed"
+	counterLink    = "drop-link-scope"
 )
 
 var staticCounters = []DropCounter{
@@ -80,6 +85,7 @@ var staticCounters = []DropCounter{
 	{Name: counterConflict, Rule: -1, Reason: ReasonConflict},
 	{Name: counterNoTier, Rule: -1, Reason: ReasonFailClosed},
 	{Name: counterSpoofed, Rule: -1, Reason: ReasonSpoofed},
+	{Name: counterLink, Rule: -1, Reason: ReasonLinkScope},
 }
 
 // counterComment is the human-readable note on a counter object.

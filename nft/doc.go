@@ -12,7 +12,9 @@
 // like any other, because from outside it is forged. forward and input
 // drop a new connection whose source is in the node's pod CIDRs but is no
 // known pod's address (forged: it would miss the egress chain that
-// dispatch finds by source). A pod's
+// dispatch finds by source). forward also drops what routing never
+// forwards (link-local, broadcast, multicast, router messages): on a bridge
+// CNI that is pod-to-pod traffic no ingress map can judge. A pod's
 // chains hold its tiers in order (the Admin tier's chain reaches the
 // tiers after it through a second, per-pod verdict map, so that it can be
 // shared by pods whose other tiers differ); a rule matches the remote address in a

@@ -109,7 +109,25 @@ var spoofRules = []string{
 	"ip6 saddr @podnet6 ip6 saddr != @pods6 counter name " + counterSpoofed + " drop",
 }
 
-var forwardRules = append(slices.Clone(baseRules[:len(baseRules)-1]), append(slices.Clone(spoofRules), baseRules[len(baseRules)-1])...)
+// linkRules replace baseRules' neighbour discovery rule in forward. The
+// kernel never routes link-scope traffic, so in forward it can only be
+// frames a bridge CNI (with br_netfilter) carries between pods of one
+// node, which dispatch cannot judge: a link-local, broadcast or multicast
+// destination is in no ingress map, and would pass an isolated pod's
+// ingress. Neighbour solicitations and advertisements stay accepted (pods
+// resolve each other and their gateway); router solicitations,
+// advertisements and redirects do not come from pods, and are dropped
+// with every other new connection from or to a link-local address and
+// every broadcast or multicast one.
+var linkRules = []string{
+	"icmpv6 type { nd-neighbor-solicit, nd-neighbor-advert } accept",
+	"icmpv6 type { nd-router-solicit, nd-router-advert, nd-redirect } counter name " + counterLink + " drop",
+	"ip6 saddr fe80::/10 counter name " + counterLink + " drop",
+	"ip6 daddr fe80::/10 counter name " + counterLink + " drop",
+	"meta pkttype { broadcast, multicast } counter name " + counterLink + " drop",
+}
+
+var forwardRules = slices.Concat(baseRules[:len(baseRules)-2], linkRules, spoofRules, baseRules[len(baseRules)-1:])
 
 var inputRules = append(slices.Clone(baseRules[:len(baseRules)-1]),
 	"meta iiftype != loopback "+spoofRules[0],

@@ -7,6 +7,7 @@ import (
 	"net/netip"
 	"os/exec"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -313,4 +314,214 @@ func TestForgedPodSourceEgress(t *testing.T) {
 			t.Errorf("counter %s: %d packets, want 2 (one forged packet per family)", c.Name, c.Packets)
 		}
 	}
+}
+
+const bridgeCluster = `apiVersion: v1
+kind: Node
+metadata: {name: n1}
+status:
+  addresses:
+  - {type: InternalIP, address: 192.168.1.1}
+---
+apiVersion: v1
+kind: Namespace
+metadata: {name: a}
+---
+apiVersion: v1
+kind: Pod
+metadata: {name: victim, namespace: a, labels: {app: victim}}
+spec: {nodeName: n1, containers: [{name: c, image: x}]}
+status: {phase: Running, podIP: 10.244.0.5}
+---
+apiVersion: v1
+kind: Pod
+metadata: {name: other, namespace: a, labels: {app: other}}
+spec: {nodeName: n1, containers: [{name: c, image: x}]}
+status: {phase: Running, podIP: 10.244.0.6}
+---
+apiVersion: networking.k8s.io/v1
+kind: NetworkPolicy
+metadata: {name: isolate-victim, namespace: a}
+spec:
+  podSelector: {matchLabels: {app: victim}}
+  policyTypes: [Ingress]
+  ingress:
+  - from: [{podSelector: {matchLabels: {app: other}}}]
+    ports: [{protocol: UDP, port: 9998}]
+`
+
+// TestBridgeLinkLocalToIsolatedPod: on a bridge CNI (pods' veths in one
+// bridge, br_netfilter on), a pod's TCP connection to an ingress-isolated
+// pod's IPv6 link-local address, in an IPv4-only cluster, is dropped;
+// before, no ingress map held the address and the base chain accepted it.
+func TestBridgeLinkLocalToIsolatedPod(t *testing.T) {
+	testenv.RequirePrivileged(t)
+	if !netnstest.Isolate(t) {
+		return
+	}
+	var r, v, o *NS
+	for _, x := range []struct {
+		ns   **NS
+		name string
+	}{{&r, "moat-br-r"}, {&v, "moat-br-v"}, {&o, "moat-br-o"}} {
+		ns, err := Create(x.name)
+		if err != nil {
+			t.Fatal(err)
+		}
+		*x.ns = ns
+		t.Cleanup(func() {
+			ns.Close()
+			if err := Delete(ns.Name()); err != nil {
+				t.Error(err)
+			}
+		})
+	}
+	for _, ns := range []*NS{v, o} {
+		// Link-local addresses usable at once (no duplicate detection).
+		if err := ns.Sysctl("net.ipv6.conf.default.accept_dad", "0"); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, kv := range [][2]string{{"net.bridge.bridge-nf-call-iptables", "1"}, {"net.bridge.bridge-nf-call-ip6tables", "1"}} {
+		if err := r.Sysctl(kv[0], kv[1]); err != nil {
+			t.Skipf("br_netfilter: %v", err)
+		}
+	}
+	R, V, O := r.Name(), v.Name(), o.Name()
+	run(t,
+		"-n "+R+" link add br0 type bridge", "-n "+R+" link set br0 up",
+		"-n "+R+" addr add 10.244.0.1/24 dev br0",
+		"-n "+V+" link add eth0 type veth peer name rv0 netns "+R,
+		"-n "+O+" link add eth0 type veth peer name ro0 netns "+R,
+		"-n "+R+" link set rv0 master br0", "-n "+R+" link set ro0 master br0",
+		"-n "+R+" link set rv0 up", "-n "+R+" link set ro0 up",
+		"-n "+V+" link set lo up", "-n "+O+" link set lo up",
+		"-n "+V+" link set eth0 up", "-n "+O+" link set eth0 up",
+		"-n "+V+" addr add 10.244.0.5/24 dev eth0", "-n "+O+" addr add 10.244.0.6/24 dev eth0",
+	)
+	res, err := (&manifest.Loader{Stdin: strings.NewReader(bridgeCluster)}).Load("-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	dp, err := r.Dataplane(nft.Options{Node: "n1"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := dp.Sync(context.Background(), policy.Compile(&res.Cluster, policy.Options{})); err != nil {
+		t.Fatal(err)
+	}
+	ll := linkLocal(t, v)
+	var tcp *net.TCPListener
+	if err := v.Do(func() error {
+		var err error
+		tcp, err = net.ListenTCP("tcp", &net.TCPAddr{Port: 8080})
+		return err
+	}); err != nil {
+		t.Fatal(err)
+	}
+	defer tcp.Close()
+	ls := listen(t, v, "udp", 9998)
+	send(t, o, ap("10.244.0.6:40000"), ap("10.244.0.5:9998"), "warm-up")
+	receiveUntil(t, ls[0])
+	// A SYN to the link-local address, without waiting for the answer.
+	var fd int
+	if err := o.Do(func() error {
+		var err error
+		fd, err = unix.Socket(unix.AF_INET6, unix.SOCK_STREAM|unix.SOCK_NONBLOCK, 0)
+		if err != nil {
+			return err
+		}
+		err = unix.Connect(fd, &unix.SockaddrInet6{Port: 8080, Addr: ll.As16(), ZoneId: uint32(ifIndex(t, "eth0"))})
+		if err == unix.EINPROGRESS {
+			return nil
+		}
+		return err
+	}); err != nil {
+		t.Fatal(err)
+	}
+	defer unix.Close(fd)
+	// And a datagram to the subnet broadcast, which no ingress map holds.
+	bcast := listen(t, v, "udp4", 9999)
+	if err := o.Do(func() error {
+		d := net.ListenConfig{Control: func(_, _ string, c syscall.RawConn) error {
+			var serr error
+			if err := c.Control(func(fd uintptr) {
+				serr = unix.SetsockoptInt(int(fd), unix.SOL_SOCKET, unix.SO_BROADCAST, 1)
+			}); err != nil {
+				return err
+			}
+			return serr
+		}}
+		c, err := d.ListenPacket(context.Background(), "udp4", "10.244.0.6:0")
+		if err != nil {
+			return err
+		}
+		defer c.Close()
+		_, err = c.WriteTo([]byte("broadcast"), &net.UDPAddr{IP: net.IPv4(10, 244, 0, 255), Port: 9999})
+		return err
+	}); err != nil {
+		t.Fatal(err)
+	}
+	send(t, o, ap("10.244.0.6:40000"), ap("10.244.0.5:9998"), "allowed")
+	if _, before := receiveUntil(t, ls[0], bcast[0]); len(before) > 0 {
+		t.Errorf("the isolated pod received %v over the bridge", before)
+	}
+	cs, err := dp.Counters(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	dropped := false
+	for _, c := range cs {
+		if c.Reason == nft.ReasonLinkScope && c.Packets >= 2 {
+			dropped = true
+		}
+	}
+	if !dropped {
+		t.Errorf("fewer than 2 link-scope drops counted: the SYN from the other pod to %s%%eth0 or its broadcast was let through the bridge (counters %+v)", ll, cs)
+	}
+}
+
+// linkLocal waits for the IPv6 link-local address of eth0 in ns (the
+// kernel adds it when the link comes up; no duplicate detection here).
+func linkLocal(t *testing.T, ns *NS) netip.Addr {
+	t.Helper()
+	for range 1000 {
+		var found netip.Addr
+		if err := ns.Do(func() error {
+			ifi, err := net.InterfaceByName("eth0")
+			if err != nil {
+				return err
+			}
+			addrs, err := ifi.Addrs()
+			if err != nil {
+				return err
+			}
+			for _, a := range addrs {
+				if n, ok := a.(*net.IPNet); ok {
+					if ip, ok := netip.AddrFromSlice(n.IP); ok && ip.Is6() && ip.IsLinkLocalUnicast() {
+						found = ip
+					}
+				}
+			}
+			return nil
+		}); err != nil {
+			t.Fatal(err)
+		}
+		if found.IsValid() {
+			return found
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	t.Fatal("eth0 got no link-local address")
+	return netip.Addr{}
+}
+
+// ifIndex is the index of the interface name in the calling thread's
+// namespace.
+func ifIndex(t *testing.T, name string) int {
+	ifi, err := net.InterfaceByName(name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return ifi.Index
 }

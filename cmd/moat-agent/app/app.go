@@ -109,6 +109,9 @@ func Run(ctx context.Context, o *options.Options) error {
 	}
 	log := klog.FromContext(ctx)
 	log.Info("Starting moat-agent", "node", o.NodeName, "apiServer", restCfg.Host, "metrics", srv.metricsAddr(), "health", srv.healthAddr())
+	if o.NetNS == "" {
+		warnBridgeNetfilter(log)
+	}
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	serveErr := srv.serve(ctx, a)
