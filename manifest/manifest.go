@@ -38,15 +38,18 @@ type Loader struct {
 // file; everything else becomes a diagnostic.
 func (l *Loader) Load(paths ...string) (*Result, error) {
 	res := &Result{}
+	// A file named twice (-f dir -f dir/a.yaml, -f a -f a) is read once:
+	// its objects are not duplicates of themselves.
+	seen := map[string]bool{}
 	for _, p := range paths {
-		if err := l.loadPath(res, p); err != nil {
+		if err := l.loadPath(res, p, seen); err != nil {
 			return nil, err
 		}
 	}
 	return res, nil
 }
 
-func (l *Loader) loadPath(d *Result, p string) error {
+func (l *Loader) loadPath(d *Result, p string, seen map[string]bool) error {
 	if p == "-" {
 		in := l.Stdin
 		if in == nil {
@@ -62,6 +65,11 @@ func (l *Loader) loadPath(d *Result, p string) error {
 		return err
 	}
 	for _, f := range files {
+		key := filepath.Clean(f)
+		if seen[key] {
+			continue
+		}
+		seen[key] = true
 		if err := l.loadFile(d, f); err != nil {
 			return err
 		}

@@ -2,6 +2,8 @@ package manifest_test
 
 import (
 	"net/netip"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 
@@ -136,5 +138,37 @@ func TestStdinCopy(t *testing.T) {
 		if kept.String() != doc || len(res.Cluster.Namespaces) != 1 {
 			t.Errorf("kept %q, namespaces %v", kept.String(), res.Cluster.Namespaces)
 		}
+	}
+}
+
+// A file named twice, directly or through its directory, is read once: its
+// objects are not reported as duplicates of themselves. Two files that
+// define one object still are.
+func TestFileNamedTwiceReadOnce(t *testing.T) {
+	for _, paths := range [][]string{
+		{"testdata/tree/a.yaml", "testdata/tree/a.yaml"},
+		{"testdata/tree", "testdata/tree/a.yaml"},
+		{"testdata/tree/sub/b.json", "testdata/tree/sub/../sub/b.json", "testdata/tree"},
+	} {
+		var l manifest.Loader
+		res, err := l.Load(paths...)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(res.Dropped) > 0 {
+			t.Errorf("%v: dropped %v: %v", paths, res.Dropped, res.Diagnostics)
+		}
+	}
+	dir := t.TempDir()
+	doc := []byte("apiVersion: v1\nkind: Namespace\nmetadata: {name: a}\n")
+	for _, f := range []string{"x.yaml", "y.yaml"} {
+		if err := os.WriteFile(filepath.Join(dir, f), doc, 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	var l manifest.Loader
+	res, err := l.Load(filepath.Join(dir, "x.yaml"), filepath.Join(dir, "y.yaml"))
+	if err != nil || len(res.Dropped) != 1 {
+		t.Errorf("one object in two files: err %v, dropped %v", err, res.Dropped)
 	}
 }
