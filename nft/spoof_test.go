@@ -1,0 +1,60 @@
+package nft
+
+import (
+	"net/netip"
+	"slices"
+	"strings"
+	"testing"
+
+	"github.com/moat-net/moat/policy"
+)
+
+// A node with overlapping pod CIDRs, its pod, and a pod of another node
+// whose address (own IP pools of the CNI) lies in this node's CIDR.
+const podCIDRCluster = `apiVersion: v1
+kind: Node
+metadata: {name: n1}
+spec: {podCIDRs: ["10.244.0.0/24", "10.244.0.0/16", "fd00:244::/64"]}
+status: {addresses: [{type: InternalIP, address: 192.168.1.1}]}
+---
+apiVersion: v1
+kind: Namespace
+metadata: {name: a}
+---
+apiVersion: v1
+kind: Pod
+metadata: {name: p, namespace: a}
+spec: {nodeName: n1}
+status: {podIP: 10.244.0.5}
+---
+apiVersion: v1
+kind: Pod
+metadata: {name: q, namespace: a}
+spec: {nodeName: n2}
+status: {podIP: 10.244.7.9}
+`
+
+// TestSpoofedSources: the pod CIDRs are normalised for an interval set
+// (the /16 contains the /24), every known pod address in them is allowed
+// as a source and an unknown one is not, as the forward hook decides; a
+// change of the CIDRs is a change of the inputs.
+func TestSpoofedSources(t *testing.T) {
+	prog := compileYAML(t, podCIDRCluster)
+	rs := Build(prog, "n1")
+	if want := []netip.Prefix{netip.MustParsePrefix("10.244.0.0/16"), netip.MustParsePrefix("fd00:244::/64")}; !slices.Equal(rs.podNets, want) {
+		t.Errorf("podNets = %v, want %v", rs.podNets, want)
+	}
+	if want := []netip.Addr{netip.MustParseAddr("10.244.0.5"), netip.MustParseAddr("10.244.7.9")}; !slices.Equal(rs.pods, want) {
+		t.Errorf("pods = %v, want %v", rs.pods, want)
+	}
+	dst := netip.MustParseAddr("192.168.9.9")
+	for src, want := range map[string]bool{"10.244.0.5": true, "10.244.7.9": true, "10.244.0.77": false, "fd00:244::77": false, "10.9.0.1": true} {
+		if got := rs.Allows(Packet{Src: netip.MustParseAddr(src), Dst: dst, Proto: policy.ProtoUDP, Port: 53}); got != want {
+			t.Errorf("Allows from %s = %v, want %v", src, got, want)
+		}
+	}
+	other := compileYAML(t, strings.Replace(podCIDRCluster, `"10.244.0.0/16", `, "", 1))
+	if readInputs(prog, "n1").equal(readInputs(other, "n1")) {
+		t.Error("inputs equal although the pod CIDRs differ")
+	}
+}
