@@ -97,11 +97,11 @@ func waitCondition(ctx context.Context, t *testing.T, env *kubetest.Env, name st
 	})
 }
 
-func TestAgentAgainstAPIServer(t *testing.T) {
-	if testing.Short() {
-		t.Skip("starts a real kube-apiserver; runs without -short")
-	}
-	ctx := context.Background()
+// startAPIServer starts a real kube-apiserver (and etcd) with Moat's
+// CRDs, and the agent's clients to it: the environment of every agent
+// test against an API server.
+func startAPIServer(ctx context.Context, t *testing.T) (*kubetest.Env, Clients) {
+	t.Helper()
 	crds, err := deploy.CRDs(deploy.Experimental)
 	if err != nil {
 		t.Fatal(err)
@@ -111,6 +111,15 @@ func TestAgentAgainstAPIServer(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	return env, clients
+}
+
+func TestAgentAgainstAPIServer(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts a real kube-apiserver; runs without -short")
+	}
+	ctx := context.Background()
+	env, clients := startAPIServer(ctx, t)
 
 	fixture.CreateNamespace(ctx, t, env, fixture.Namespace("a", map[string]string{"team": "a"}))
 	fixture.CreateNamespace(ctx, t, env, fixture.Namespace("b", map[string]string{"team": "b"}))

@@ -11,8 +11,6 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/moat-net/moat/agent/internal/fixture"
-	"github.com/moat-net/moat/deploy"
-	"github.com/moat-net/moat/internal/kubetest"
 	"github.com/moat-net/moat/policy"
 )
 
@@ -26,15 +24,7 @@ func TestNodeNameNotFound(t *testing.T) {
 		t.Skip("starts a real kube-apiserver; runs without -short")
 	}
 	ctx := context.Background()
-	crds, err := deploy.CRDs(deploy.Experimental)
-	if err != nil {
-		t.Fatal(err)
-	}
-	env := kubetest.Start(ctx, t, kubetest.WithCRDs(crds))
-	clients, err := NewClients(fixture.AgentConfig(ctx, t, env))
-	if err != nil {
-		t.Fatal(err)
-	}
+	env, clients := startAPIServer(ctx, t)
 	const fqdn = "n1.example.com"
 	fixture.CreateNamespace(ctx, t, env, fixture.Namespace("a", nil))
 	fixture.CreateNode(ctx, t, env, fixture.Node(fqdn, nil, "192.168.1.1"))

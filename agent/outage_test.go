@@ -6,8 +6,6 @@ import (
 	"time"
 
 	"github.com/moat-net/moat/agent/internal/fixture"
-	"github.com/moat-net/moat/deploy"
-	"github.com/moat-net/moat/internal/kubetest"
 )
 
 // outage is how long the API server stays down at least. The test then
@@ -33,15 +31,7 @@ func TestChangeAfterOutageReachesNodeQuickly(t *testing.T) {
 		t.Skip("starts a real kube-apiserver and waits out an outage; runs without -short")
 	}
 	ctx := context.Background()
-	crds, err := deploy.CRDs(deploy.Experimental)
-	if err != nil {
-		t.Fatal(err)
-	}
-	env := kubetest.Start(ctx, t, kubetest.WithCRDs(crds))
-	clients, err := NewClients(fixture.AgentConfig(ctx, t, env))
-	if err != nil {
-		t.Fatal(err)
-	}
+	env, clients := startAPIServer(ctx, t)
 	fixture.CreateNamespace(ctx, t, env, fixture.Namespace("a", nil))
 	fixture.CreateNode(ctx, t, env, fixture.Node("n1", nil, "192.168.1.1"))
 	fixture.CreatePod(ctx, t, env, fixture.Pod("a", "x", "n1", map[string]string{"app": "x"}, nil), "10.1.0.1")
