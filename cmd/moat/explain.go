@@ -43,6 +43,10 @@ that decided. Exit status: 0 when a verdict was computed (allowed or not),
 			if port < 1 || port > 65535 {
 				return fmt.Errorf("--port: must be between 1 and 65535, got %d", port)
 			}
+			if output != "text" && output != "" && output != "json" {
+				// Before reading what may be a large input.
+				return fmt.Errorf("-o: must be text or json, got %q", output)
+			}
 			l, err := in.load(cmd)
 			if err != nil {
 				return err
@@ -63,20 +67,17 @@ that decided. Exit status: 0 when a verdict was computed (allowed or not),
 			}
 			f := matrix.Judge(prog, matrix.Endpoint{Label: from, Endpoint: src}, matrix.Endpoint{Label: to, Endpoint: dst}, matrix.PortProto{Port: uint16(port), Protocol: proto})
 			f.OtherFamilies = matrix.OtherFamilies(prog, matrix.Endpoint{Label: from, Endpoint: src}, matrix.Endpoint{Label: to, Endpoint: dst}, matrix.PortProto{Port: uint16(port), Protocol: proto})
-			switch output {
-			case "json":
+			if output == "json" {
 				enc := json.NewEncoder(cmd.OutOrStdout())
 				enc.SetIndent("", "  ")
 				return enc.Encode(explainJSON{Flow: f, Egress: decisionJSON{f.Egress, f.Egress.Isolating}, Ingress: decisionJSON{f.Ingress, f.Ingress.Isolating}})
-			case "text", "":
-				writeExplanation(cmd.OutOrStdout(), f)
-				for _, other := range f.OtherFamilies {
-					fmt.Fprintln(cmd.OutOrStdout(), "also, over the other address family:")
-					writeExplanation(cmd.OutOrStdout(), other)
-				}
-				return nil
 			}
-			return fmt.Errorf("-o: must be text or json, got %q", output)
+			writeExplanation(cmd.OutOrStdout(), f)
+			for _, other := range f.OtherFamilies {
+				fmt.Fprintln(cmd.OutOrStdout(), "also, over the other address family:")
+				writeExplanation(cmd.OutOrStdout(), other)
+			}
+			return nil
 		},
 	}
 	in.register(cmd)

@@ -93,6 +93,13 @@ func TestExplain(t *testing.T) {
 			t.Errorf("%v: code %d, stderr %q", args, code, errOut)
 		}
 	}
+	// A bad -o is refused before the input is read, whatever the input.
+	for _, cmd := range [][]string{{"matrix"}, {"diff", "--after", "/does/not/exist"}, {"explain", "--from", "a/b", "--to", "c/d", "--port", "80"}} {
+		args := append(cmd, "-f", "/does/not/exist", "-o", "yaml")
+		if _, errOut, code := run(t, "", args...); code != 1 || !strings.Contains(errOut, "-o: must be") {
+			t.Errorf("%v: code %d, stderr %q; want the -o error", args, code, errOut)
+		}
+	}
 }
 
 func TestMatrixJSONSchema(t *testing.T) {
