@@ -427,10 +427,7 @@ func (st *stabber) stab(p int32, out []bound) []bound {
 			}
 			lo = m + 1
 		default:
-			for _, bd := range st.byFrom[a:z] {
-				out = append(out, bd)
-			}
-			return out
+			return append(out, st.byFrom[a:z]...)
 		}
 	}
 	return out
