@@ -3,6 +3,7 @@ package nft
 import (
 	"bufio"
 	"context"
+	"errors"
 	"os/exec"
 	"regexp"
 	"runtime"
@@ -22,6 +23,9 @@ import (
 type generationMonitor struct {
 	cmd  *exec.Cmd
 	gens chan uint32
+	// exit is how nft monitor ended, set before exited is closed.
+	exit   error
+	exited chan struct{}
 }
 
 var newGenerationLine = regexp.MustCompile(`^# new generation (\d+)`)
@@ -40,9 +44,11 @@ func startGenerationMonitor(t *testing.T) (*generationMonitor, uint32) {
 	if err := cmd.Start(); err != nil {
 		t.Fatalf("nft monitor: %v", err)
 	}
-	m := &generationMonitor{cmd: cmd, gens: make(chan uint32, 100)}
-	t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
+	m := &generationMonitor{cmd: cmd, gens: make(chan uint32, 100), exited: make(chan struct{})}
+	t.Cleanup(func() { _ = cmd.Process.Kill(); <-m.exited })
 	go func() {
+		defer close(m.exited)
+		defer func() { m.exit = cmd.Wait() }()
 		defer close(m.gens)
 		sc := bufio.NewScanner(out)
 		// A set's elements are one line.
@@ -83,19 +89,31 @@ func startGenerationMonitor(t *testing.T) (*generationMonitor, uint32) {
 	return nil, 0
 }
 
-// next returns the next generation the monitor reports.
-func (m *generationMonitor) next(t *testing.T, step string) uint32 {
+// next returns the next generation the monitor reports. ok is false
+// when the monitor was killed by a signal: Debian's nft 1.0.6 monitor
+// segfaults in about a third of the runs while printing the patch's
+// event (one element added to an interval set of concatenations) since
+// the forward chain gained the link-scope rules; the commit itself is
+// fine, and the generation read over netlink still checks it. Any other
+// end fails the test.
+func (m *generationMonitor) next(t *testing.T, step string) (g uint32, ok bool) {
 	t.Helper()
 	select {
 	case g, ok := <-m.gens:
-		if !ok {
-			t.Fatalf("%s: nft monitor ended", step)
+		if ok {
+			return g, true
 		}
-		return g
+		<-m.exited
+		var ee *exec.ExitError
+		if errors.As(m.exit, &ee) && !ee.Exited() {
+			t.Logf("%s: nft monitor died (%v), a crash of nft's own printer; the generation is checked over netlink alone from here", step, m.exit)
+			return 0, false
+		}
+		t.Fatalf("%s: nft monitor ended: %v", step, m.exit)
 	case <-time.After(time.Minute):
 		t.Fatalf("%s: nft monitor reported no generation within a minute", step)
 	}
-	return 0
+	return 0, false
 }
 
 // readGeneration reads the generation in the calling thread's namespace
@@ -151,8 +169,12 @@ func TestKernelGeneration(t *testing.T) {
 			}
 			want = nextGeneration(want)
 			step := "after sync " + strconv.Itoa(i)
-			if got := mon.next(t, step); got != want {
-				t.Errorf("%s: nft monitor reported generation %d, want %d", step, got, want)
+			if mon != nil {
+				if got, ok := mon.next(t, step); !ok {
+					mon = nil
+				} else if got != want {
+					t.Errorf("%s: nft monitor reported generation %d, want %d", step, got, want)
+				}
 			}
 			if g := readGeneration(t, step); g != want {
 				t.Errorf("%s: generation read %d, want %d", step, g, want)
