@@ -268,7 +268,8 @@ func (w *statusWriter) write(ctx context.Context) (again bool) {
 
 // desiredCondition is the Accepted condition for a compiled policy. The
 // compiler's status already says what is wrong (wrongly typed parts
-// included); fields a disabled feature gate hides get a hint naming it.
+// included, and each field a disabled feature gate hides, naming the
+// gate); for those it adds the agent's flag that enables them.
 func desiredCondition(cnp *decodedCNP, st policy.PolicyStatus, opts policy.Options) metav1.Condition {
 	c := metav1.Condition{Type: ConditionAccepted, ObservedGeneration: cnp.Generation}
 	switch {
@@ -279,17 +280,19 @@ func desiredCondition(cnp *decodedCNP, st policy.PolicyStatus, opts policy.Optio
 		if c.Reason == "" {
 			c.Reason = ReasonInvalidSpec
 		}
-		if gated := policy.GatedFields(&cnp.ClusterNetworkPolicy, opts); len(gated) > 0 {
-			c.Message += fmt.Sprintf(" (%s: these fields need moat-agent --feature-gates=%s=true)", strings.Join(gated, ", "), features.IngressNetworksAndNodes)
+		if len(policy.GatedFields(&cnp.ClusterNetworkPolicy, opts)) > 0 {
+			c.Message += fmt.Sprintf(" (moat-agent --feature-gates=%s=true enables the gated fields)", features.IngressNetworksAndNodes)
 		}
 	}
 	c.Message = truncate(c.Message)
 	return c
 }
 
+// truncate cuts s to maxMessage bytes, dropping a character the cut
+// would split (a message may quote any text of the policy).
 func truncate(s string) string {
 	if len(s) > maxMessage {
-		return s[:maxMessage-3] + "..."
+		return strings.ToValidUTF8(s[:maxMessage-3], "") + "..."
 	}
 	return s
 }
