@@ -123,10 +123,15 @@ func (b *builder) nodeLocal(prog *policy.Program) {
 }
 
 // podNet reads the node's pod CIDRs and, when it has some, the pod
-// addresses in them (see Ruleset.podNets).
+// addresses in them (see Ruleset.podNets), of pods on any node: with a
+// CNI that allocates from the nodes' pod CIDRs these are the node's own
+// pods; one that ignores them (its own IP pools while the controller
+// manager still sets spec.podCIDRs) may give a pod of another node an
+// address in them, and that pod's connections through this node must not
+// be taken for forged ones.
 func (b *builder) podNet(prog *policy.Program) {
 	b.rs.podNets = podNets(prog, b.rs.node)
-	b.rs.pods = podsIn(prog, b.rs.podNets)
+	b.rs.pods = prog.PodAddrsIn(b.rs.podNets)
 }
 
 // podNets are the node's pod CIDRs, less those another one contains (an
@@ -147,36 +152,6 @@ func podNets(prog *policy.Program, node string) []netip.Prefix {
 		out = append(out, c)
 	}
 	return out
-}
-
-// podsIn lists, sorted, the addresses in nets of the pod-network pods the
-// Program knows, on any node. With a CNI that allocates from the nodes'
-// pod CIDRs these are the node's own pods; one that ignores them (its own
-// IP pools while the controller manager still sets spec.podCIDRs) may
-// give a pod of another node an address in them, and that pod's
-// connections through this node must not be taken for forged ones.
-func podsIn(prog *policy.Program, nets []netip.Prefix) []netip.Addr {
-	if len(nets) == 0 {
-		return nil
-	}
-	var out []netip.Addr
-	for i := range prog.Pods {
-		pod := &prog.Pods[i]
-		if pod.HostNetwork {
-			continue
-		}
-		for _, a := range pod.IPs {
-			a = a.Unmap()
-			for _, n := range nets {
-				if n.Contains(a) {
-					out = append(out, a)
-					break
-				}
-			}
-		}
-	}
-	slices.SortFunc(out, netip.Addr.Compare)
-	return slices.Compact(out)
 }
 
 // localPods finds the policed pods on the node and plans their

@@ -38,7 +38,7 @@ type buildInputs struct {
 	// (Program.NodeLocalAddrs).
 	nodeAddrs []netip.Addr
 	// podNets and podAddrs are Ruleset.podNets and Ruleset.pods: the
-	// latter may hold pods of other nodes (podsIn).
+	// latter may hold pods of other nodes (Program.PodAddrsIn).
 	podNets  []netip.Prefix
 	podAddrs []netip.Addr
 	// pods are the Program's pods on the node, in order.
@@ -64,7 +64,7 @@ func readInputs(prog *policy.Program, node string) *buildInputs {
 	}
 	in.nodeAddrs = prog.NodeLocalAddrs(node)
 	in.podNets = podNets(prog, node)
-	in.podAddrs = podsIn(prog, in.podNets)
+	in.podAddrs = prog.PodAddrsIn(in.podNets)
 	for i := range prog.Pods {
 		p := &prog.Pods[i]
 		if p.NodeName != node {

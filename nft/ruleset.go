@@ -161,7 +161,7 @@ type Ruleset struct {
 	// allowed; empty when node-local traffic is policed.
 	nodeLocal []netip.Addr
 	// podNets are the node's pod CIDRs (policy.Node.PodCIDRs), and pods
-	// every pod-network pod address in them, policed or not (podsIn): a
+	// every pod-network pod address in them, policed or not (Program.PodAddrsIn): a
 	// new connection from an address in podNets that is not in pods is
 	// forged, or from a pod the agent has not learnt yet, and is dropped.
 	podNets []netip.Prefix

@@ -53,6 +53,12 @@ func TestSpoofedSources(t *testing.T) {
 			t.Errorf("Allows from %s = %v, want %v", src, got, want)
 		}
 	}
+	// moat-agent compiles for its node, and its Program lists only that
+	// node's pods: the other node's pod in the CIDR must still be known.
+	scoped := Build(compileYAMLOpts(t, podCIDRCluster, policy.Options{Node: "n1"}), "n1")
+	if !slices.Equal(scoped.pods, rs.pods) {
+		t.Errorf("node-scoped pods = %v, want %v as from the whole cluster", scoped.pods, rs.pods)
+	}
 	other := compileYAML(t, strings.Replace(podCIDRCluster, `"10.244.0.0/16", `, "", 1))
 	if readInputs(prog, "n1").equal(readInputs(other, "n1")) {
 		t.Error("inputs equal although the pod CIDRs differ")

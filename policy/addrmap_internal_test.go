@@ -78,3 +78,42 @@ func TestAddrMapAgreesWithAMapOfAddrs(t *testing.T) {
 		}
 	}
 }
+
+// TestCOWMapKeys: keys lists exactly the keys of a version, through
+// changes and deletions on top of the shared base and after they are
+// folded into a new one.
+func TestCOWMapKeys(t *testing.T) {
+	want := map[int]bool{}
+	base := map[int]int{}
+	for i := range 100 {
+		base[i], want[i] = i, true
+	}
+	m := newCOWMap(base)
+	one := 1
+	for round := range 300 {
+		k := (round * 37) % 250
+		if want[k] && round%3 == 0 {
+			m = m.with(map[int]*int{k: nil})
+			delete(want, k)
+		} else {
+			m = m.with(map[int]*int{k: &one})
+			want[k] = true
+		}
+		got := map[int]bool{}
+		m.keys(func(k int) bool {
+			if got[k] {
+				t.Fatalf("round %d: key %d listed twice", round, k)
+			}
+			got[k] = true
+			return true
+		})
+		if len(got) != len(want) {
+			t.Fatalf("round %d: %d keys, want %d", round, len(got), len(want))
+		}
+		for k := range want {
+			if !got[k] {
+				t.Fatalf("round %d: key %d missing", round, k)
+			}
+		}
+	}
+}

@@ -27,6 +27,21 @@ func (m *cowMap[K, V]) get(k K) (V, bool) {
 	return v, ok
 }
 
+// keys calls yield for each key of this version, in no order, until it
+// returns false.
+func (m *cowMap[K, V]) keys(yield func(K) bool) {
+	for k := range m.base {
+		if _, changed := m.delta[k]; !changed && !yield(k) {
+			return
+		}
+	}
+	for k, e := range m.delta {
+		if !e.deleted && !yield(k) {
+			return
+		}
+	}
+}
+
 // with returns a new version with the changes applied (nil: deleted).
 func (m *cowMap[K, V]) with(changes map[K]*V) *cowMap[K, V] {
 	if len(changes) == 0 {

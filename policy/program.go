@@ -299,6 +299,38 @@ func (p *Program) PodByIP(a netip.Addr) (int, bool) {
 	return int(p.slotIndex[s]), true
 }
 
+// PodAddrsIn lists, sorted, the addresses within nets that pod-network
+// pods claim, alone or with others, on any node: with Options.Node too,
+// where Pods lists only that node's pods. It reads every pod address of
+// the cluster once.
+func (p *Program) PodAddrsIn(nets []netip.Prefix) []netip.Addr {
+	if len(nets) == 0 {
+		return nil
+	}
+	var out []netip.Addr
+	in := func(a netip.Addr) {
+		for _, n := range nets {
+			if n.Contains(a) {
+				out = append(out, a)
+				return
+			}
+		}
+	}
+	p.podByIP.v4.keys(func(k uint32) bool {
+		in(netip.AddrFrom4([4]byte{byte(k >> 24), byte(k >> 16), byte(k >> 8), byte(k)}))
+		return true
+	})
+	p.podByIP.other.keys(func(a netip.Addr) bool {
+		in(a)
+		return true
+	})
+	for a := range p.dupAddrs {
+		in(a)
+	}
+	slices.SortFunc(out, netip.Addr.Compare)
+	return slices.Compact(out)
+}
+
 // DuplicateAddr reports whether more than one pod claims the address.
 func (p *Program) DuplicateAddr(a netip.Addr) bool { return p.dupAddrs[a.Unmap()] != nil }
 
