@@ -26,12 +26,15 @@ func randomPorts() []Packet {
 
 // TestRandomRulesAgreeWithEvaluator: for random clusters, what the
 // rendered rules of the crossed nodes do equals what the evaluator says,
-// for every flow. The kernel side of the same comparison is lab's
-// differential test.
+// for every flow. Every other cluster has pod CIDRs, some pods addresses
+// from another node's CIDR and a forged source; then the rules are built
+// from node-scoped Programs too, as moat-agent builds them. The kernel side
+// of the same comparison is lab's differential test.
 func TestRandomRulesAgreeWithEvaluator(t *testing.T) {
 	cfg := randcluster.Default()
 	cfg.SCTP = true
 	for seed := int64(1); seed <= int64(*randomRounds); seed++ {
+		cfg.PodCIDRs = seed%2 == 1
 		sc := randcluster.Generate(seed, cfg)
 		y, err := sc.Manifests()
 		if err != nil {
@@ -43,8 +46,17 @@ func TestRandomRulesAgreeWithEvaluator(t *testing.T) {
 			extra = append(extra, randcluster.NodeAddr4(1), randcluster.NodeAddr6(1))
 			failed := t.Failed()
 			checkAgainstEvaluator(t, prog, extra, randomPorts())
+			if cfg.PodCIDRs {
+				scoped := map[string]*Ruleset{}
+				for _, n := range prog.Nodes {
+					o := opts
+					o.Node = n.Name
+					scoped[n.Name] = Build(compileYAMLOpts(t, string(y), o), n.Name)
+				}
+				checkRulesets(t, prog, scoped, extra, randomPorts())
+			}
 			if !failed && t.Failed() {
-				t.Fatalf("seed %d (DenyNodeLocal=%v) disagrees; manifests:\n%s", seed, opts.DenyNodeLocal, y)
+				t.Fatalf("seed %d (DenyNodeLocal=%v, PodCIDRs=%v) disagrees; manifests:\n%s", seed, opts.DenyNodeLocal, cfg.PodCIDRs, y)
 			}
 		}
 	}
@@ -58,6 +70,9 @@ func TestRandomDiffEqualsFull(t *testing.T) {
 	patched := knftables.NewFake(knftables.InetFamily, Table)
 	s := New(patched, Options{Node: "node-0"})
 	for seed := int64(1); seed <= int64(*randomRounds); seed++ {
+		// Pod CIDRs come and go: the anti-spoofing rules and sets are
+		// patched in and out.
+		cfg.PodCIDRs = seed%3 != 0
 		y, err := randcluster.Generate(seed, cfg).Manifests()
 		if err != nil {
 			t.Fatal(err)
@@ -99,6 +114,7 @@ func sortedLines(s string) string {
 func TestRandomWriteReplaceIsFirstSync(t *testing.T) {
 	cfg := randcluster.Default()
 	for seed := int64(1); seed <= int64(*randomRounds)/5+1; seed++ {
+		cfg.PodCIDRs = seed%2 == 1
 		y, err := randcluster.Generate(seed, cfg).Manifests()
 		if err != nil {
 			t.Fatal(err)

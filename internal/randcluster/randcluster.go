@@ -71,6 +71,11 @@ type Config struct {
 	SCTP                 bool
 	IPv6                 bool
 	MaxRulesPerDirection int
+	// PodCIDRs gives each node spec.podCIDRs (its pods' /24 and /64),
+	// some pods an address from another node's CIDR (a CNI with IP pools
+	// of its own), and, with ExternalPeers, a peer inside node-0's CIDRs
+	// that is no pod: the source the agent's anti-spoofing rules drop.
+	PodCIDRs bool
 }
 
 // Default is the shape the issue asks for: 2 nodes, 6-12 pods in 2-3
@@ -127,6 +132,13 @@ var (
 	Peer6 = netip.MustParseAddr("2001:db8:77::50")
 )
 
+// StrayPeer4 and StrayPeer6 are inside node-0's pod CIDRs (Config.PodCIDRs)
+// but no pod's: a forged or not yet known source.
+var (
+	StrayPeer4 = podAddr4(0, 240)
+	StrayPeer6 = podAddr6(0, 240)
+)
+
 // Generate makes one scenario from a seed.
 func Generate(seed int64, cfg Config) *Scenario {
 	g := &gen{r: rand.New(rand.NewSource(seed)), cfg: cfg, sc: &Scenario{Seed: seed}}
@@ -143,6 +155,12 @@ func Generate(seed int64, cfg Config) *Scenario {
 		g.sc.Peers = append(g.sc.Peers, Peer4)
 		if cfg.IPv6 {
 			g.sc.Peers = append(g.sc.Peers, Peer6)
+		}
+		if cfg.PodCIDRs {
+			g.sc.Peers = append(g.sc.Peers, StrayPeer4)
+			if cfg.IPv6 {
+				g.sc.Peers = append(g.sc.Peers, StrayPeer6)
+			}
 		}
 	}
 	return g.sc
@@ -163,6 +181,13 @@ func (g *gen) nodes() {
 		n.Status.Addresses = []corev1.NodeAddress{{Type: corev1.NodeInternalIP, Address: NodeAddr4(i).String()}}
 		if g.cfg.IPv6 {
 			n.Status.Addresses = append(n.Status.Addresses, corev1.NodeAddress{Type: corev1.NodeInternalIP, Address: NodeAddr6(i).String()})
+		}
+		if g.cfg.PodCIDRs {
+			n.Spec.PodCIDRs = []string{netip.PrefixFrom(podAddr4(i, 0), 24).Masked().String()}
+			if g.cfg.IPv6 {
+				n.Spec.PodCIDRs = append(n.Spec.PodCIDRs, netip.PrefixFrom(podAddr6(i, 0), 64).Masked().String())
+			}
+			n.Spec.PodCIDR = n.Spec.PodCIDRs[0]
 		}
 		g.add("Node", n.Name, n)
 	}
@@ -209,9 +234,15 @@ func (g *gen) pods() {
 			ports = append(ports, sctpPort)
 		}
 		p.Spec.Containers = []corev1.Container{{Name: "c", Image: "none", Ports: ports}}
-		p.Status.PodIPs = []corev1.PodIP{{IP: podAddr4(node, idx).String()}}
+		pool, at := node, idx
+		if g.cfg.PodCIDRs && g.cfg.Nodes > 1 && g.r.Intn(4) == 0 {
+			// An address from another node's CIDR, apart from that
+			// node's own pods' (10+idx).
+			pool, at = (node+1+g.r.Intn(g.cfg.Nodes-1))%g.cfg.Nodes, 100+i
+		}
+		p.Status.PodIPs = []corev1.PodIP{{IP: podAddr4(pool, at).String()}}
 		if g.cfg.IPv6 && g.r.Intn(5) != 0 {
-			p.Status.PodIPs = append(p.Status.PodIPs, corev1.PodIP{IP: podAddr6(node, idx).String()})
+			p.Status.PodIPs = append(p.Status.PodIPs, corev1.PodIP{IP: podAddr6(pool, at).String()})
 		}
 		p.Status.PodIP = p.Status.PodIPs[0].IP
 		g.add("Pod", p.Namespace+"/"+p.Name, p)
