@@ -57,7 +57,7 @@ func TestDecodeCNP(t *testing.T) {
 	}, {
 		name: "one rule of the wrong type keeps its index",
 		spec: `spec: {tier: Admin, priority: 5, subject: {namespaces: {}}, ingress: [{action: Accept, from: [{namespaces: {}}]}, {action: 7}]}`,
-		bad:  []string{"spec.ingress[1]"}, ingressRules: 2, wantReason: ReasonInvalidSpec,
+		bad:  []string{"spec.ingress[1].action"}, ingressRules: 2, wantReason: ReasonInvalidSpec,
 		check: func(t *testing.T, d *decodedCNP) {
 			if d.Spec.Ingress[0].Action != "Accept" || d.Spec.Ingress[1].Action != "" {
 				t.Errorf("rules = %+v", d.Spec.Ingress)
@@ -66,7 +66,7 @@ func TestDecodeCNP(t *testing.T) {
 	}, {
 		name: "rule list that is not a list",
 		spec: `spec: {tier: Admin, priority: 5, subject: {namespaces: {}}, egress: "all"}`,
-		bad:  []string{"spec.egress[0]"}, egress: 1, wantReason: ReasonInvalidSpec,
+		bad:  []string{"spec.egress"}, egress: 1, wantReason: ReasonInvalidSpec,
 	}, {
 		name: "spec that is not an object",
 		spec: `spec: 42`,
@@ -142,8 +142,11 @@ metadata: {name: np, namespace: a, generation: 2}
 	}{
 		{"valid", `spec: {podSelector: {}, ingress: [{ports: [{port: 80, endPort: 90}]}]}`, nil, nil, 1, true},
 		{"unknown field", `spec: {podSelector: {}, ingress: [{from: [{serviceAccount: x}]}]}`, []string{"spec.ingress[0].from[0].serviceAccount"}, nil, 1, false},
-		{"rule of the wrong type", `spec: {podSelector: {}, ingress: [{ports: "80"}]}`, nil, []string{"spec.ingress[0]"}, 1, false},
-		{"rule of the wrong type beside a good one", `spec: {podSelector: {}, ingress: [{ports: "80"}, {ports: [{port: 80}]}]}`, nil, []string{"spec.ingress[0]"}, 2, true},
+		{"rule of the wrong type", `spec: {podSelector: {}, ingress: [{ports: "80"}]}`, nil, []string{"spec.ingress[0].ports"}, 1, false},
+		{"rule of the wrong type beside a good one", `spec: {podSelector: {}, ingress: [{ports: "80"}, {ports: [{port: 80}]}]}`, nil, []string{"spec.ingress[0].ports"}, 2, true},
+		{"port of the wrong type beside a good one", `spec: {podSelector: {}, ingress: [{ports: [{port: true}, {port: 80}]}]}`, nil, []string{"spec.ingress[0].ports[0].port"}, 1, true},
+		{"port of the wrong type alone", `spec: {podSelector: {}, ingress: [{ports: [{port: true}]}]}`, nil, []string{"spec.ingress[0].ports[0].port"}, 1, false},
+		{"rule list that is not a list", `spec: {podSelector: {}, ingress: {ports: [{port: 80}]}}`, nil, []string{"spec.ingress"}, 1, false},
 		{"selector of the wrong type", `spec: {podSelector: "app=x", ingress: [{from: [{podSelector: {matchLabels: {app: z}}}]}]}`, nil, []string{"spec.podSelector"}, 1, false},
 	} {
 		t.Run(tc.name, func(t *testing.T) {

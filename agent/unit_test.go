@@ -109,7 +109,7 @@ func TestDesiredCondition(t *testing.T) {
 		{"invalid", `spec: {tier: Admin, priority: 5000, subject: {namespaces: {}}}`, false, "False", ReasonInvalidSpec, "spec.priority"},
 		{"unknown", `spec: {tier: Admin, priority: 1, subject: {namespaces: {}}, egress: [{action: Deny, to: [{fqdn: x}]}]}`, false, "False", ReasonUnknownField, "spec.egress[0].to[0].fqdn"},
 		{"gated", `spec: {tier: Admin, priority: 1, subject: {namespaces: {}}, ingress: [{action: Deny, from: [{nodes: {}}]}]}`, false, "False", ReasonUnknownField, "--feature-gates=IngressNetworksAndNodes=true"},
-		{"undecodable", `spec: {tier: Admin, priority: [1], subject: {namespaces: {}}}`, false, "False", ReasonInvalidSpec, "spec.priority: Invalid value: wrong type: want an integer, got a list; cannot decode the priority"},
+		{"undecodable", `spec: {tier: Admin, priority: [1], subject: {namespaces: {}}}`, false, "False", ReasonInvalidSpec, "spec.priority: Invalid value: must be an integer, found a list"},
 		{"gate on", `spec: {tier: Admin, priority: 1, subject: {namespaces: {}}, ingress: [{action: Deny, from: [{nodes: {}}]}]}`, true, "True", ReasonAccepted, "enforced as written"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {

@@ -246,7 +246,7 @@ func (b *listBody) member(d *dec, key []byte) error {
 		if err != nil {
 			return err
 		}
-		return fmt.Errorf("%s: items: must be a list, got %s", b.kind, k)
+		return fmt.Errorf("%s: items: must be a list, found %s", b.kind, k)
 	}
 	return d.src.skip()
 }
@@ -419,9 +419,10 @@ func (d *dec) foldTopLevel(broken func()) {
 	if len(d.problems) == 0 {
 		return
 	}
-	ps := d.problems
+	for _, p := range d.problems {
+		d.invalid = append(d.invalid, p.fieldError("the whole policy is enforced fail-closed"))
+	}
 	broken()
-	d.failUnit("spec", ps, "the whole policy")
 	d.problems = nil
 }
 

@@ -24,19 +24,17 @@ var (
 
 func (d *dec) cnpSpec(s *v1alpha2.ClusterNetworkPolicySpec) error {
 	m := d.mark()
-	_, err := d.object(requiredSchema(&cnpSpecSchema, "spec"), func(i int) error {
+	read, err := d.object(requiredSchema(&cnpSpecSchema, "spec"), func(i int) error {
 		switch i {
 		case 0:
-			return d.unit("the tier", func() error {
-				var t string
-				err := d.str(&t)
-				s.Tier = v1alpha2.Tier(t)
-				return err
-			}, func() { s.Tier = "" })
+			var t string
+			err := d.str(&t)
+			s.Tier = v1alpha2.Tier(t)
+			return err
 		case 1:
-			return d.unit("the priority", func() error { return d.int32(&s.Priority) }, func() { s.Priority = 0 })
+			return d.int32(&s.Priority)
 		case 2:
-			return d.unit("the subject", func() error { return d.cnpSubject(&s.Subject) }, func() { s.Subject = v1alpha2.ClusterNetworkPolicySubject{} })
+			return d.cnpSubject(&s.Subject)
 		case 3:
 			return rules(d, &s.Ingress, func(r *v1alpha2.ClusterNetworkPolicyIngressRule) error {
 				_, err := d.object(requiredSchema(&cnpIngressSchema, "spec.ingress[]"), func(i int) error {
@@ -106,12 +104,13 @@ func (d *dec) cnpSpec(s *v1alpha2.ClusterNetworkPolicySpec) error {
 	if err != nil {
 		return err
 	}
-	if ps := d.since(m); len(ps) > 0 {
-		path := d.pathString()
-		d.brokenCNPSpec(s, path)
-		d.failUnit(path, ps, "the whole policy")
+	if ps := d.since(m); !read && len(ps) > 0 {
+		// The spec is not an object.
+		d.invalid = append(d.invalid, ps[0].fieldError("the whole policy is enforced fail-closed"))
+		d.brokenCNPSpec(s, d.pathString())
 		d.problems = d.problems[:m]
 	}
+	d.report(m)
 	return nil
 }
 

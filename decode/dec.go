@@ -74,10 +74,10 @@ func (d *dec) child(name string) string {
 	return name
 }
 
-// wrong records a value of the wrong type at the current path and skips
-// it.
+// wrong records a value of the wrong JSON type at the current path, as
+// the field that is wrong, what it must be and what it is, and skips it.
 func (d *dec) wrong(want string, got vkind) error {
-	d.problems = append(d.problems, problem{path: d.pathString(), msg: fmt.Sprintf("wrong type: want %s, got %s", want, got)})
+	d.problems = append(d.problems, problem{path: d.pathString(), msg: fmt.Sprintf("must be %s, found %s", want, got)})
 	return d.src.skip()
 }
 
@@ -90,29 +90,28 @@ func (d *dec) mark() int { return len(d.problems) }
 
 func (d *dec) since(m int) []problem { return d.problems[m:] }
 
-// describe summarises problems found inside the part at unit, with paths
-// relative to it.
-func describe(unit string, ps []problem) string {
-	rel := strings.TrimPrefix(strings.TrimPrefix(ps[0].path, unit), ".")
-	msg := ps[0].msg
-	if rel != "" {
-		msg = rel + ": " + msg
+// report turns the problems found since m into invalid-field errors, each
+// at the path of the value that is wrong: the compiler fails closed on
+// the part that path belongs to, as it does for an unknown field there
+// (docs/semantics.md).
+func (d *dec) report(m int) {
+	for _, p := range d.problems[m:] {
+		d.invalid = append(d.invalid, p.fieldError(""))
 	}
-	if len(ps) > 1 {
-		msg += fmt.Sprintf(" (and %d more)", len(ps)-1)
-	}
-	return msg
+	d.problems = d.problems[:m]
 }
 
-// failUnit records that the part at path (a rule, a spec field, the spec)
-// was replaced by its zero value because of problems inside it, so that
-// the compiler fails closed on exactly that part. what names the part.
-func (d *dec) failUnit(path string, ps []problem, what string) {
-	typ := field.ErrorTypeTypeInvalid
-	if ps[0].dup {
-		typ = field.ErrorTypeDuplicate
+// fieldError is the problem as an invalid-field error at its path, with
+// what it does to the policy appended (effect, may be empty).
+func (p problem) fieldError(effect string) *field.Error {
+	typ, detail := field.ErrorTypeTypeInvalid, p.msg
+	if p.dup {
+		typ, detail = field.ErrorTypeDuplicate, "the field is given more than once"
 	}
-	d.invalid = append(d.invalid, &field.Error{Type: typ, Field: path, BadValue: field.OmitValueType{}, Detail: describe(path, ps) + "; cannot decode " + what})
+	if effect != "" {
+		detail += "; " + effect
+	}
+	return &field.Error{Type: typ, Field: p.path, BadValue: field.OmitValueType{}, Detail: detail}
 }
 
 // schema is what a decoder knows of one JSON object type: its members,
@@ -225,7 +224,11 @@ func (d *dec) integer(lo, hi int64) (int64, bool, error) {
 			if ok {
 				text = strconv.FormatInt(v, 10)
 			}
-			d.badValue(fmt.Sprintf("wrong type: want an integer between %d and %d, got %s", lo, hi, text))
+			if ok {
+				d.badValue(fmt.Sprintf("must be an integer between %d and %d, found %s", lo, hi, text))
+			} else {
+				d.badValue("must be an integer, found " + text)
+			}
 			return 0, false, nil
 		}
 		return v, true, nil

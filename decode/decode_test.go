@@ -170,7 +170,7 @@ func TestStreamingOneByteAtATime(t *testing.T) {
 		}
 	}
 	np := whole.Cluster.NetworkPolicies[3]
-	if np.UnknownFields()[0] != "spec.bogus" || np.Invalid()[0].Field != "spec.ingress[0]" {
+	if np.UnknownFields()[0] != "spec.bogus" || np.Invalid()[0].Field != "spec.ingress[0].ports[0].endPort" {
 		t.Errorf("unknown %v, invalid %v", np.UnknownFields(), np.Invalid())
 	}
 }
@@ -208,7 +208,7 @@ func TestDecodeUnstructuredList(t *testing.T) {
 	if err := r.DecodeUnstructured("api", list); err != nil {
 		t.Fatal(err)
 	}
-	if len(r.Cluster.Pods) != 1 || len(r.Cluster.NetworkPolicies) != 1 || r.Cluster.NetworkPolicies[0].Invalid()[0].Field != "spec.ingress[0]" {
+	if len(r.Cluster.Pods) != 1 || len(r.Cluster.NetworkPolicies) != 1 || r.Cluster.NetworkPolicies[0].Invalid()[0].Field != "spec.ingress" {
 		t.Errorf("cluster %+v", r.Cluster)
 	}
 	if err := r.DecodeUnstructured("api", map[string]any{"apiVersion": "v1", "kind": "Pod", "metadata": map[string]any{"name": "a", "namespace": "n"}}); err != nil {
@@ -297,7 +297,7 @@ func TestNetworkPolicyDecodingOnlyWhenFound(t *testing.T) {
 	if nps[1].Decoding == nil || strings.Join(nps[1].UnknownFields(), ",") != "spec.bogus" || nps[1].Invalid() != nil {
 		t.Errorf("unknown field: Decoding %+v", nps[1].Decoding)
 	}
-	if nps[2].Decoding == nil || nps[2].UnknownFields() != nil || len(nps[2].Invalid()) == 0 || nps[2].Invalid()[0].Field != "spec.ingress[0]" {
+	if nps[2].Decoding == nil || nps[2].UnknownFields() != nil || len(nps[2].Invalid()) == 0 || nps[2].Invalid()[0].Field != "spec.ingress" {
 		t.Errorf("unreadable rules: Decoding %+v", nps[2].Decoding)
 	}
 }

@@ -11,10 +11,13 @@
 // recorded (UnknownFields), and so are wrongly typed and repeated values
 // and missing fields the ClusterNetworkPolicy CRD requires (Invalid), each
 // with its JSON path, so that the compiler can fail closed on exactly the
-// part they belong to (docs/semantics.md). A wrongly typed or repeated
-// value makes its part (a rule, the pod selector or subject, the policy
-// types, the tier or priority, the whole spec) unreadable: the part is
-// replaced by its empty value and reported at its own path.
+// part they belong to (docs/semantics.md). A wrongly typed value is left
+// empty and reported at its own path with what it must be and what it is
+// ("must be a list, found an object"), so that an operator reads which
+// field to fix; the compiler fails closed on the part holding that path
+// as it does for an unknown field there. A spec that is not an object
+// fails the whole policy; a rule list that is not a list is read as one
+// empty rule, so that a NetworkPolicy still isolates that direction.
 //
 // Pods, Nodes and Namespaces keep only what policy needs (labels, node,
 // host networking, container ports, pod IPs, node addresses); the rest is

@@ -23,7 +23,7 @@ func TestTypedListKindAfterItems(t *testing.T) {
 		{"item of another kind", `{"apiVersion":"networking.k8s.io/v1","items":[{"kind":"Pod","metadata":{"name":"z"}}],"kind":"NetworkPolicyList"}`, 0, `kind: "Pod" in a list of networking.k8s.io/v1 NetworkPolicy`},
 		{"generic List still needs item kinds", `{"apiVersion":"v1","items":[{"metadata":{"name":"z"},"spec":{"podSelector":{}}}],"kind":"List"}`, 0, "missing apiVersion and kind"},
 		{"kind given twice", `{"apiVersion":"networking.k8s.io/v1","items":[{"metadata":{"name":"z"},"spec":{"podSelector":{}}}],"kind":"NetworkPolicyList","kind":"NetworkPolicyList"}`, 0, "missing apiVersion and kind"},
-		{"items not a list", `{"apiVersion":"networking.k8s.io/v1","items":{},"kind":"NetworkPolicyList"}`, 0, "NetworkPolicyList: items: must be a list, got an object"},
+		{"items not a list", `{"apiVersion":"networking.k8s.io/v1","items":{},"kind":"NetworkPolicyList"}`, 0, "NetworkPolicyList: items: must be a list, found an object"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			var r Result

@@ -3,17 +3,17 @@ package decode
 import (
 	corev1 "k8s.io/api/core/v1"
 	networkingv1 "k8s.io/api/networking/v1"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/intstr"
 	"k8s.io/apimachinery/pkg/util/validation/field"
 )
 
 // Policies are decoded strictly: every field of the type, unknown fields
 // and repeated fields recorded with their paths. A wrongly typed or
-// repeated value makes the part it belongs to (a rule, the pod selector,
-// the policy types, the whole spec) unreadable: that part is replaced by
-// its empty value and reported as invalid at its own path, where the
-// compiler fails closed on exactly it (docs/semantics.md).
+// repeated value is reported at its own path (what it must be, what it
+// is) and left at its empty value; the compiler fails closed on the part
+// that path belongs to (a peer, a port, a rule, the pod selector, the
+// policy types: docs/semantics.md), exactly as for an unknown field there.
+// Only a spec that is not an object replaces the whole spec.
 
 var (
 	npSpecSchema    = schema{fields: []string{"podSelector", "ingress", "egress", "policyTypes"}}
@@ -24,43 +24,20 @@ var (
 	ipBlockSchema   = schema{fields: []string{"cidr", "except"}}
 )
 
-// unit decodes one part; problems inside it replace it by zero() and
-// become one invalid-field error at the part's path.
-func (d *dec) unit(what string, read func() error, zero func()) error {
-	m := d.mark()
-	if err := read(); err != nil {
-		return err
-	}
-	if ps := d.since(m); len(ps) > 0 {
-		zero()
-		d.failUnit(d.pathString(), ps, what) // reading left the path as it was
-		d.problems = d.problems[:m]
-	}
-	return nil
-}
-
-// rules reads a rule list, each rule a unit. A rule list that is not a
-// list becomes one empty rule that fails closed, so that a NetworkPolicy
-// still isolates in that direction and the rule's index is reported.
+// rules reads a rule list. A rule list that is not a list is reported at
+// its own path and read as one empty rule, so that a NetworkPolicy still
+// isolates in that direction; the compiler lets no rule of a list that
+// failed allow anything.
 func rules[T any](d *dec, dst *[]T, rule func(*T) error) error {
 	k, err := d.src.peek()
 	if err != nil {
 		return err
 	}
 	if k != kArray && k != kNull {
-		path := d.pathString()
-		m := d.mark()
-		if err := d.wrong("a list", k); err != nil {
-			return err
-		}
 		*dst = make([]T, 1)
-		d.failUnit(path+"[0]", d.since(m), "the rule list")
-		d.problems = d.problems[:m]
-		return nil
+		return d.wrong("a list", k)
 	}
-	return list(d, dst, func(r *T) error {
-		return d.unit("the rule", func() error { return rule(r) }, func() { *r = *new(T) })
-	})
+	return list(d, dst, rule)
 }
 
 // unreadable marks a part that a broken spec leaves unknown.
@@ -70,10 +47,10 @@ func unreadable(path string) *field.Error {
 
 func (d *dec) npSpec(s *networkingv1.NetworkPolicySpec) error {
 	m := d.mark()
-	_, err := d.object(&npSpecSchema, func(i int) error {
+	read, err := d.object(&npSpecSchema, func(i int) error {
 		switch i {
 		case 0:
-			return d.unit("the pod selector", func() error { return d.selector(&s.PodSelector, "") }, func() { s.PodSelector = metav1.LabelSelector{} })
+			return d.selector(&s.PodSelector, "")
 		case 1:
 			return rules(d, &s.Ingress, func(r *networkingv1.NetworkPolicyIngressRule) error {
 				_, err := d.object(&npIngressSchema, func(i int) error {
@@ -95,28 +72,26 @@ func (d *dec) npSpec(s *networkingv1.NetworkPolicySpec) error {
 				return err
 			})
 		}
-		return d.unit("the policy types", func() error {
-			return list(d, &s.PolicyTypes, func(t *networkingv1.PolicyType) error {
-				var v string
-				err := d.str(&v)
-				*t = networkingv1.PolicyType(v)
-				return err
-			})
-		}, func() { s.PolicyTypes = nil })
+		return list(d, &s.PolicyTypes, func(t *networkingv1.PolicyType) error {
+			var v string
+			err := d.str(&v)
+			*t = networkingv1.PolicyType(v)
+			return err
+		})
 	})
 	if err != nil {
 		return err
 	}
-	if ps := d.since(m); len(ps) > 0 {
-		path := d.pathString()
-		// The spec itself cannot be read: which pods it selects and what
-		// its rules allow are unknown. Its namespace is isolated both ways
+	if ps := d.since(m); !read && len(ps) > 0 {
+		// The spec is not an object: which pods it selects and what its
+		// rules allow are unknown. Its namespace is isolated both ways
 		// with nothing allowed.
+		path := d.pathString()
 		*s = networkingv1.NetworkPolicySpec{Ingress: make([]networkingv1.NetworkPolicyIngressRule, 1), Egress: make([]networkingv1.NetworkPolicyEgressRule, 1)}
-		d.failUnit(path, ps, "the whole policy")
+		d.invalid = append(d.invalid, ps[0].fieldError("the whole policy is enforced fail-closed"), unreadable(path+".podSelector"), unreadable(path+".ingress[0]"), unreadable(path+".egress[0]"))
 		d.problems = d.problems[:m]
-		d.invalid = append(d.invalid, unreadable(path+".podSelector"), unreadable(path+".ingress[0]"), unreadable(path+".egress[0]"))
 	}
+	d.report(m)
 	return nil
 }
 
@@ -137,7 +112,8 @@ func (d *dec) npPorts(dst *[]networkingv1.NetworkPolicyPort) error {
 				return err
 			}
 			var v int32
-			if err := d.int32(&v); err != nil {
+			m := d.mark()
+			if err := d.int32(&v); err != nil || d.mark() != m {
 				return err
 			}
 			p.EndPort = &v

@@ -316,7 +316,7 @@ func (x *decoder) value(src source, inherit header, emit func(*Object)) error {
 			}
 			if k != kArray {
 				if lh.haveKind && strings.HasSuffix(lh.kind, "List") {
-					return fmt.Errorf("%s: items: must be a list, got %s", lh.kind, k)
+					return fmt.Errorf("%s: items: must be a list, found %s", lh.kind, k)
 				}
 				break
 			}
@@ -414,7 +414,7 @@ func (h *header) read(src source, name string, inherit header) error {
 		v, err = src.str()
 	} else {
 		err = src.skip()
-		h.bad = name + ": wrong type: want a string, got " + k.String()
+		h.bad = name + ": must be a string, found " + k.String()
 	}
 	if err != nil {
 		return err

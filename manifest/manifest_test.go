@@ -63,7 +63,7 @@ func TestLoadBadInput(t *testing.T) {
 			wantDiag: `NetworkPolicy default/p: apiVersion: unsupported apiVersion "extensions/v1beta1"`, dropped: true},
 		{name: "missing kind", doc: "apiVersion: v1\nmetadata: {name: p}", wantDiag: "kind: missing kind", dropped: true},
 		{name: "wrong metadata type", doc: "apiVersion: policy.networking.k8s.io/v1alpha2\nkind: ClusterNetworkPolicy\nmetadata: {name: [c]}\nspec: {priority: 1}",
-			wantDiag: "ClusterNetworkPolicy <no name>: metadata.name: cannot decode: wrong type: want a string, got a list: object not loaded", dropped: true},
+			wantDiag: "ClusterNetworkPolicy <no name>: metadata.name: cannot decode: must be a string, found a list: object not loaded", dropped: true},
 		{name: "misspelled kind", doc: "apiVersion: networking.k8s.io/v1\nkind: Networkpolicy\nmetadata: {name: p}\nspec: {podSelector: {}}",
 			wantDiag: `Networkpolicy p: kind: unknown kind "Networkpolicy" in apiVersion "networking.k8s.io/v1" (did you mean NetworkPolicy?): object not loaded`, dropped: true},
 		{name: "duplicate object", doc: "apiVersion: v1\nkind: Namespace\nmetadata: {name: a}\n---\napiVersion: v1\nkind: Namespace\nmetadata: {name: a}",

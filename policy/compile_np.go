@@ -143,6 +143,15 @@ func (s *state) compileNP(np *NetworkPolicy, errs field.ErrorList) *npState {
 		out.types = policyTypes(spec)
 		ruleOK = out.types
 	}
+	// A rule list that could not be read as a whole (not a list, or given
+	// twice: decoding reports it at the list's own path) allows nothing;
+	// its direction stays isolated as the policy types say.
+	if bad.exactly("spec.ingress") != "" {
+		ruleOK[Ingress] = false
+	}
+	if bad.exactly("spec.egress") != "" {
+		ruleOK[Egress] = false
+	}
 	// An unknown field outside spec may have been meant to change anything:
 	// both directions are isolated and no rule allows.
 	if objectProblem(np.UnknownFields()) != "" {

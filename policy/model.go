@@ -91,9 +91,10 @@ type Decoding struct {
 	// fails closed on the parts they belong to.
 	UnknownFields []string
 	// Invalid are problems decoding found that the typed object cannot
-	// show: a wrongly typed or repeated value (at the path of the part
-	// decoding replaced by its empty value) and required fields that were
-	// missing. The compiler treats them as validation errors.
+	// show: a wrongly typed or repeated value (at its own path; decoding
+	// left it empty) and required fields that were missing. The compiler
+	// treats them as validation errors, failing closed on the part each
+	// path belongs to.
 	Invalid field.ErrorList
 }
 

@@ -288,8 +288,25 @@ func coveredBy(e, d *field.Error) bool {
 	switch d.Type {
 	case field.ErrorTypeRequired:
 		return e.Type == field.ErrorTypeRequired && e.Field == d.Field
-	case field.ErrorTypeTypeInvalid, field.ErrorTypeDuplicate:
+	case field.ErrorTypeTypeInvalid:
+		// A required one-of (a peer, a subject) that is empty only
+		// because decoding could not read the member it had.
+		if e.Type == field.ErrorTypeRequired && e.Field == parentPath(d.Field) {
+			return true
+		}
+		fallthrough
+	case field.ErrorTypeDuplicate:
 		return e.Field == d.Field || strings.HasPrefix(e.Field, d.Field+".") || strings.HasPrefix(e.Field, d.Field+"[")
 	}
 	return false
+}
+
+// parentPath is the path of the object or list holding the field at p:
+// "spec.ingress[0]" for "spec.ingress[0].from", "spec.ingress" for
+// "spec.ingress[0]".
+func parentPath(p string) string {
+	if i := strings.LastIndexAny(p, ".["); i > 0 {
+		return p[:i]
+	}
+	return ""
 }

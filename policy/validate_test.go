@@ -101,3 +101,29 @@ func TestValidation(t *testing.T) {
 		})
 	}
 }
+
+// Exactly the errors an operator needs, each naming the field that is
+// wrong and why: a value of the wrong JSON type is not followed by what
+// validation says of the empty value decoding left (a one-of it emptied).
+func TestErrorsNameTheField(t *testing.T) {
+	const np = "apiVersion: networking.k8s.io/v1\nkind: NetworkPolicy\nmetadata: {name: p, namespace: ns1}\n"
+	const cnp = "apiVersion: policy.networking.k8s.io/v1alpha2\nkind: ClusterNetworkPolicy\nmetadata: {name: c}\n"
+	const cnpSpec = "spec: {tier: Admin, priority: 1, subject: {namespaces: {}}, "
+	for _, tc := range []struct {
+		name, doc string
+		want      []string
+	}{
+		{"peer member of the wrong type", cnp + cnpSpec + `egress: [{action: Deny, to: [{networks: 5}]}]}`,
+			[]string{"ClusterNetworkPolicy c: spec.egress[0].to[0].networks: Invalid value: must be a list, found a number"}},
+		{"subject member of the wrong type", cnp + `spec: {tier: Admin, priority: 1, subject: {namespaces: []}}`,
+			[]string{"ClusterNetworkPolicy c: spec.subject.namespaces: Invalid value: must be an object, found a list"}},
+		{"NetworkPolicy peer member of the wrong type", np + `spec: {podSelector: {}, ingress: [{from: [{podSelector: "app=x"}]}]}`,
+			[]string{"NetworkPolicy ns1/p: spec.ingress[0].from[0].podSelector: Invalid value: must be an object, found a string"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			if got := diagnosticsFor(t, tc.doc); strings.Join(got, "\n") != strings.Join(tc.want, "\n") {
+				t.Errorf("got\n  %s\nwant\n  %s", strings.Join(got, "\n  "), strings.Join(tc.want, "\n  "))
+			}
+		})
+	}
+}
