@@ -117,9 +117,34 @@ func newBuilder(node string, cache *buildCache) *builder {
 }
 
 // nodeLocal lists the addresses whose connections to the node's pods
-// are node-local (Program.NodeLocalAddrs).
+// are node-local (Program.NodeLocalAddrs), and the node's addresses a
+// pod claims, which are not.
 func (b *builder) nodeLocal(prog *policy.Program) {
 	b.rs.nodeLocal = prog.NodeLocalAddrs(b.rs.node)
+	b.rs.hostLocal = !prog.Options.DenyNodeLocal
+	b.rs.nodeClaimed = nodeClaimed(prog, b.rs.node, b.rs.nodeLocal)
+}
+
+// nodeClaimed lists, sorted, the node's addresses that NodeLocalAddrs
+// leaves out because a pod-network pod claims them; nil when node-local
+// traffic is policed anyway.
+func nodeClaimed(prog *policy.Program, node string, nodeLocal []netip.Addr) []netip.Addr {
+	if prog.Options.DenyNodeLocal {
+		return nil
+	}
+	var out []netip.Addr
+	for i := range prog.Nodes {
+		if prog.Nodes[i].Name != node {
+			continue
+		}
+		for _, a := range prog.Nodes[i].Addrs {
+			if a = a.Unmap(); a.IsValid() && !slices.Contains(nodeLocal, a) && !slices.Contains(out, a) {
+				out = append(out, a)
+			}
+		}
+	}
+	slices.SortFunc(out, func(a, b netip.Addr) int { return a.Compare(b) })
+	return out
 }
 
 // podNet reads the node's pod CIDRs and, when it has some, the pod

@@ -37,6 +37,8 @@ type buildInputs struct {
 	// nodeAddrs are the node's node-local addresses
 	// (Program.NodeLocalAddrs).
 	nodeAddrs []netip.Addr
+	// nodeClaimed are the node's addresses a pod claims (nodeClaimed).
+	nodeClaimed []netip.Addr
 	// podNets and podAddrs are Ruleset.podNets and Ruleset.pods: the
 	// latter may hold pods of other nodes (Program.PodAddrsIn).
 	podNets  []netip.Prefix
@@ -63,6 +65,7 @@ func readInputs(prog *policy.Program, node string) *buildInputs {
 		return in
 	}
 	in.nodeAddrs = prog.NodeLocalAddrs(node)
+	in.nodeClaimed = nodeClaimed(prog, node, in.nodeAddrs)
 	in.podNets = podNets(prog, node)
 	in.podAddrs = prog.PodAddrsIn(in.podNets)
 	for i := range prog.Pods {
@@ -86,7 +89,7 @@ func (in *buildInputs) equal(o *buildInputs) bool {
 		return false
 	}
 	return in.denyNodeLocal == o.denyNodeLocal &&
-		slices.Equal(in.nodeAddrs, o.nodeAddrs) &&
+		slices.Equal(in.nodeAddrs, o.nodeAddrs) && slices.Equal(in.nodeClaimed, o.nodeClaimed) &&
 		slices.Equal(in.podNets, o.podNets) && slices.Equal(in.podAddrs, o.podAddrs) &&
 		slices.EqualFunc(in.pods, o.pods, podInputs.equal)
 }

@@ -31,6 +31,9 @@ func (rs *Ruleset) Allows(p Packet) bool {
 		return false
 	}
 	if contains(rs.nodeLocal, src) {
+		if rs.ingress[dst] == conflictChain {
+			return false // node-local's conflict check
+		}
 		// Node-local: the output hook's exemption. A connection from a
 		// node-local address is taken to start on the node, as the
 		// evaluator takes it; one forged from elsewhere meets forward,

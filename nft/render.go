@@ -59,10 +59,12 @@ var staticChains = []staticChain{
 		// a Program denied it and Sync removed the entry. Picked up
 		// loosely it would start a connection from the wrong end (and
 		// let the other end's packets through as replies): drop it.
-		"ip saddr @local4 tcp flags & (fin|syn|rst|ack) != syn counter name " + counterNotSYN + " drop",
-		"ip daddr @local4 tcp flags & (fin|syn|rst|ack) != syn counter name " + counterNotSYN + " drop",
-		"ip6 saddr @local6 tcp flags & (fin|syn|rst|ack) != syn counter name " + counterNotSYN + " drop",
-		"ip6 daddr @local6 tcp flags & (fin|syn|rst|ack) != syn counter name " + counterNotSYN + " drop",
+		// Untracked packets (a notrack rule, as NodeLocal DNSCache
+		// installs) never have an entry: each is judged on its own.
+		"ct state new ip saddr @local4 tcp flags & (fin|syn|rst|ack) != syn counter name " + counterNotSYN + " drop",
+		"ct state new ip daddr @local4 tcp flags & (fin|syn|rst|ack) != syn counter name " + counterNotSYN + " drop",
+		"ct state new ip6 saddr @local6 tcp flags & (fin|syn|rst|ack) != syn counter name " + counterNotSYN + " drop",
+		"ct state new ip6 daddr @local6 tcp flags & (fin|syn|rst|ack) != syn counter name " + counterNotSYN + " drop",
 		"ip saddr . ip daddr @self4 accept",
 		"ip6 saddr . ip6 daddr @self6 accept",
 		"ip saddr vmap @egress4",
@@ -73,10 +75,13 @@ var staticChains = []staticChain{
 	// nodeLocalChain: a new connection the node itself starts from one
 	// of its node-local addresses (only the output hook goes here). It
 	// skips the tiers but not the check for TCP connections picked up in
-	// the middle.
+	// the middle, nor the drop of addresses two pods claim (no pod owns
+	// them, whoever connects).
 	{name: nodeLocalChain, rules: []string{
-		"ip daddr @local4 tcp flags & (fin|syn|rst|ack) != syn counter name " + counterNotSYN + " drop",
-		"ip6 daddr @local6 tcp flags & (fin|syn|rst|ack) != syn counter name " + counterNotSYN + " drop",
+		"ip daddr @conflict4 goto " + conflictChain,
+		"ip6 daddr @conflict6 goto " + conflictChain,
+		"ct state new ip daddr @local4 tcp flags & (fin|syn|rst|ack) != syn counter name " + counterNotSYN + " drop",
+		"ct state new ip6 daddr @local6 tcp flags & (fin|syn|rst|ack) != syn counter name " + counterNotSYN + " drop",
 		"accept",
 	}},
 	{name: "egress-next", rules: []string{
@@ -141,17 +146,32 @@ var inputRules = append(slices.Clone(baseRules[:len(baseRules)-1]),
 // traffic"): in forward or input a packet with a node address as source
 // came from elsewhere, forged (the kernel drops such IPv4 martians, but
 // not IPv6 ones), and is judged like any other.
+// Besides the Node's status addresses, any address the kernel holds as
+// local is the node's: with many CNIs (ptp, bridge, kindnet, flannel)
+// the node reaches its pods from its gateway address on the pod network,
+// so kubelet probes carry that source; NodeLocal DNSCache answers from a
+// link-local address of its own. The hostlocal set holds the address
+// type "local" unless node-local traffic is policed. A node address that
+// a pod-network pod claims (nodeclaimed) is judged as the pod's, as the
+// evaluator judges it.
 var outputRules = append(slices.Clone(baseRules[:len(baseRules)-1]),
 	"ip saddr @nodelocal4 goto "+nodeLocalChain,
 	"ip6 saddr @nodelocal6 goto "+nodeLocalChain,
+	"ip saddr @nodeclaimed4 goto "+dispatchChain,
+	"ip6 saddr @nodeclaimed6 goto "+dispatchChain,
+	"fib saddr type @hostlocal goto "+nodeLocalChain,
 	baseRules[len(baseRules)-1],
 )
 
 // IPv6 neighbour discovery is link infrastructure, not a connection: a
 // node's neighbour advertisement to an isolated pod's address must not be
 // judged as ingress, or the pod loses its gateway.
+// Of related connections only ICMP errors are accepted as they come: a
+// conntrack helper's expected connection (an FTP or SIP data channel the
+// helper predicted) is a new connection like any other, and is judged.
 var baseRules = []string{
-	"ct state established,related accept",
+	"ct state established accept",
+	"ct state related meta l4proto { icmp, ipv6-icmp } accept",
 	"ct state invalid counter name " + counterInvalid + " drop",
 	"icmpv6 type { nd-router-solicit, nd-router-advert, nd-neighbor-solicit, nd-neighbor-advert, nd-redirect } accept",
 	"jump " + dispatchChain,
@@ -164,6 +184,11 @@ var staticSets = []knftables.Set{
 	{Name: "local6", Type: "ipv6_addr", Comment: knftables.PtrTo("policed pods on this node")},
 	{Name: "nodelocal4", Type: "ipv4_addr", Comment: knftables.PtrTo("this node's addresses when node-local traffic is allowed")},
 	{Name: "nodelocal6", Type: "ipv6_addr", Comment: knftables.PtrTo("this node's addresses when node-local traffic is allowed")},
+	{Name: "nodeclaimed4", Type: "ipv4_addr", Comment: knftables.PtrTo("this node's addresses a pod-network pod claims")},
+	{Name: "nodeclaimed6", Type: "ipv6_addr", Comment: knftables.PtrTo("this node's addresses a pod-network pod claims")},
+	{Name: "hostlocal", Type: "fib_addrtype", Comment: knftables.PtrTo("local: any address of the node is node-local; empty when node-local traffic is policed")},
+	{Name: "conflict4", Type: "ipv4_addr", Comment: knftables.PtrTo("addresses several pods claim")},
+	{Name: "conflict6", Type: "ipv6_addr", Comment: knftables.PtrTo("addresses several pods claim")},
 	{Name: "podnet4", Type: "ipv4_addr", Flags: []knftables.SetFlag{knftables.IntervalFlag}, Comment: knftables.PtrTo("this node's pod CIDRs")},
 	{Name: "podnet6", Type: "ipv6_addr", Flags: []knftables.SetFlag{knftables.IntervalFlag}, Comment: knftables.PtrTo("this node's pod CIDRs")},
 	{Name: "pods4", Type: "ipv4_addr", Comment: knftables.PtrTo("pod addresses in this node's pod CIDRs")},
@@ -326,6 +351,18 @@ func nodeLocalElement(a netip.Addr) *knftables.Element {
 	return &knftables.Element{Set: "nodelocal" + family(a), Key: []string{a.String()}}
 }
 
+func nodeClaimedElement(a netip.Addr) *knftables.Element {
+	return &knftables.Element{Set: "nodeclaimed" + family(a), Key: []string{a.String()}}
+}
+
+func conflictElement(a netip.Addr) *knftables.Element {
+	return &knftables.Element{Set: "conflict" + family(a), Key: []string{a.String()}}
+}
+
+func hostLocalElement(t string) *knftables.Element {
+	return &knftables.Element{Set: "hostlocal", Key: []string{t}}
+}
+
 func podElement(a netip.Addr) *knftables.Element {
 	return &knftables.Element{Set: "pods" + family(a), Key: []string{a.String()}}
 }
@@ -402,6 +439,15 @@ func fullTransaction(tx *knftables.Transaction, rs *Ruleset, prev map[string]Cou
 	}
 	for _, a := range rs.nodeLocal {
 		tx.Add(nodeLocalElement(a))
+	}
+	for _, a := range rs.nodeClaimed {
+		tx.Add(nodeClaimedElement(a))
+	}
+	for _, t := range rs.hostLocalTypes() {
+		tx.Add(hostLocalElement(t))
+	}
+	for _, a := range rs.conflicts() {
+		tx.Add(conflictElement(a))
 	}
 	for _, p := range rs.podNets {
 		tx.Add(podNetElement(p))
@@ -497,6 +543,9 @@ func patchDispatch(tx *knftables.Transaction, old, rs *Ruleset) {
 	diffAddrList(tx, old.self, rs.self, selfElement)
 	diffAddrList(tx, old.self, rs.self, localElement)
 	diffAddrList(tx, old.nodeLocal, rs.nodeLocal, nodeLocalElement)
+	diffAddrList(tx, old.nodeClaimed, rs.nodeClaimed, nodeClaimedElement)
+	diffAddrList(tx, old.hostLocalTypes(), rs.hostLocalTypes(), hostLocalElement)
+	diffAddrList(tx, old.conflicts(), rs.conflicts(), conflictElement)
 	diffAddrList(tx, old.podNets, rs.podNets, podNetElement)
 	diffAddrList(tx, old.pods, rs.pods, podElement)
 	diffVerdictMap(tx, policy.Egress, old.egress, rs.egress, mapName, mapElement)

@@ -2,6 +2,7 @@ package nft
 
 import (
 	"net/netip"
+	"slices"
 	"sort"
 
 	"github.com/moat-net/moat/policy"
@@ -160,6 +161,11 @@ type Ruleset struct {
 	// nodeLocal lists the node's addresses whose traffic to local pods is
 	// allowed; empty when node-local traffic is policed.
 	nodeLocal []netip.Addr
+	// hostLocal is whether any local address of the node is node-local
+	// too (the output hook asks the kernel: outputRules), nodeClaimed the
+	// node's addresses a pod-network pod claims, which are not.
+	hostLocal   bool
+	nodeClaimed []netip.Addr
 	// podNets are the node's pod CIDRs (policy.Node.PodCIDRs), and pods
 	// every pod-network pod address in them, policed or not (Program.PodAddrsIn): a
 	// new connection from an address in podNets that is not in pods is
@@ -194,7 +200,29 @@ func (rs *Ruleset) Stats() Stats {
 		st.Elements += s.len()
 	}
 	st.Elements += len(rs.egress) + len(rs.ingress) + len(rs.egressNext) + len(rs.ingressNext) + 2*len(rs.self) + len(rs.nodeLocal) + len(rs.podNets) + len(rs.pods)
+	st.Elements += len(rs.nodeClaimed) + len(rs.hostLocalTypes()) + len(rs.conflicts())
 	return st
+}
+
+// hostLocalTypes are the elements of the hostlocal set.
+func (rs *Ruleset) hostLocalTypes() []string {
+	if rs.hostLocal {
+		return []string{"local"}
+	}
+	return nil
+}
+
+// conflicts lists, sorted, the addresses several pods claim (the verdict
+// maps send them to the conflict chain).
+func (rs *Ruleset) conflicts() []netip.Addr {
+	var out []netip.Addr
+	for a, c := range rs.ingress {
+		if c == conflictChain {
+			out = append(out, a)
+		}
+	}
+	slices.SortFunc(out, func(a, b netip.Addr) int { return a.Compare(b) })
+	return out
 }
 
 func sortedAddrs(m map[netip.Addr]string) []netip.Addr {
