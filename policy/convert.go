@@ -43,6 +43,11 @@ func PodFromAPI(o *corev1.Pod) (Pod, []Diagnostic) {
 			bad(field(i), fmt.Sprintf("invalid IP %q", s))
 			continue
 		}
+		if a.Zone() != "" {
+			// The API server refuses it; nftables cannot match it.
+			bad(field(i), fmt.Sprintf("invalid IP %q: an IPv6 zone is not allowed", s))
+			continue
+		}
 		p.IPs = append(p.IPs, a.Unmap())
 	}
 	addPorts := func(field string, cs []corev1.Container) {
@@ -91,6 +96,14 @@ func NodeFromAPI(o *corev1.Node) (Node, []Diagnostic) {
 		ip, err := netip.ParseAddr(a.Address)
 		if err != nil {
 			diags = append(diags, Diagnostic{Severity: SeverityError, Object: "Node " + o.Name, Field: fmt.Sprintf("status.addresses[%d].address", i), Message: fmt.Sprintf("invalid IP %q", a.Address)})
+			continue
+		}
+		if ip.Zone() != "" {
+			// A kubelet may report one; the API server does not refuse
+			// it. Kept, it would reach nftables, which cannot parse it,
+			// and stop every node's table from being programmed. A
+			// link-local address is no address other nodes' pods reach.
+			diags = append(diags, Diagnostic{Severity: SeverityWarning, Object: "Node " + o.Name, Field: fmt.Sprintf("status.addresses[%d].address", i), Message: fmt.Sprintf("%q has an IPv6 zone: skipped, as neither a node-local address nor a nodes peer", a.Address)})
 			continue
 		}
 		n.Addrs = append(n.Addrs, ip.Unmap())
