@@ -191,6 +191,9 @@ func prefixProblem(s string, err error) string {
 	if msg == "no '/'" {
 		return "no prefix length (such as /32)"
 	}
+	if _, bits, _ := strings.Cut(s, "/"); len(bits) > 1 && bits[0] == '0' && strings.HasPrefix(msg, "bad bits after slash") {
+		return "prefix length with a leading zero"
+	}
 	return msg
 }
 

@@ -115,6 +115,7 @@ spec:
   ingress:
   - ports: [{port: 100, endPort: 50}]
   - from: [{ipBlock: {cidr: "not-a-cidr"}}]
+  - from: [{ipBlock: {cidr: "010.0.0.0/8"}}]
 ---
 apiVersion: policy.networking.k8s.io/v1alpha2
 kind: ClusterNetworkPolicy
@@ -131,6 +132,8 @@ spec:
 	runFlows(t, prog, []flowCase{
 		{name: "endPort < port: entry matches nothing", from: "a/y", to: "a/x", port: 75, allowed: false, ingress: npTier},
 		{name: "bad CIDR peer matches nothing (not everything)", from: "192.168.1.1", to: "a/x", port: 80, allowed: false, ingress: npTier},
+		{name: "leading-zero CIDR is not read as decimal", from: "10.9.9.9", to: "a/x", port: 80, allowed: false, ingress: npTier},
+		{name: "...nor as octal", from: "8.9.9.9", to: "a/x", port: 80, allowed: false, ingress: npTier},
 		{name: "Deny with a bad range denies every port to its peers", from: "b/z", to: "203.0.113.1", port: 443, allowed: false, egress: admin},
 		{name: "...and only its peers", from: "b/z", to: "198.51.100.1", port: 443, allowed: true},
 	})

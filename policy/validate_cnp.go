@@ -2,6 +2,7 @@ package policy
 
 import (
 	"fmt"
+	"net/netip"
 	"regexp"
 	"slices"
 	"strings"
@@ -187,9 +188,13 @@ func validateNetworks(nets []v1alpha2.CIDR, p *field.Path) field.ErrorList {
 		if len(c) > maxCIDRLen {
 			errs = append(errs, field.TooLong(p.Index(i), string(c), maxCIDRLen))
 		}
-		if pre, err := ParseCIDR(string(c)); err != nil || pre.Addr().Is4In6() {
-			// As the CRD's isCIDR: IPv4-mapped IPv6 is not a CIDR either.
-			errs = append(errs, field.Invalid(p.Index(i), string(c), "Invalid CIDR format provided"))
+		// The CRD's message, then why (as the CRD's isCIDR, strictly:
+		// leading zeros are refused, never read as decimal or octal, and
+		// IPv4-mapped IPv6 is not a CIDR either).
+		if pre, err := netip.ParsePrefix(string(c)); err != nil {
+			errs = append(errs, field.Invalid(p.Index(i), string(c), "Invalid CIDR format provided: "+prefixProblem(string(c), err)))
+		} else if pre.Addr().Is4In6() {
+			errs = append(errs, field.Invalid(p.Index(i), string(c), "Invalid CIDR format provided: an IPv4-mapped IPv6 address"))
 		}
 		if seen[c] {
 			errs = append(errs, field.Duplicate(p.Index(i), string(c)))

@@ -104,7 +104,10 @@ func TestValidation(t *testing.T) {
 
 // Exactly the errors an operator needs, each naming the field that is
 // wrong and why: a value of the wrong JSON type is not followed by what
-// validation says of the empty value decoding left (a one-of it emptied).
+// validation says of the empty value decoding left (a one-of it emptied),
+// and an IPv4 address with a leading zero in an octet (which some parsers
+// read as octal, the API server's legacy parser as decimal) is refused
+// with that reason, never read with another meaning.
 func TestErrorsNameTheField(t *testing.T) {
 	const np = "apiVersion: networking.k8s.io/v1\nkind: NetworkPolicy\nmetadata: {name: p, namespace: ns1}\n"
 	const cnp = "apiVersion: policy.networking.k8s.io/v1alpha2\nkind: ClusterNetworkPolicy\nmetadata: {name: c}\n"
@@ -119,6 +122,18 @@ func TestErrorsNameTheField(t *testing.T) {
 			[]string{"ClusterNetworkPolicy c: spec.subject.namespaces: Invalid value: must be an object, found a list"}},
 		{"NetworkPolicy peer member of the wrong type", np + `spec: {podSelector: {}, ingress: [{from: [{podSelector: "app=x"}]}]}`,
 			[]string{"NetworkPolicy ns1/p: spec.ingress[0].from[0].podSelector: Invalid value: must be an object, found a string"}},
+		{"leading zero in the first octet", np + `spec: {podSelector: {}, ingress: [{from: [{ipBlock: {cidr: "010.0.0.0/8"}}]}]}`,
+			[]string{`NetworkPolicy ns1/p: spec.ingress[0].from[0].ipBlock.cidr: Invalid value: "010.0.0.0/8": invalid CIDR "010.0.0.0/8": IPv4 field has octet with leading zero`}},
+		{"leading zero in the last octet", np + `spec: {podSelector: {}, egress: [{to: [{ipBlock: {cidr: "10.0.0.01/32"}}]}]}`,
+			[]string{`NetworkPolicy ns1/p: spec.egress[0].to[0].ipBlock.cidr: Invalid value: "10.0.0.01/32": invalid CIDR "10.0.0.01/32": IPv4 field has octet with leading zero`}},
+		{"leading zero in an except", np + `spec: {podSelector: {}, ingress: [{from: [{ipBlock: {cidr: 10.0.0.0/8, except: ["10.01.0.0/16"]}}]}]}`,
+			[]string{`NetworkPolicy ns1/p: spec.ingress[0].from[0].ipBlock.except[0]: Invalid value: "10.01.0.0/16": invalid CIDR "10.01.0.0/16": IPv4 field has octet with leading zero`}},
+		{"leading zero in a prefix length", np + `spec: {podSelector: {}, ingress: [{from: [{ipBlock: {cidr: "10.0.0.0/08"}}]}]}`,
+			[]string{`NetworkPolicy ns1/p: spec.ingress[0].from[0].ipBlock.cidr: Invalid value: "10.0.0.0/08": invalid CIDR "10.0.0.0/08": prefix length with a leading zero`}},
+		{"leading zero in networks", cnp + cnpSpec + `egress: [{action: Deny, to: [{networks: ["010.0.0.0/8"]}]}]}`,
+			[]string{`ClusterNetworkPolicy c: spec.egress[0].to[0].networks[0]: Invalid value: "010.0.0.0/8": Invalid CIDR format provided: IPv4 field has octet with leading zero`}},
+		{"IPv4-mapped IPv6 in networks", cnp + cnpSpec + `egress: [{action: Deny, to: [{networks: ["::ffff:10.0.0.0/104"]}]}]}`,
+			[]string{`ClusterNetworkPolicy c: spec.egress[0].to[0].networks[0]: Invalid value: "::ffff:10.0.0.0/104": Invalid CIDR format provided: an IPv4-mapped IPv6 address`}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			if got := diagnosticsFor(t, tc.doc); strings.Join(got, "\n") != strings.Join(tc.want, "\n") {
