@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/moat-net/moat/internal/testenv"
+	"github.com/moat-net/moat/matrix"
 	"github.com/moat-net/moat/policy"
 )
 
@@ -434,5 +435,44 @@ spec:
 	}
 	if probes < 20 {
 		t.Errorf("only %d probes ran during the updates", probes)
+	}
+}
+
+// TestRunMeasuresBothFamilies: a dual-stack pair is two flows, and lab run
+// sends real packets over each. The policy denies the client's IPv6
+// prefix only: the IPv6 flow is measured denied beside the IPv4 one
+// measured allowed, and the measured matrix marks the cell mixed.
+func TestRunMeasuresBothFamilies(t *testing.T) {
+	testenv.RequirePrivileged(t)
+	prog := behaviour(t, denyClientV6, policy.Options{IngressNetworksAndNodes: true})
+	only := func(f matrix.Flow) bool {
+		return f.From == "app/client" && f.To == "app/server" && f.Port == 80 && f.Protocol == "TCP"
+	}
+	rep, err := Run(context.Background(), prog, Options{}, ProbeOptions{Only: only})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var v4, v6 *Flow
+	for i := range rep.Flows {
+		f := &rep.Flows[i]
+		switch {
+		case !f.OtherFamily && f.SrcIP == clientIP4 && f.DstIP == serverIP4:
+			v4 = f
+		case f.OtherFamily && f.SrcIP == clientIP6 && f.DstIP == serverIP6:
+			v6 = f
+		}
+	}
+	if v4 == nil || v6 == nil {
+		t.Fatalf("report %+v: want the IPv4 cell and its IPv6 flow", rep.Flows)
+	}
+	if !v4.Measured || !v4.Allowed || !v4.Agree {
+		t.Errorf("IPv4 flow %+v: want measured, allowed, agreeing", *v4)
+	}
+	if !v6.Measured || v6.Allowed || !v6.Agree {
+		t.Errorf("IPv6 flow %+v: want measured, denied, agreeing", *v6)
+	}
+	m := rep.Matrix()
+	if len(m.Flows) != 1 || !m.Flows[0].Mixed() || m.Flows[0].OtherFamilies[0].Allowed {
+		t.Errorf("measured matrix %+v: want one mixed cell whose IPv6 flow is denied", m.Flows)
 	}
 }

@@ -20,6 +20,11 @@ type cell struct {
 	pkt      nft.Packet
 	src, dst place
 	self     bool
+	// other marks the flow of a dual-stack pair over its second family
+	// (matrix.OtherFamilies), measured beside the cell's own: primary is
+	// the index of that cell.
+	other   bool
+	primary int
 }
 
 // planCells lays out the matrix of prog (the same cells `moat matrix`
@@ -47,25 +52,46 @@ func planCells(t *topology, prog *policy.Program, peers []netip.Addr, ports []ma
 					cells = append(cells, c)
 					continue
 				}
-				c.pkt = nft.Packet{Src: se.Addr, Dst: de.Addr, Proto: pp.Protocol, Port: pp.Port}
-				c.self = se.Pod >= 0 && se.Pod == de.Pod
-				var ok1, ok2 bool
-				c.src, ok1 = t.Locate(se.Addr)
-				c.dst, ok2 = t.Locate(de.Addr)
-				if !ok1 || !ok2 {
-					return nil, nil, nil, fmt.Errorf("flow %s -> %s: address not in the lab", se.Addr, de.Addr)
+				if err := t.plan(&c, se, de, pp); err != nil {
+					return nil, nil, nil, err
 				}
-				switch pp.Protocol {
-				case policy.ProtoTCP, policy.ProtoUDP:
-					c.probe = &probeSpec{SrcNS: c.src.NS, Src: se.Addr, Dst: de.Addr, Proto: pp.Protocol, Port: pp.Port}
-				default:
-					c.reason = fmt.Sprintf("%s sockets are not available in this kernel: verdict read from the programmed rules", pp.Protocol)
-				}
+				primary := len(cells)
 				cells = append(cells, c)
+				// The pair's other family is a flow of its own, which
+				// policies may judge differently (an ipBlock has one
+				// family): measured too.
+				for _, of := range matrix.OtherFamilies(prog, s, d, pp) {
+					pair, _ := prog.PairAddrsIn(s.Endpoint, d.Endpoint, !se.Addr.Is4())
+					oc := cell{flow: of, other: true, primary: primary}
+					if err := t.plan(&oc, pair[0], pair[1], pp); err != nil {
+						return nil, nil, nil, err
+					}
+					cells = append(cells, oc)
+				}
 			}
 		}
 	}
 	return cells, labels, ports, nil
+}
+
+// plan fills in how a cell is measured: its first packet, where each end
+// is in the lab, and its probe (or why it has none).
+func (t *topology) plan(c *cell, se, de policy.Endpoint, pp matrix.PortProto) error {
+	c.pkt = nft.Packet{Src: se.Addr, Dst: de.Addr, Proto: pp.Protocol, Port: pp.Port}
+	c.self = se.Pod >= 0 && se.Pod == de.Pod
+	var ok1, ok2 bool
+	c.src, ok1 = t.Locate(se.Addr)
+	c.dst, ok2 = t.Locate(de.Addr)
+	if !ok1 || !ok2 {
+		return fmt.Errorf("flow %s -> %s: address not in the lab", se.Addr, de.Addr)
+	}
+	switch pp.Protocol {
+	case policy.ProtoTCP, policy.ProtoUDP:
+		c.probe = &probeSpec{SrcNS: c.src.NS, Src: se.Addr, Dst: de.Addr, Proto: pp.Protocol, Port: pp.Port}
+	default:
+		c.reason = fmt.Sprintf("%s sockets are not available in this kernel: verdict read from the programmed rules", pp.Protocol)
+	}
+	return nil
 }
 
 func probeList(cells []cell) []probeSpec {
@@ -90,9 +116,20 @@ func measure(ctx context.Context, t *topology, ns *namespaces, rulesets map[stri
 		return nil, err
 	}
 	if opts.Only != nil {
-		kept := cells[:0]
-		for _, c := range cells {
-			if opts.Only(c.flow) {
+		// A pair's other family goes with its cell (its flow is
+		// labelled with addresses, not endpoints).
+		at := make([]int, len(cells))
+		var kept []cell
+		for i, c := range cells {
+			pi := i
+			if c.other {
+				pi = c.primary
+			}
+			if opts.Only(cells[pi].flow) {
+				at[i] = len(kept)
+				if c.other {
+					c.primary = at[c.primary]
+				}
 				kept = append(kept, c)
 			}
 		}
@@ -159,7 +196,7 @@ func measure(ctx context.Context, t *topology, ns *namespaces, rulesets map[stri
 	}
 	var errs []error
 	for i, c := range cells {
-		f := Flow{Flow: c.flow, Predicted: c.flow.Allowed, Reason: c.reason}
+		f := Flow{Flow: c.flow, Predicted: c.flow.Allowed, Reason: c.reason, OtherFamily: c.other, primary: c.primary}
 		if c.pkt.Src.IsValid() {
 			f.SrcIP, f.DstIP = c.pkt.Src.String(), c.pkt.Dst.String()
 		}

@@ -31,6 +31,11 @@ type Flow struct {
 	Reason string `json:"reason,omitempty"`
 	SrcIP  string `json:"srcIP,omitempty"`
 	DstIP  string `json:"dstIP,omitempty"`
+	// OtherFamily marks the flow of a dual-stack pair over its second
+	// address family, labelled with its addresses: the matrix shows it
+	// only when its verdict differs from its cell's (a mixed cell).
+	OtherFamily bool `json:"otherFamily,omitempty"`
+	primary     int
 }
 
 // Report is a measured matrix.
@@ -59,8 +64,21 @@ func (r *Report) Disagreements() []Flow {
 // carry the measured verdict.
 func (r *Report) Matrix() *matrix.Result {
 	m := &matrix.Result{Endpoints: r.Endpoints, Ports: r.Ports}
+	at := make([]int, len(r.Flows))
+	for i, f := range r.Flows {
+		if f.OtherFamily {
+			continue
+		}
+		at[i] = len(m.Flows)
+		mf := f.Flow
+		mf.OtherFamilies = nil // the evaluator's; the measured ones follow
+		m.Flows = append(m.Flows, mf)
+	}
 	for _, f := range r.Flows {
-		m.Flows = append(m.Flows, f.Flow)
+		if f.OtherFamily && f.Allowed != r.Flows[f.primary].Allowed {
+			mf := &m.Flows[at[f.primary]]
+			mf.OtherFamilies = append(mf.OtherFamilies, f.Flow)
+		}
 	}
 	return m
 }
