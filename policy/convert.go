@@ -40,7 +40,7 @@ func PodFromAPI(o *corev1.Pod) (Pod, []Diagnostic) {
 	for i, s := range ips {
 		a, err := netip.ParseAddr(s)
 		if err != nil {
-			bad(field(i), fmt.Sprintf("invalid IP %q", s))
+			bad(field(i), fmt.Sprintf("invalid IP %q: left out", s))
 			continue
 		}
 		if a.Zone() != "" {
@@ -95,7 +95,7 @@ func NodeFromAPI(o *corev1.Node) (Node, []Diagnostic) {
 		}
 		ip, err := netip.ParseAddr(a.Address)
 		if err != nil {
-			diags = append(diags, Diagnostic{Severity: SeverityError, Object: "Node " + o.Name, Field: fmt.Sprintf("status.addresses[%d].address", i), Message: fmt.Sprintf("invalid IP %q", a.Address)})
+			diags = append(diags, Diagnostic{Severity: SeverityError, Object: "Node " + o.Name, Field: fmt.Sprintf("status.addresses[%d].address", i), Message: fmt.Sprintf("invalid IP %q: left out", a.Address)})
 			continue
 		}
 		if ip.Zone() != "" {

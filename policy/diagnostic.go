@@ -7,7 +7,10 @@ type Severity string
 
 // Errors are what the API server would reject; warnings are legal input
 // that cannot be fully honoured (a pod without an IP, a named port that
-// resolves nowhere).
+// resolves nowhere). moat check fails on errors; the commands that judge
+// traffic fail only on objects that could not be loaded, and show the
+// errors of objects they judge around (the value left out or the part
+// failed closed, as moat-agent enforces it) as warnings.
 const (
 	SeverityError   Severity = "error"
 	SeverityWarning Severity = "warning"

@@ -227,7 +227,8 @@ func (f *inputFlags) compileLoaded(cmd *cobra.Command, res *manifest.Result) (*p
 	}
 	// Warnings are a side channel here: a large cluster can have
 	// thousands, so past maxWarnings they are counted, not printed, unless
-	// -v. Errors are always printed. moat check lists everything.
+	// -v. Errors are always printed, and only what makes the command fail
+	// is an error. moat check lists everything.
 	warnings := 0
 	warn := func(line string) {
 		if warnings++; warnings <= maxWarnings || f.verbose {
@@ -241,19 +242,28 @@ func (f *inputFlags) compileLoaded(cmd *cobra.Command, res *manifest.Result) (*p
 			warn(fmt.Sprintf("warning: %s: %s", s.Policy, s.Message))
 		}
 	}
+	// An error about an object that could not be loaded stops the
+	// command (below). One about an object that was loaded (a pod address
+	// that does not parse, a podIP that disagrees with podIPs, an invalid
+	// policy) is judged around, the way moat-agent enforces it: the value
+	// is left out or the part fails closed, and the answer stands. Here
+	// that is a warning; moat check, which validates, fails on it.
+	dropped := make(map[string]bool, len(res.Dropped))
+	for _, r := range res.Dropped {
+		dropped[r] = true
+	}
 	for _, d := range res.Diagnostics {
-		if d.Severity == policy.SeverityWarning {
-			warn(fmt.Sprintf("%s: %s", d.Severity, d))
+		if d.Severity == policy.SeverityError && dropped[d.Object] {
+			fmt.Fprintf(stderr, "error: %s\n", d)
 			continue
 		}
-		fmt.Fprintf(stderr, "%s: %s\n", d.Severity, d)
+		warn("warning: " + d.String())
 	}
 	for _, d := range prog.Diagnostics {
-		switch {
-		case d.Severity == policy.SeverityWarning:
-			warn(fmt.Sprintf("%s: %s", d.Severity, d))
-		case f.verbose:
-			fmt.Fprintf(stderr, "%s: %s\n", d.Severity, d)
+		// Invalid policies' errors are verbose: the notice above names
+		// them already.
+		if d.Severity == policy.SeverityWarning || f.verbose {
+			warn("warning: " + d.String())
 		}
 	}
 	if warnings > maxWarnings && !f.verbose {

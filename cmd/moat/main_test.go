@@ -196,7 +196,7 @@ func TestWarningsCapped(t *testing.T) {
 		verbose   bool
 		warnings  int
 		truncated bool
-	}{{false, 20, true}, {true, 29, false}} {
+	}{{false, 20, true}, {true, 35, false}} { // -v adds the validation errors behind the 3 notices, as warnings
 		a := args
 		if c.verbose {
 			a = append(slices.Clone(args), "-v")
@@ -211,8 +211,67 @@ func TestWarningsCapped(t *testing.T) {
 		if n := strings.Count(errOut, "warning: "); n != c.warnings {
 			t.Errorf("-v=%v: %d warnings printed, want %d:\n%s", c.verbose, n, c.warnings, errOut)
 		}
+		if strings.Contains(errOut, "error: ") {
+			t.Errorf("-v=%v: an error line, yet the command succeeded:\n%s", c.verbose, errOut)
+		}
 		if got := strings.Contains(errOut, "... and 9 more warnings"); got != c.truncated {
 			t.Errorf("-v=%v: count line printed = %v, want %v:\n%s", c.verbose, got, c.truncated, errOut)
 		}
+	}
+}
+
+// A line labelled "error:" means the command fails, and a command that
+// fails says why with one. Commands that judge traffic answer around an
+// invalid value of an object they loaded, as moat-agent enforces it (a
+// podIP that disagrees with podIPs: podIPs is used; an address that does
+// not parse: left out), so they warn and exit 0; check, which validates,
+// reports it as an error and exits 1. An object that could not be loaded
+// stops every command.
+func TestErrorLabelsMatchExitStatus(t *testing.T) {
+	const pods = `apiVersion: v1
+kind: Pod
+metadata: {name: p1, namespace: a}
+spec: {nodeName: n1}
+status: {podIP: 10.0.0.9, podIPs: [{ip: 10.0.0.1}]}
+---
+apiVersion: v1
+kind: Pod
+metadata: {name: p2, namespace: a}
+spec: {nodeName: n1}
+status: {podIPs: [{ip: 10.0.0.2}, {ip: "fd00::x"}]}
+`
+	const dup = "---\napiVersion: v1\nkind: Namespace\nmetadata: {name: a}\n---\napiVersion: v1\nkind: Namespace\nmetadata: {name: a}\n"
+	explain := []string{"explain", "-f", "-", "--from", "a/p2", "--to", "a/p1", "--port", "80"}
+	matrix := []string{"matrix", "-f", "-", "--port", "80/TCP"}
+	mismatch := `Pod a/p1: status.podIP: "10.0.0.9" must equal status.podIPs[0].ip "10.0.0.1": status.podIPs is used`
+	badIP := `Pod a/p2: status.podIPs[1].ip: invalid IP "fd00::x": left out`
+	for _, tc := range []struct {
+		name     string
+		input    string
+		args     []string
+		code     int
+		want     []string // lines (prefixes) stderr or stdout must hold
+		notError bool     // no "error:" line
+	}{
+		{"explain warns", pods, explain, 0, []string{"warning: " + mismatch, "warning: " + badIP}, true},
+		{"matrix warns", pods, matrix, 0, []string{"warning: " + mismatch, "warning: " + badIP}, true},
+		{"explain -v warns", pods, append(slices.Clone(explain), "-v"), 0, []string{"warning: " + mismatch}, true},
+		{"check fails", pods, []string{"check", "-f", "-"}, 1, []string{mismatch, badIP, "moat: 2 error(s)"}, false},
+		{"an object not loaded stops explain", pods + dup, explain, 1, []string{"warning: " + mismatch, "error: Namespace a: duplicate object", "refusing to judge traffic"}, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			out, errOut, code := run(t, tc.input, tc.args...)
+			if code != tc.code {
+				t.Errorf("exit %d, want %d\nstderr:\n%s", code, tc.code, errOut)
+			}
+			for _, w := range tc.want {
+				if !strings.Contains(out+errOut, w) {
+					t.Errorf("no %q in\nstdout:\n%s\nstderr:\n%s", w, out, errOut)
+				}
+			}
+			if tc.notError && strings.Contains(errOut, "error:") {
+				t.Errorf("an error line, yet exit 0:\n%s", errOut)
+			}
+		})
 	}
 }
