@@ -401,7 +401,11 @@ func (b *npBody) finish(d *dec, o *Object) {
 		return
 	}
 	if m.Namespace == "" {
+		// Its namespace decides which pods it selects, and kubectl apply
+		// would put it in its -n or context namespace, not necessarily
+		// this one.
 		m.Namespace = defaultNamespace
+		o.diag(policy.SeverityWarning, "metadata.namespace", "not set: judged in namespace "+defaultNamespace+" (kubectl apply puts it in the namespace of -n or of the current context)")
 	}
 	d.foldTopLevel(func() {
 		b.spec = networkingv1.NetworkPolicySpec{Ingress: make([]networkingv1.NetworkPolicyIngressRule, 1), Egress: make([]networkingv1.NetworkPolicyEgressRule, 1)}
