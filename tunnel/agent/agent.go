@@ -213,7 +213,7 @@ func (a *Agent) connect(ctx context.Context) error {
 	}
 	md := metadata.Pairs(proto.MetaAgentID, a.cfg.AgentID)
 	if !a.cfg.NoExtensions {
-		md.Set(proto.MetaFeatures, proto.Features{Origin: true, Credit: true}.String())
+		md.Set(proto.MetaFeatures, proto.Features{Origin: true, Credit: true, Window: a.window()}.String())
 	}
 	if a.cfg.Identifiers != "" {
 		md.Set(proto.MetaAgentIdentifiers, a.cfg.Identifiers)
@@ -268,7 +268,8 @@ func (a *Agent) connect(ctx context.Context) error {
 	t.sess = mux.New(st, mux.Config{
 		LocalOrigin: proto.OriginNode,
 		Credit:      feat.Credit,
-		Window:      a.cfg.Window,
+		Window:      a.window(),
+		PeerWindow:  feat.PeerWindow(),
 		MaxQueue:    a.cfg.MaxQueue,
 		DialTimeout: a.cfg.DialTimeout,
 		Dial:        a.dialNodeSide,
@@ -301,6 +302,14 @@ func (a *Agent) connect(ctx context.Context) error {
 		a.log.Info("Tunnel down", "serverID", t.serverID, "err", err)
 	}()
 	return nil
+}
+
+// window is the per-connection receive window this agent announces.
+func (a *Agent) window() int {
+	if a.cfg.Window > 0 {
+		return a.cfg.Window
+	}
+	return proto.DefaultWindow
 }
 
 // dialNodeSide makes the TCP dial the control plane asked for.

@@ -29,8 +29,8 @@ func (p *countingPool) Put(b *[]byte)     { p.out.Add(-1); p.Pool.Put(b) }
 func TestBuffersComeBack(t *testing.T) {
 	pool := &countingPool{Pool: grpcbuf.New()}
 	a, b := pair()
-	req := New(a, Config{LocalOrigin: proto.OriginControlPlane, Credit: true, Window: 256 << 10, Pool: pool})
-	dia := New(b, Config{LocalOrigin: proto.OriginNode, Credit: true, Window: 256 << 10, Pool: pool, Dial: tcpDial})
+	req := New(a, Config{LocalOrigin: proto.OriginControlPlane, Credit: true, Window: 256 << 10, PeerWindow: 256 << 10, Pool: pool})
+	dia := New(b, Config{LocalOrigin: proto.OriginNode, Credit: true, Window: 256 << 10, PeerWindow: 256 << 10, Pool: pool, Dial: tcpDial})
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{}, 2)
 	go func() { req.Run(ctx); done <- struct{}{} }()

@@ -65,7 +65,7 @@ type Conn struct {
 func (s *Session) newConn(k key, requester bool) *Conn {
 	c := &Conn{s: s, key: k, requester: requester, credit: math.MaxInt64}
 	if s.cfg.Credit {
-		c.credit = int64(s.cfg.Window)
+		c.credit = int64(s.cfg.PeerWindow)
 	}
 	c.cond.L = &c.mu
 	s.active.Add(1)

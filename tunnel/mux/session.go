@@ -41,8 +41,15 @@ type Config struct {
 	LocalOrigin proto.Origin
 	// Credit enables the credit extension; set only when the peer announced it.
 	Credit bool
-	// Window is the per-connection receive window with credit (default 1 MiB).
+	// Window is this side's per-connection receive window with credit
+	// (default proto.DefaultWindow); it is announced to the peer.
 	Window int
+	// PeerWindow is the peer's announced receive window: each connection's
+	// send credit starts there (default proto.DefaultWindow, what a peer
+	// that announces none uses). Assuming the peer's window equals ours
+	// would overrun a peer with a smaller one, which then closes the
+	// connection (queue_overflow).
+	PeerWindow int
 	// MaxQueue bounds a connection's receive queue without credit (default 8 MiB).
 	MaxQueue int
 	// MaxChunk bounds the payload of one DATA packet (default 128 KiB).
@@ -66,7 +73,10 @@ type Config struct {
 
 func (c *Config) defaults() {
 	if c.Window <= 0 {
-		c.Window = 1 << 20
+		c.Window = proto.DefaultWindow
+	}
+	if c.PeerWindow <= 0 {
+		c.PeerWindow = proto.DefaultWindow
 	}
 	if c.MaxQueue <= 0 {
 		c.MaxQueue = 8 << 20

@@ -88,7 +88,7 @@ func (c *chanStream) close() { c.once.Do(func() { close(c.done) }) }
 func sessions(t *testing.T, credit bool) (*Session, *Session) {
 	a, b := pair()
 	cfg := func(o proto.Origin) Config {
-		return Config{LocalOrigin: o, Credit: credit, Window: 256 << 10, MaxQueue: 256 << 10,
+		return Config{LocalOrigin: o, Credit: credit, Window: 256 << 10, PeerWindow: 256 << 10, MaxQueue: 256 << 10,
 			Dial: func(ctx context.Context, _ proto.Origin, addr string) (net.Conn, error) {
 				var d net.Dialer
 				return d.DialContext(ctx, "tcp", addr)

@@ -1,6 +1,9 @@
 package proto
 
-import "strings"
+import (
+	"strconv"
+	"strings"
+)
 
 // Metadata keys of the upstream protocol.
 const (
@@ -22,10 +25,32 @@ const (
 	FeatureOrigin = "origin"
 	// FeatureCredit: the peer honours per-connection credit (field 10).
 	FeatureCredit = "credit"
+	// FeatureWindow ("window=N") announces the sender's per-connection
+	// receive window in bytes: the peer starts each connection's send
+	// credit at N. Each side announces its own, so the two may differ
+	// (--flow-control-window on the server; the agent's is fixed).
+	FeatureWindow = "window"
 )
 
+// DefaultWindow is the per-connection receive window a peer that announces
+// credit but no window is assumed to have (Moat before window announcement
+// used it on both sides).
+const DefaultWindow = 1 << 20
+
 // Features is a parsed MetaFeatures value.
-type Features struct{ Origin, Credit bool }
+type Features struct {
+	Origin, Credit bool
+	// Window is the announced receive window; 0 when none was announced.
+	Window int
+}
+
+// PeerWindow is the receive window to assume for the peer that sent f.
+func (f Features) PeerWindow() int {
+	if f.Window > 0 {
+		return f.Window
+	}
+	return DefaultWindow
+}
 
 // ParseFeatures reads the comma-separated values of MetaFeatures; unknown
 // names are ignored so that newer peers interoperate.
@@ -33,7 +58,16 @@ func ParseFeatures(vals []string) Features {
 	var f Features
 	for _, v := range vals {
 		for _, s := range strings.Split(v, ",") {
-			switch strings.TrimSpace(s) {
+			s = strings.TrimSpace(s)
+			if n, ok := strings.CutPrefix(s, FeatureWindow+"="); ok {
+				// A value that is not a positive int is ignored: the
+				// default is assumed, as for a peer that announced none.
+				if w, err := strconv.ParseInt(n, 10, 0); err == nil && w > 0 {
+					f.Window = int(w)
+				}
+				continue
+			}
+			switch s {
 			case FeatureOrigin:
 				f.Origin = true
 			case FeatureCredit:
@@ -52,6 +86,9 @@ func (f Features) String() string {
 	}
 	if f.Credit {
 		s = append(s, FeatureCredit)
+	}
+	if f.Window > 0 {
+		s = append(s, FeatureWindow+"="+strconv.Itoa(f.Window))
 	}
 	return strings.Join(s, ",")
 }

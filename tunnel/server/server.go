@@ -139,8 +139,14 @@ func (s *Server) Connect(st proto.AgentService_ConnectServer) error {
 	}
 	feat := proto.ParseFeatures(md.Get(proto.MetaFeatures))
 	hdr := metadata.Pairs(proto.HeaderServerID, s.cfg.ServerID, proto.HeaderServerCount, strconv.Itoa(s.cfg.ServerCount))
-	if feat != (proto.Features{}) {
-		hdr.Set(proto.MetaFeatures, feat.String())
+	// The answer lists the extensions both use and, with credit, this
+	// server's own receive window: the agent's send credit starts there.
+	answer := proto.Features{Origin: feat.Origin, Credit: feat.Credit}
+	if feat.Credit {
+		answer.Window = s.window()
+	}
+	if answer != (proto.Features{}) {
+		hdr.Set(proto.MetaFeatures, answer.String())
 	}
 	if err := st.SendHeader(hdr); err != nil {
 		return fmt.Errorf("agent %s: send header: %w", agentID, err)
@@ -149,7 +155,8 @@ func (s *Server) Connect(st proto.AgentService_ConnectServer) error {
 	b.sess = mux.New(st, mux.Config{
 		LocalOrigin: proto.OriginControlPlane,
 		Credit:      feat.Credit,
-		Window:      s.cfg.Window,
+		Window:      s.window(),
+		PeerWindow:  feat.PeerWindow(),
 		MaxQueue:    s.cfg.MaxQueue,
 		DialTimeout: s.cfg.DialTimeout,
 		Dial:        s.dialNode,
@@ -164,6 +171,14 @@ func (s *Server) Connect(st proto.AgentService_ConnectServer) error {
 	err := b.sess.Run(ctx)
 	s.log.Info("Agent disconnected", "agentID", agentID, "err", err)
 	return nil
+}
+
+// window is the per-connection receive window this server announces.
+func (s *Server) window() int {
+	if s.cfg.Window > 0 {
+		return s.cfg.Window
+	}
+	return proto.DefaultWindow
 }
 
 func bearer(vals []string) (string, error) {

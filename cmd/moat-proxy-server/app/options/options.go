@@ -98,7 +98,7 @@ func (o *Options) Flags() cliflag.NamedFlagSets {
 	fs.StringVar(&o.AuthenticationAud, "authentication-audience", o.AuthenticationAud, "audience agent tokens must carry")
 	fs.StringVar(&o.Kubeconfig, "kubeconfig", o.Kubeconfig, "kubeconfig for TokenReview; empty uses $KUBECONFIG, ~/.kube/config, then the in-cluster service account")
 	fs.DurationVar(&o.DialTimeout, "dial-timeout", o.DialTimeout, "bound on a dial in either direction")
-	fs.IntVar(&o.Window, "flow-control-window", o.Window, "per-connection receive window in bytes with Moat agents")
+	fs.IntVar(&o.Window, "flow-control-window", o.Window, "per-connection receive window in bytes with Moat agents; announced to each agent, which sends at most that much unacknowledged data per connection")
 
 	fs = fss.FlagSet("node to control plane (KEP-2025)")
 	fs.StringArrayVar(&o.AllowedDestinations, "allowed-destination", nil, "host:port node clients may reach (repeatable); none: all refused")
