@@ -65,10 +65,17 @@ func Why(c Change) (before, after string) {
 	return strings.Join(bs, "; "), strings.Join(as, "; ")
 }
 
-// portOf is "port/protocol", with the address family when the ends are
-// dual-stack.
+// portOf is "port/protocol" (the protocol alone for ICMP), then what the
+// port stands for ("22/TCP (any of 1-442)"), with the address family when
+// the ends are dual-stack.
 func portOf(c Change) string {
 	s := fmt.Sprintf("%d/%s", c.Port, c.Protocol)
+	if c.Port == 0 {
+		s = c.Protocol
+	}
+	if c.Ports != "" {
+		s += " (" + c.Ports + ")"
+	}
 	if c.Family != "" {
 		s += " " + c.Family
 	}

@@ -38,12 +38,29 @@ with --prune, without every NetworkPolicy and ClusterNetworkPolicy the
 --after files do not define (compare two complete policy sets, such as two
 revisions of a GitOps repository).
 
-It lists every flow whose verdict changes: between the pods both states have
-(by namespace/name) and the --peer addresses, each destination pod on the
-ports it declares and each peer on every declared port, or on --port
-everywhere. Each line gives the verdicts before and after and the
-explanation of each direction that changed. Only the flows a change can
-affect are judged, so a small change in a large cluster is quick.
+It lists every flow whose verdict changes, from every endpoint to every
+endpoint. The endpoints are the pods both states have (by namespace/name),
+the --peer addresses, every node address, and implied peers: one address
+for each class of addresses no pod or node has that the rules of either
+state can tell apart (inside an ipBlock or networks CIDR and outside its
+excepts, inside each except, outside all of them; per family), named by
+the class ("198.51.100.0/24", "10.0.0.0/8 except 10.1.0.0/16",
+"0.0.0.0/0"). Without --port, each pair is judged on one port per class of
+the (protocol, port) space that the rules judging it (the source's egress
+and the destination's ingress, in either state) can tell apart: ports in
+the same rules' port lists are one class ("8000-9000", "TCP 80, 443"), and
+everything no rule names by port - the other ports, the other protocols,
+ICMP and protocols without ports - is one more, "the rest". Declared
+container ports are informational in Kubernetes (an undeclared port is
+reachable): they only choose which port of a class is shown, as in
+"1/TCP (any port or protocol but TCP 443)" or "8000/TCP (any of
+8000-9000)". Every address, protocol and port is thus judged by the probe
+of its class, so no change can hide between probes. With
+--port, only those ports are judged, towards every endpoint.
+
+Each line gives the verdicts before and after and the explanation of each
+direction that changed. Only the flows a change can affect are judged, so
+a small change in a large cluster is quick.
 
 Exit status: 0 when no verdict changes, 3 when some does, 1 on error - to
 gate CI and GitOps pipelines as kubectl diff does.`,
@@ -115,7 +132,7 @@ gate CI and GitOps pipelines as kubectl diff does.`,
 	cmd.Flags().StringArrayVar(&after, "after", nil, "proposed manifests (file, directory or -), layered on the current state; repeatable")
 	cmd.Flags().StringArrayVar(&delete, "delete", nil, "an object the change deletes, KIND/NAMESPACE/NAME or KIND/NAME; repeatable")
 	cmd.Flags().BoolVar(&prune, "prune", false, "delete the current NetworkPolicies and ClusterNetworkPolicies that --after does not define")
-	cmd.Flags().StringArrayVar(&ports, "port", nil, "judge this port towards every destination, N or N/PROTO (repeatable; default: the ports each pod declares)")
+	cmd.Flags().StringArrayVar(&ports, "port", nil, "judge only this port towards every destination, N or N/PROTO (repeatable; default: one port per class of ports the rules tell apart)")
 	cmd.Flags().StringArrayVar(&peers, "peer", nil, "extra endpoint outside the pod network, an IP address (repeatable)")
 	cmd.Flags().StringVarP(&output, "output", "o", "table", "table, json or html")
 	_ = cmd.RegisterFlagCompletionFunc("output", cobra.FixedCompletions([]string{"table", "json", "html"}, cobra.ShellCompDirectiveNoFileComp))
