@@ -109,6 +109,9 @@ type Agent struct {
 	problemsScanned time.Time
 	problemsDirty   bool
 	lastWarnings    []string
+	// linksErr is the last sync's error resolving the pods' interfaces
+	// ("" for none; see reportLinks).
+	linksErr string
 	// selectorKeys are the label keys some policy's selector reads
 	// (see labelkeys.go).
 	selectorKeys atomic.Pointer[keySet]
@@ -376,6 +379,7 @@ func (a *Agent) sync(ctx context.Context) error {
 		}
 	}
 	a.syncs.Add(1)
+	a.reportLinks(res)
 	if !res.Applied {
 		if err == nil {
 			err = errors.New("dataplane did not apply the ruleset")

@@ -13,6 +13,11 @@ type Packet struct {
 	Proto    policy.Protocol
 	// Port is the destination port, 0 for protocols without ports.
 	Port uint16
+	// InIf is the index of the interface the packet arrived on, 0 when
+	// not known (the conntrack cleanup: conntrack does not record it) or
+	// when the node itself sent it. Only the check of sources on pod
+	// interfaces reads it (podLinkRules).
+	InIf int
 }
 
 // Allows reports whether this node's rules let the first packet of a new
@@ -24,6 +29,12 @@ func (rs *Ruleset) Allows(p Packet) bool {
 	src, dst := p.Src.Unmap(), p.Dst.Unmap()
 	if src == dst && contains(rs.self, src) {
 		return true
+	}
+	if rs.forgedOn(p.InIf, src) && !(src.Is6() && (src.IsLinkLocalUnicast() || src.IsUnspecified())) {
+		// podLinkRules. The sources the input hook exempts are dropped
+		// by forward's linkRules (not modelled: Allows judges
+		// connections between routable addresses).
+		return false
 	}
 	if rs.spoofed(src) {
 		// The forward and input hooks' spoofRules (the output hook's

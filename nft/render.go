@@ -132,11 +132,34 @@ var linkRules = []string{
 	"meta pkttype { broadcast, multicast } counter name " + counterLink + " drop",
 }
 
-var forwardRules = slices.Concat(baseRules[:len(baseRules)-2], linkRules, spoofRules, baseRules[len(baseRules)-1:])
+// podLinkRules drop a new connection that arrives on a pod interface
+// (one through which the node routes a local pod: set podifs) with a
+// source that is not routed through that interface (sets podsrc4/6 of
+// interface and address; see PodLink). spoofRules alone let a pod forge a
+// source outside the pod CIDRs, or a pod of another node, and meet no
+// egress chain or the wrong one. The agent fills the sets from the node's
+// routes on each sync (NetlinkLinks); an interface it does not know as a
+// pod's is not checked. On a bridge CNI all the node's pods share the
+// bridge as the incoming interface, so a pod may still use another local
+// pod's address on the same bridge.
+//
+// In input, IPv6 sources that are unspecified or link-local are not
+// checked: a pod's link-local address is no pod address (multicast
+// listener reports are sent from it, or from ::, to the node), and such a
+// source can reach only the node itself, never a routed destination. In
+// forward, linkRules drop link-local sources before these rules.
+var podLinkRules = []string{
+	"meta iif @podifs meta iif . ip saddr != @podsrc4 counter name " + counterSpoofed + " drop",
+	"meta iif @podifs meta iif . ip6 saddr != @podsrc6 counter name " + counterSpoofed + " drop",
+}
+
+var forwardRules = slices.Concat(baseRules[:len(baseRules)-2], linkRules, spoofRules, podLinkRules, baseRules[len(baseRules)-1:])
 
 var inputRules = append(slices.Clone(baseRules[:len(baseRules)-1]),
 	"meta iiftype != loopback "+spoofRules[0],
 	"meta iiftype != loopback "+spoofRules[1],
+	podLinkRules[0],
+	"meta iif @podifs ip6 saddr != { ::, fe80::/10 } meta iif . ip6 saddr != @podsrc6 counter name "+counterSpoofed+" drop",
 	baseRules[len(baseRules)-1],
 )
 
@@ -193,6 +216,9 @@ var staticSets = []knftables.Set{
 	{Name: "podnet6", Type: "ipv6_addr", Flags: []knftables.SetFlag{knftables.IntervalFlag}, Comment: knftables.PtrTo("this node's pod CIDRs")},
 	{Name: "pods4", Type: "ipv4_addr", Comment: knftables.PtrTo("pod addresses in this node's pod CIDRs")},
 	{Name: "pods6", Type: "ipv6_addr", Comment: knftables.PtrTo("pod addresses in this node's pod CIDRs")},
+	{Name: "podifs", Type: "iface_index", Comment: knftables.PtrTo("interfaces local pods are routed through; filled by moat-agent from the node's routes")},
+	{Name: "podsrc4", Type: "iface_index . ipv4_addr", Comment: knftables.PtrTo("pod interface and the pod addresses routed through it; filled by moat-agent")},
+	{Name: "podsrc6", Type: "iface_index . ipv6_addr", Comment: knftables.PtrTo("pod interface and the pod addresses routed through it; filled by moat-agent")},
 }
 
 var staticMaps = []knftables.Map{
@@ -455,6 +481,12 @@ func fullTransaction(tx *knftables.Transaction, rs *Ruleset, prev map[string]Cou
 	for _, a := range rs.pods {
 		tx.Add(podElement(a))
 	}
+	for _, i := range linkIndexes(rs.links) {
+		tx.Add(podIfElement(i))
+	}
+	for _, l := range rs.links {
+		tx.Add(podSrcElement(l))
+	}
 	for _, a := range sortedAddrs(rs.egress) {
 		tx.Add(mapElement(policy.Egress, a, rs.egress[a]))
 	}
@@ -548,6 +580,8 @@ func patchDispatch(tx *knftables.Transaction, old, rs *Ruleset) {
 	diffAddrList(tx, old.conflicts(), rs.conflicts(), conflictElement)
 	diffAddrList(tx, old.podNets, rs.podNets, podNetElement)
 	diffAddrList(tx, old.pods, rs.pods, podElement)
+	diffAddrList(tx, linkIndexes(old.links), linkIndexes(rs.links), podIfElement)
+	diffAddrList(tx, old.links, rs.links, podSrcElement)
 	diffVerdictMap(tx, policy.Egress, old.egress, rs.egress, mapName, mapElement)
 	diffVerdictMap(tx, policy.Ingress, old.ingress, rs.ingress, mapName, mapElement)
 	diffVerdictMap(tx, policy.Egress, old.egressNext, rs.egressNext, nextMapName, nextElement)

@@ -172,6 +172,10 @@ type Ruleset struct {
 	// forged, or from a pod the agent has not learnt yet, and is dropped.
 	podNets []netip.Prefix
 	pods    []netip.Addr
+	// links are the node's pod interfaces and the pod addresses routed
+	// through each (sorted, see PodLink): not built from the Program
+	// but resolved on the node, nil when not (Build, moat nft).
+	links []PodLink
 	// counters describes the table's drop counters by counter name: the
 	// fixed ones and one per policy rule (or NetworkPolicy isolation)
 	// that some chain of this ruleset drops with. Packets and Bytes are
@@ -200,7 +204,7 @@ func (rs *Ruleset) Stats() Stats {
 		st.Elements += s.len()
 	}
 	st.Elements += len(rs.egress) + len(rs.ingress) + len(rs.egressNext) + len(rs.ingressNext) + 2*len(rs.self) + len(rs.nodeLocal) + len(rs.podNets) + len(rs.pods)
-	st.Elements += len(rs.nodeClaimed) + len(rs.hostLocalTypes()) + len(rs.conflicts())
+	st.Elements += len(rs.nodeClaimed) + len(rs.hostLocalTypes()) + len(rs.conflicts()) + len(linkIndexes(rs.links)) + len(rs.links)
 	return st
 }
 

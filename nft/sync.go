@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"os/exec"
+	"slices"
 	"sync"
 	"time"
 
@@ -37,6 +38,13 @@ type Options struct {
 	// network namespace; for any other Interface none: every
 	// InvalidateIfChanged then replaces the table, as Invalidate does.
 	Generation GenerationReader
+	// Links finds the interfaces through which the node routes its
+	// pods' addresses, for the check of new connections' sources on
+	// them (podLinkRules; when Sync asks: see Sync). nil means, for the Interface
+	// NewInterface returns, NetlinkLinks in the calling thread's network
+	// namespace; for any other Interface none: the link sets stay empty
+	// and no interface is checked.
+	Links LinkResolver
 }
 
 // Result says what one Sync did.
@@ -60,6 +68,11 @@ type Result struct {
 	// Check is what the generation check of a sync after
 	// InvalidateIfChanged found; nil for other syncs.
 	Check *GenerationCheck
+	// Links counts the pod links programmed (PodLink); LinksErr is why
+	// resolving them failed on this sync, when it did: the links of the
+	// last sync that resolved them stay in force.
+	Links    int
+	LinksErr error
 	// Build is how long computing the ruleset from the Program took,
 	// Diff how long comparing it with the one programmed (the
 	// transaction's operations), and Transaction how long the nft
@@ -101,7 +114,22 @@ type Syncer struct {
 	// cutPending: cutting the connections applied denies failed (see
 	// Options.CutDenied); the next Sync tries again, whatever changed.
 	cutPending bool
+	// links are the pod links last resolved, kept when resolving fails;
+	// linkKey is what they were resolved for and linksAt when.
+	// linksStale: a resync asks for resolving them again.
+	links      []PodLink
+	linkKey    linkKey
+	linksAt    time.Time
+	linksStale bool
 }
+
+// linkRefresh is how long a sync may keep the pod links it resolved when
+// nothing they depend on changed: a route lookup per pod address costs
+// ~50 us on a loaded node (BenchmarkResolveLinks: 9-15 ms for 220
+// addresses), too much for every sync that changes nothing on the node,
+// and routes seldom change without the pods (a veth re-created for the
+// same address).
+const linkRefresh = 10 * time.Second
 
 // New returns a Syncer for the table "inet moat" behind nft, which the
 // caller creates with knftables.New(knftables.InetFamily, nft.Table) (or
@@ -141,13 +169,28 @@ type kernelNFT struct {
 // Sync programs the node's part of prog. When nothing the node's
 // ruleset is built from changed since the last sync that programmed one
 // (buildInputs), Sync keeps that ruleset: the kernel holds it already.
+//
+// The node's pod links (Options.Links) are resolved again, also by a
+// sync that keeps the ruleset, when the node's pods changed, on a resync
+// and at least every linkRefresh: routes may change without the Program
+// (a pod's veth re-created). When only they changed, the sync patches the
+// link sets alone.
 func (s *Syncer) Sync(ctx context.Context, prog *policy.Program) (Result, error) {
 	start := time.Now()
 	in := readInputs(prog, s.opts.Node)
 	s.mu.Lock()
+	links, linksErr := s.resolveLinks(ctx, prog)
 	if s.applied != nil && in.equal(s.inputs) {
 		rs := s.applied
-		res := Result{Applied: true, Reused: true, Stats: rs.Stats(), Warnings: rs.warnings, Build: time.Since(start)}
+		if !slices.Equal(links, rs.links) {
+			rs = rs.withLinks(links)
+			s.mu.Unlock()
+			resolved := time.Since(start)
+			res, err := s.apply(ctx, rs, in)
+			res.Build, res.Links, res.LinksErr = resolved, len(links), linksErr
+			return res, err
+		}
+		res := Result{Applied: true, Reused: true, Stats: rs.Stats(), Warnings: rs.warnings, Build: time.Since(start), Links: len(links), LinksErr: linksErr}
 		var err error
 		if s.cutPending {
 			err = s.cutDenied(ctx, rs, &res)
@@ -156,11 +199,46 @@ func (s *Syncer) Sync(ctx context.Context, prog *policy.Program) (Result, error)
 		return res, err
 	}
 	rs := buildCached(prog, s.opts.Node, s.cache)
+	rs.links = links
 	s.mu.Unlock()
 	built := time.Since(start)
 	res, err := s.apply(ctx, rs, in)
-	res.Build = built
+	res.Build, res.Links, res.LinksErr = built, len(links), linksErr
 	return res, err
+}
+
+// resolveLinks returns the node's pod links, asking the link resolver
+// (none without one) when the node's pods, pod CIDRs or addresses changed
+// since it last asked, when a resync asked for it (Invalidate,
+// InvalidateIfChanged), or after linkRefresh; otherwise, and when
+// resolving fails, the links last resolved. s.mu held.
+func (s *Syncer) resolveLinks(ctx context.Context, prog *policy.Program) ([]PodLink, error) {
+	r := s.linkResolver()
+	if r == nil {
+		return nil, nil
+	}
+	q, key := linkQuery(prog, s.opts.Node)
+	if !s.linksStale && !s.linksAt.IsZero() && key.equal(s.linkKey) && time.Since(s.linksAt) < linkRefresh {
+		return s.links, nil
+	}
+	links, err := r.ResolveLinks(ctx, q)
+	if err != nil {
+		s.linksStale = true // the next sync tries again
+		return s.links, fmt.Errorf("resolve the interfaces of node %s's pods: %w", s.opts.Node, err)
+	}
+	s.links, s.linkKey, s.linksAt, s.linksStale = normaliseLinks(links), key, time.Now(), false
+	return s.links, nil
+}
+
+// linkResolver is Options.Links or its default for s.nft (nil: none).
+func (s *Syncer) linkResolver() LinkResolver {
+	if s.opts.Links != nil {
+		return s.opts.Links
+	}
+	if _, ok := s.nft.(kernelNFT); ok {
+		return NetlinkLinks{}
+	}
+	return nil
 }
 
 // apply programs a ruleset built by Build from inputs in (nil: not
@@ -353,6 +431,7 @@ func (s *Syncer) Invalidate() {
 	s.left = 0
 	s.checkNext = false
 	s.cache = newBuildCache()
+	s.linksStale = true
 	s.mu.Unlock()
 }
 
@@ -374,6 +453,7 @@ func (s *Syncer) InvalidateIfChanged() {
 	s.inputs = nil
 	s.checkNext = true
 	s.cache = newBuildCache()
+	s.linksStale = true
 	s.mu.Unlock()
 }
 

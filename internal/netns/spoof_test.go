@@ -121,7 +121,7 @@ func newSpoofLab(t *testing.T, prefix string) *spoofLab {
 	return l
 }
 
-func run(t *testing.T, cmds ...string) {
+func run(t testing.TB, cmds ...string) {
 	t.Helper()
 	for _, c := range cmds {
 		if out, err := exec.Command("ip", strings.Fields(c)...).CombinedOutput(); err != nil {
