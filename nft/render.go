@@ -192,9 +192,11 @@ var outputRules = append(slices.Clone(baseRules[:len(baseRules)-1]),
 // Of related connections only ICMP errors are accepted as they come: a
 // conntrack helper's expected connection (an FTP or SIP data channel the
 // helper predicted) is a new connection like any other, and is judged.
+// (icmpv6 is nft's own name for protocol 58; "ipv6-icmp" would need
+// /etc/protocols, which the agent's image does not have.)
 var baseRules = []string{
 	"ct state established accept",
-	"ct state related meta l4proto { icmp, ipv6-icmp } accept",
+	"ct state related meta l4proto { icmp, icmpv6 } accept",
 	"ct state invalid counter name " + counterInvalid + " drop",
 	"icmpv6 type { nd-router-solicit, nd-router-advert, nd-neighbor-solicit, nd-neighbor-advert, nd-redirect } accept",
 	"jump " + dispatchChain,
