@@ -53,6 +53,9 @@ type Config struct {
 	BindAddress        net.IP
 	Targets            []dest.Target
 	Window, MaxQueue   int
+	// CloseLinger bounds delivering a closed connection's remaining data to
+	// a local reader that stops reading (see mux.Config; default 30s).
+	CloseLinger time.Duration
 	// NoExtensions makes the agent announce none of Moat's protocol
 	// extensions, so the tunnel runs upstream's protocol exactly (no
 	// credit-based flow control); used to test interoperability.
@@ -272,6 +275,7 @@ func (a *Agent) connect(ctx context.Context) error {
 		PeerWindow:  feat.PeerWindow(),
 		MaxQueue:    a.cfg.MaxQueue,
 		DialTimeout: a.cfg.DialTimeout,
+		CloseLinger: a.cfg.CloseLinger,
 		Dial:        a.dialNodeSide,
 		Pool:        a.pool,
 		Metrics:     a.metrics,

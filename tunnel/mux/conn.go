@@ -24,6 +24,19 @@ var ErrClosed = errors.New("connection closed")
 // reserved while it waits for the peer's CLOSE_RSP.
 const closeLinger = 30 * time.Second
 
+// deadliner is a local writer whose writes can be bounded (a socket).
+type deadliner interface{ SetWriteDeadline(time.Time) error }
+
+// flushBound bounds a write of a peer-closed connection's remaining data to
+// the local side: a reader that takes nothing for Config.CloseLinger is
+// given up on, as the kernel gives up on an orphaned socket, instead of
+// holding the connection, its queue and the socket forever.
+func (c *Conn) flushBound(w io.Writer) {
+	if d, ok := w.(deadliner); ok {
+		_ = d.SetWriteDeadline(time.Now().Add(c.s.cfg.CloseLinger))
+	}
+}
+
 // Conn is one tunneled connection. Read/WriteTo/StartDrain deliver the
 // peer's data in order, Write/WriteBuffer/ReadFrom send data within the
 // connection's credit. The peer's data stays in the buffers it was received
@@ -209,8 +222,11 @@ func (c *Conn) drainLoop() {
 			return
 		}
 		q := c.takeLocked()
-		w := c.drainW
+		w, peerClosed := c.drainW, c.eof
 		c.mu.Unlock()
+		if peerClosed {
+			c.flushBound(w)
+		}
 		n, werr := writeBuffers(w, q)
 		c.consume(n)
 		if werr != nil {
@@ -235,12 +251,17 @@ func (c *Conn) addCredit(n uint64) {
 	c.cond.Broadcast()
 }
 
-// remoteClose marks the peer's end closed: queued data is still delivered.
+// remoteClose marks the peer's end closed: queued data is still delivered,
+// within the close linger (flushBound), which also bounds a write already
+// in progress.
 func (c *Conn) remoteClose() {
 	c.mu.Lock()
 	c.eof = true
 	if c.linger != nil {
 		c.linger.Stop()
+	}
+	if c.running && c.drainW != nil {
+		c.flushBound(c.drainW)
 	}
 	start := c.kickLocked()
 	c.mu.Unlock()

@@ -58,6 +58,11 @@ type Config struct {
 	MaxPendingDials int
 	// DialTimeout bounds a dial made for the peer (default 10s).
 	DialTimeout time.Duration
+	// CloseLinger bounds each write of a peer-closed connection's remaining
+	// data to a local socket (default 30s): a local reader that takes nothing
+	// for that long loses the rest, so a destination or client that never
+	// reads cannot hold a connection open after the other end left.
+	CloseLinger time.Duration
 	// Dial handles DIAL_REQ from the peer; nil refuses every such dial.
 	Dial DialFunc
 	// OnDrain is called when the peer sends DRAIN.
@@ -89,6 +94,9 @@ func (c *Config) defaults() {
 	}
 	if c.DialTimeout <= 0 {
 		c.DialTimeout = 10 * time.Second
+	}
+	if c.CloseLinger <= 0 {
+		c.CloseLinger = closeLinger
 	}
 	if c.Pool == nil {
 		c.Pool = grpcbuf.New()

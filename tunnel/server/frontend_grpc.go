@@ -1,6 +1,7 @@
 package server
 
 import (
+	"context"
 	"errors"
 	"sync"
 	"time"
@@ -121,6 +122,12 @@ func (s *Server) Proxy(st client.ProxyService_ProxyServer) error {
 		}
 		return nil
 	}
+	// A client that goes away (its tunnel's gRPC connection closed) while
+	// this handler is blocked writing to a destination that does not read
+	// (conn.WriteBuffers waits for credit) must still release the
+	// connection here and on the agent.
+	stop := context.AfterFunc(st.Context(), func() { conn.Close() })
+	defer stop()
 	if err := send(proto.DialRsp(proto.OriginControlPlane, req.Random, conn.ID(), "")); err != nil {
 		conn.Close()
 		return nil

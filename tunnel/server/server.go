@@ -47,6 +47,9 @@ type Config struct {
 	DialTimeout time.Duration
 	// Window and MaxQueue tune per-connection flow control (see mux.Config).
 	Window, MaxQueue int
+	// CloseLinger bounds delivering a closed connection's remaining data to
+	// a local reader that stops reading (see mux.Config; default 30s).
+	CloseLinger time.Duration
 	// Log receives the server's structured log (the zero Logger discards).
 	Log      klog.Logger
 	Registry prometheus.Registerer
@@ -159,6 +162,7 @@ func (s *Server) Connect(st proto.AgentService_ConnectServer) error {
 		PeerWindow:  feat.PeerWindow(),
 		MaxQueue:    s.cfg.MaxQueue,
 		DialTimeout: s.cfg.DialTimeout,
+		CloseLinger: s.cfg.CloseLinger,
 		Dial:        s.dialNode,
 		OnDrain:     func() { s.log.Info("Agent draining", "agentID", agentID) },
 		Pool:        s.pool,
