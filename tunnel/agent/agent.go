@@ -30,6 +30,10 @@ import (
 	"github.com/moat-net/moat/tunnel/proto"
 )
 
+// DefaultConnectTimeout is Config.ConnectTimeout's default: above the
+// server's 10s TokenReview bound, with room for the round trip.
+const DefaultConnectTimeout = 30 * time.Second
+
 // Config is the agent's behaviour.
 type Config struct {
 	// Server is the proxy server (or its load balancer) as host:port.
@@ -47,6 +51,11 @@ type Config struct {
 	// DialTimeout bounds dials for the control plane and the wait for a
 	// DIAL_RSP for node clients (a stock server never answers; default 10s).
 	DialTimeout time.Duration
+	// ConnectTimeout bounds the tunnel handshake: the wait for the server's
+	// response header, which a server sends only after its TokenReview
+	// (bounded at 10s there), so it must be longer than that (default 30s).
+	// Separate from DialTimeout, which operators lower for dials.
+	ConnectTimeout time.Duration
 	// NodeToControlPlane is the EnableClusterToMasterTraffic gate; Targets
 	// are only served when it is on.
 	NodeToControlPlane bool
@@ -109,6 +118,9 @@ func New(cfg Config) (*Agent, error) {
 	}
 	if cfg.DialTimeout <= 0 {
 		cfg.DialTimeout = 10 * time.Second
+	}
+	if cfg.ConnectTimeout <= 0 {
+		cfg.ConnectTimeout = DefaultConnectTimeout
 	}
 	if cfg.Registry == nil {
 		cfg.Registry = prometheus.NewRegistry()
@@ -236,26 +248,37 @@ func (a *Agent) connect(ctx context.Context) error {
 		cc.Close()
 		return err
 	}
-	hctx, hcancel := context.WithTimeout(ctx, a.cfg.DialTimeout)
-	hdrc := make(chan metadata.MD, 1)
+	// The header is awaited with a bound and the stream cancelled when it
+	// passes: a stream nobody runs must not stay open, or the server (which
+	// registers it once its review passes) routes dials into it while this
+	// agent's connect loop is stuck and it holds no tunnel.
+	type header struct {
+		md  metadata.MD
+		err error
+	}
+	hdrc := make(chan header, 1)
 	go func() {
-		h, _ := st.Header()
-		hdrc <- h
+		h, err := st.Header()
+		hdrc <- header{h, err}
 	}()
-	var hdr metadata.MD
+	timer := time.NewTimer(a.cfg.ConnectTimeout)
+	var h header
 	select {
-	case hdr = <-hdrc:
-	case <-hctx.Done():
+	case h = <-hdrc:
+	case <-timer.C:
+		h.err = fmt.Errorf("no response header within %s (--connect-timeout)", a.cfg.ConnectTimeout)
+	case <-ctx.Done():
+		h.err = ctx.Err()
 	}
-	hcancel()
+	timer.Stop()
 	fail := func(err error) error { cancel(); cc.Close(); return err }
-	if hdr == nil {
-		// Header() failed: the stream's error says why (e.g. Unauthenticated).
-		if _, err := st.Recv(); err != nil {
-			return fail(fmt.Errorf("connect %s: %w", a.cfg.Server, err))
+	if h.err != nil || h.md == nil {
+		if h.err == nil {
+			h.err = errors.New("no response header")
 		}
-		return fail(fmt.Errorf("connect %s: no response header", a.cfg.Server))
+		return fail(fmt.Errorf("connect %s: %w", a.cfg.Server, h.err))
 	}
+	hdr := h.md
 	ids := hdr.Get(proto.HeaderServerID)
 	if len(ids) != 1 {
 		return fail(fmt.Errorf("connect %s: server sent %d serverID headers", a.cfg.Server, len(ids)))

@@ -73,6 +73,7 @@ func Run(ctx context.Context, o *options.Options, signals <-chan os.Signal) erro
 		SyncInterval:       o.SyncInterval,
 		MaxBackoff:         o.SyncIntervalCap,
 		DialTimeout:        o.DialTimeout,
+		ConnectTimeout:     o.ConnectTimeout,
 		NodeToControlPlane: gate,
 		Targets:            targets,
 		Log:                log,

@@ -17,6 +17,7 @@ import (
 
 	"github.com/moat-net/moat/features"
 	"github.com/moat-net/moat/internal/daemon"
+	"github.com/moat-net/moat/tunnel/agent"
 	"github.com/moat-net/moat/tunnel/dest"
 	"github.com/moat-net/moat/tunnel/proto"
 )
@@ -38,6 +39,7 @@ type Options struct {
 	SyncInterval            time.Duration
 	SyncIntervalCap         time.Duration
 	DialTimeout             time.Duration
+	ConnectTimeout          time.Duration
 	DrainTimeout            time.Duration
 	BindAddress             string
 	BindInterface           string
@@ -56,7 +58,7 @@ func New() (*Options, error) {
 	}
 	return &Options{ProxyServerHost: "127.0.0.1", ProxyServerPort: 8091, AgentID: string(uuid.NewUUID()),
 		HealthServerPort: 8093, AdminBindAddress: "127.0.0.1", AdminServerPort: 8094,
-		SyncInterval: time.Second, SyncIntervalCap: 10 * time.Second, DialTimeout: 10 * time.Second,
+		SyncInterval: time.Second, SyncIntervalCap: 10 * time.Second, DialTimeout: 10 * time.Second, ConnectTimeout: agent.DefaultConnectTimeout,
 		DrainTimeout: 30 * time.Second, BindInterface: "lo", Common: c}, nil
 }
 
@@ -74,7 +76,8 @@ func (o *Options) Flags() cliflag.NamedFlagSets {
 	fs.StringVar(&o.ServiceAccountTokenPath, "service-account-token-path", o.ServiceAccountTokenPath, "file with a bearer token sent to the server")
 	fs.DurationVar(&o.SyncInterval, "sync-interval", o.SyncInterval, "how often missing tunnels are retried")
 	fs.DurationVar(&o.SyncIntervalCap, "sync-interval-cap", o.SyncIntervalCap, "cap of the retry backoff")
-	fs.DurationVar(&o.DialTimeout, "dial-timeout", o.DialTimeout, "bound on dials and on waiting for the server's DIAL_RSP")
+	fs.DurationVar(&o.DialTimeout, "dial-timeout", o.DialTimeout, "bound on dials and on waiting for the server's DIAL_RSP (not on connecting to the server: see --connect-timeout)")
+	fs.DurationVar(&o.ConnectTimeout, "connect-timeout", o.ConnectTimeout, "bound on a tunnel's handshake with the server; the server answers only after reviewing the agent's token, which it bounds at 10s, so keep this above that")
 	fs.DurationVar(&o.DrainTimeout, "drain-timeout", o.DrainTimeout, "after the first SIGTERM, how long open connections may finish")
 
 	fs = fss.FlagSet("node to control plane (KEP-2025)")
@@ -131,6 +134,9 @@ func (o *Options) Validate() error {
 	}
 	if o.SyncIntervalCap < o.SyncInterval {
 		errs = append(errs, fmt.Errorf("--sync-interval-cap %s: must be at least --sync-interval", o.SyncIntervalCap))
+	}
+	if o.ConnectTimeout <= 0 {
+		errs = append(errs, fmt.Errorf("--connect-timeout %s: must be positive", o.ConnectTimeout))
 	}
 	if o.DialTimeout <= 0 {
 		errs = append(errs, fmt.Errorf("--dial-timeout %s: must be positive", o.DialTimeout))
