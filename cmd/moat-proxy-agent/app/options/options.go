@@ -144,8 +144,12 @@ func (o *Options) Validate() error {
 	if _, err := o.ParsedTargets(); err != nil {
 		errs = append(errs, err)
 	}
-	if o.BindAddress != "" && net.ParseIP(o.BindAddress) == nil {
+	if ip := net.ParseIP(o.BindAddress); o.BindAddress != "" && ip == nil {
 		errs = append(errs, fmt.Errorf("--bind-address %q: not an IP address", o.BindAddress))
+	} else if ip != nil && (ip.IsUnspecified() || ip.IsMulticast()) {
+		// The listeners would accept on every interface of the node (or
+		// not at all): the address must be one node clients are given.
+		errs = append(errs, fmt.Errorf("--bind-address %s: must be a unicast address of the node, not unspecified or multicast (it would listen on every interface)", o.BindAddress))
 	}
 	if len(o.Targets) > 0 && o.BindAddress == "" {
 		errs = append(errs, errors.New("--target needs --bind-address"))
