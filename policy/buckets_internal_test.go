@@ -11,7 +11,7 @@ import (
 // space, and on keys before, between, at and past every start.
 func TestBucketsFind(t *testing.T) {
 	r := rand.New(rand.NewPCG(1, 2))
-	c := &cell{any: 0}
+	overflows := 0
 	cases := map[string]func(n int) []uint32{
 		"dense": func(n int) []uint32 {
 			out := make([]uint32, n)
@@ -54,16 +54,21 @@ func TestBucketsFind(t *testing.T) {
 			starts := gen(n)
 			starts = slices32(starts)
 			var segs segments[uint32]
-			for _, s := range starts {
-				segs = append(segs, seg[uint32]{s, c})
+			for i, s := range starts {
+				segs = append(segs, seg[uint32]{s, int32(i)}) // a cell per segment: find names the segment
 			}
 			b := newBuckets(segs)
-			if len(starts) >= 16*runsPerBucket && b.first == nil {
-				t.Fatalf("%s n=%d: no bucket table", name, n)
+			if len(b.lines) > max(1, len(starts)/segsPerBucket) {
+				t.Fatalf("%s n=%d: %d lines", name, n, len(b.lines))
+			}
+			for _, l := range b.lines {
+				if l.n < 0 {
+					overflows++
+				}
 			}
 			probe := func(k uint32) {
-				want := sort.Search(len(starts), func(i int) bool { return k < starts[i] }) - 1
-				if got := b.find(k); got != want {
+				want := int32(sort.Search(len(starts), func(i int) bool { return k < starts[i] }) - 1)
+				if got := b.find(&segs, k); got != want {
 					t.Fatalf("%s n=%d: find(%#x) = %d, want %d", name, n, k, got, want)
 				}
 			}
@@ -78,6 +83,9 @@ func TestBucketsFind(t *testing.T) {
 			probe(0)
 			probe(^uint32(0))
 		}
+	}
+	if overflows == 0 {
+		t.Fatal("no bucket met more segments than a line holds: the overflow search went untested")
 	}
 }
 

@@ -91,7 +91,7 @@ type outcome struct {
 }
 
 func (p *Program) judgeBoth(f Flow) (outcome, outcome) {
-	if p.dupAddrs[f.Src.Addr.Unmap()] != nil || p.dupAddrs[f.Dst.Addr.Unmap()] != nil {
+	if len(p.dupAddrs) > 0 && (p.dupAddrs[f.Src.Addr.Unmap()] != nil || p.dupAddrs[f.Dst.Addr.Unmap()] != nil) {
 		o := outcome{tier: TierNotPoliced, duplicate: true}
 		return o, o
 	}
@@ -99,24 +99,8 @@ func (p *Program) judgeBoth(f Flow) (outcome, outcome) {
 		o := outcome{allowed: true, tier: TierNotPoliced, self: true}
 		return o, o
 	}
-	return p.judge(f.Src, f.Dst, f, Egress), p.judge(f.Dst, f.Src, f, Ingress)
-}
-
-// slotOf is the slot of the pod-network pod that owns the endpoint's
-// address, or -1. An endpoint naming its pod is read off the pod, without
-// the address map.
-func (p *Program) slotOf(e Endpoint) int32 {
-	a := e.Addr.Unmap()
-	if e.Pod >= 0 {
-		pod := &p.Pods[e.Pod]
-		if !pod.HostNetwork && slices.Contains(pod.IPs, a) {
-			return int32(p.podSlot[e.Pod])
-		}
-	}
-	if s, ok := p.podByIP.get(a); ok {
-		return int32(s)
-	}
-	return -1
+	pods := p.evalPods()
+	return p.judge(pods, f.Src, f.Dst, f, Egress), p.judge(pods, f.Dst, f.Src, f, Ingress)
 }
 
 // nodeLocal reports whether remote is an address of the node the pod runs
@@ -133,20 +117,26 @@ func (p *Program) nodeLocal(pod *Pod, remote netip.Addr) bool {
 	return slices.Contains(p.NodeAddrs(pod.NodeName), remote)
 }
 
-func (p *Program) judge(local, remoteEnd Endpoint, f Flow, dir Direction) outcome {
-	if local.Pod < 0 || p.Policies[local.Pod] == nil {
+func (p *Program) judge(pods []evalPod, local, remoteEnd Endpoint, f Flow, dir Direction) outcome {
+	if local.Pod < 0 {
 		return outcome{allowed: true, tier: TierNotPoliced}
 	}
-	pod := &p.Pods[local.Pod]
-	remote := remoteEnd.Addr.Unmap()
-	if dir == Ingress && !p.Options.DenyNodeLocal && p.nodeLocal(pod, remote) {
-		return outcome{allowed: true, tier: TierNodeLocal, node: pod.NodeName}
+	dp := pods[local.Pod].dirs[dir]
+	if dp == nil {
+		return outcome{allowed: true, tier: TierNotPoliced}
 	}
-	dp := p.Policies[local.Pod].Dir(dir)
+	remote := remoteEnd.Addr.Unmap()
+	ord := p.slotOf(pods, remoteEnd)
+	// A remote end that is a pod's address (ord >= 0) is never
+	// node-local (nodeLocal), so the node map is read only for others.
+	if dir == Ingress && ord < 0 && !p.Options.DenyNodeLocal {
+		if pod := &p.Pods[local.Pod]; p.nodeLocal(pod, remote) {
+			return outcome{allowed: true, tier: TierNodeLocal, node: pod.NodeName}
+		}
+	}
 	ix := dp.indexes()
-	ord := p.slotOf(remoteEnd)
 	var o outcome
-	if judgeTier(&o, dp.Admin, ix.admin, remote, ord, f) {
+	if judgeTier(&o, &dp.Admin, ix.admin, remote, ord, f) {
 		return o
 	}
 	if dp.NP != nil {
@@ -158,7 +148,7 @@ func (p *Program) judge(local, remoteEnd Endpoint, f Flow, dir Direction) outcom
 		o.np = dp.NP
 		return o
 	}
-	if judgeTier(&o, dp.Baseline, ix.baseline, remote, ord, f) {
+	if judgeTier(&o, &dp.Baseline, ix.baseline, remote, ord, f) {
 		return o
 	}
 	o.allowed, o.tier = true, TierDefault
@@ -168,16 +158,18 @@ func (p *Program) judge(local, remoteEnd Endpoint, f Flow, dir Direction) outcom
 
 // judgeTier finds the first matching rule of one ClusterNetworkPolicy
 // tier and reports whether it decided (false: no match, or a Pass, which
-// it records in o).
-func judgeTier(o *outcome, rules []RuleMatch, ix *matchIndex, remote netip.Addr, ord int32, f Flow) bool {
-	if len(rules) == 0 {
+// it records in o). The rules come by pointer: a slice argument reads
+// its capacity too, which for Admin is in the DirPolicy's second cache
+// line.
+func judgeTier(o *outcome, rules *[]RuleMatch, ix *matchIndex, remote netip.Addr, ord int32, f Flow) bool {
+	if len(*rules) == 0 {
 		return false // without touching the (empty) index
 	}
 	i := ix.lookup(remote, ord, f.Proto, f.Port)
 	if i < 0 {
 		return false
 	}
-	r := rules[i].Rule
+	r := (*rules)[i].Rule
 	if r.Action == ActionPass {
 		if o.npassed < len(o.passed) {
 			o.passed[o.npassed] = r

@@ -16,28 +16,41 @@ import (
 // that covers them. Cells are painted on their first lookup (see cell):
 // that lookup allocates, later ones do not.
 type matchIndex struct {
-	// v4 and v6 segments are kept apart as plain integers, compared
-	// without building a key per probe.
-	v4 buckets
-	v6 segments[u128]
-	// pods are segments of pod ordinals (see termSplit): a remote address
-	// that belongs to a policed pod is also looked up by its ordinal.
-	pods buckets
 	// podsMin is the lowest tag the cells of pods hold (painted or not:
 	// it is known from the terms), -1 if none: when the address already
 	// matched a tag that low, the ordinal cannot do better, and its
 	// search (the costlier one at scale) is skipped.
 	podsMin int32
+	// v4 and v6 segments are kept apart as plain integers, compared
+	// without building a key per probe; v4 is searched through its
+	// buckets, which hold its segments by line (v4segs is the flat
+	// list).
+	v4 buckets
+	// cells are the distinct cells of all three key spaces, which
+	// segments name by position.
+	cells []cell
+	// pods are segments of pod ordinals (see termSplit): a remote address
+	// that belongs to a policed pod is also looked up by its ordinal.
+	pods     buckets
+	v4segs   segments[uint32]
+	podsSegs segments[uint32]
+	v6       segments[u128]
+	// The fields are laid out, and padded to a size class of whole
+	// cache lines (192 bytes, so that the index starts a line), for an
+	// IPv4 lookup to read podsMin, v4 and cells in the first line and
+	// pods in the second: unaligned at 144 bytes, a lookup read three
+	// lines about as often as two, each a likely miss at scale.
+	_ [24]byte
 }
 
-// segments[T]: seg i's cell covers [its start, the next seg's start); nil
-// means no term covers it. A start and its cell sit side by side, so the
-// search's last probe has already fetched the cell pointer.
+// segments[T]: seg i's cell covers [its start, the next seg's start).
 type segments[T uint32 | u128] []seg[T]
 
+// seg is a segment's start and its cell's position in the index's cells,
+// -1 when no term covers it: 8 bytes for IPv4 and pod ordinals.
 type seg[T uint32 | u128] struct {
 	start T
-	cell  *cell
+	cell  int32
 }
 
 // u128 is an IPv6 address as a comparable integer pair.
@@ -152,12 +165,19 @@ func buildIndex(matches []Match) *matchIndex {
 	for i := range seeds {
 		seeds[i] = [2]uint64{splitmix(&x), splitmix(&x)}
 	}
-	sw := &sweeper{b: b, seeds: seeds, memo: map[[2]uint64]*cell{}}
+	sw := &sweeper{b: b, seeds: seeds, memo: map[[2]uint64]int32{}}
 	ix := &matchIndex{
-		v4:      newBuckets(sweep(sw, ev4, cmp32)),
-		v6:      sweep(sw, ev6, cmp128),
-		pods:    newBuckets(sweep(sw, evPods, cmp32)),
-		podsMin: podsMin,
+		v4segs:   sweep(sw, ev4, cmp32),
+		v6:       sweep(sw, ev6, cmp128),
+		podsSegs: sweep(sw, evPods, cmp32),
+		podsMin:  podsMin,
+	}
+	ix.v4, ix.pods = newBuckets(ix.v4segs), newBuckets(ix.podsSegs)
+	ix.cells = make([]cell, len(sw.cells))
+	for i, at := range sw.cells {
+		c := &ix.cells[i]
+		c.from, c.pos = at.from, at.pos
+		c.pending.Store(true)
 	}
 	// What only the build needed goes: painting reads terms' tags and
 	// groups off the stabbers' runs.
@@ -260,12 +280,20 @@ func cmp128(a, b u128) int {
 	return 0
 }
 
-// sweeper is what the sweeps of one index share: the terms' hash seeds
-// and the cells made so far by active set.
+// sweeper is what the sweeps of one index share: the terms' hash seeds,
+// the cells found so far (where each was first met) and their positions
+// by active set.
 type sweeper struct {
 	b     *indexBuilder
 	seeds [][2]uint64
-	memo  map[[2]uint64]*cell
+	memo  map[[2]uint64]int32
+	cells []cellAt
+}
+
+// cellAt is where a cell's set of active terms was first met.
+type cellAt struct {
+	from *stabber
+	pos  int32
 }
 
 // sweep cuts one key space into segments at every event and gives each
@@ -312,12 +340,12 @@ func sweep[K uint32 | u128](sw *sweeper, events []keyEvent[K], cmp func(a, b K) 
 				runs = append(runs, termRun{opened[e.term], pos - 1, e.term})
 			}
 		}
-		var c *cell
+		c := int32(-1)
 		if active > 0 {
 			var ok bool
 			if c, ok = sw.memo[hash]; !ok {
-				c = &cell{from: st, pos: pos}
-				c.pending.Store(true)
+				c = int32(len(sw.cells))
+				sw.cells = append(sw.cells, cellAt{st, pos})
 				sw.memo[hash] = c
 			}
 		}
@@ -433,7 +461,7 @@ func (st *stabber) stab(p int32, out []bound) []bound {
 	return out
 }
 
-func (s *segments[T]) add(at T, c *cell) {
+func (s *segments[T]) add(at T, c int32) {
 	if n := len(*s); n > 0 && (*s)[n-1].cell == c {
 		return
 	}
@@ -638,33 +666,36 @@ func heapPop(h []span) []span {
 // ord is the ordinal of the policed pod that owns the address, or -1.
 func (ix *matchIndex) lookup(a netip.Addr, ord int32, proto Protocol, port uint16) int32 {
 	a = a.Unmap()
-	var c *cell
+	var c int32
 	if a.Is4() {
-		if i := ix.v4.find(v4key(a)); i >= 0 {
-			c = ix.v4.segs[i].cell
-		}
+		c = ix.v4.find(&ix.v4segs, v4key(a))
 	} else {
 		k := v6key(a)
+		c = -1
 		if i := sort.Search(len(ix.v6), func(i int) bool { return k.less(ix.v6[i].start) }) - 1; i >= 0 {
 			c = ix.v6[i].cell
 		}
 	}
-	best := c.tag(proto, port)
+	best := ix.tag(c, proto, port)
 	if ord >= 0 && ix.podsMin >= 0 && (best < 0 || ix.podsMin < best) {
-		if i := ix.pods.find(uint32(ord)); i >= 0 {
-			if t := ix.pods.segs[i].cell.tag(proto, port); t >= 0 && (best < 0 || t < best) {
-				best = t
-			}
+		if t := ix.tag(ix.pods.find(&ix.podsSegs, uint32(ord)), proto, port); t >= 0 && (best < 0 || t < best) {
+			best = t
 		}
 	}
 	return best
 }
 
-// tag is the lowest tag of the cell that matches the packet, or -1.
-func (c *cell) tag(proto Protocol, port uint16) int32 {
-	if c == nil {
+// tag is the lowest tag of cell c (-1: none) that matches the packet, or
+// -1.
+func (ix *matchIndex) tag(c int32, proto Protocol, port uint16) int32 {
+	if c < 0 {
 		return -1
 	}
+	return ix.cells[c].tag(proto, port)
+}
+
+// tag is the lowest tag of the cell that matches the packet, or -1.
+func (c *cell) tag(proto Protocol, port uint16) int32 {
 	if c.pending.Load() {
 		c.paint()
 	}

@@ -10,25 +10,12 @@ import (
 	"github.com/RoaringBitmap/roaring/v2"
 )
 
-// cells lists an index's distinct cells, in segment order (IPv4, IPv6,
-// slots).
-func (ix *matchIndex) cells() []*cell {
-	var out []*cell
-	seen := map[*cell]bool{}
-	add := func(c *cell) {
-		if c != nil && !seen[c] {
-			seen[c] = true
-			out = append(out, c)
-		}
-	}
-	for _, s := range ix.v4.segs {
-		add(s.cell)
-	}
-	for _, s := range ix.v6 {
-		add(s.cell)
-	}
-	for _, s := range ix.pods.segs {
-		add(s.cell)
+// cellList lists an index's distinct cells, in the order of their first
+// segment (IPv4, IPv6, slots), which is the order the sweep made them.
+func (ix *matchIndex) cellList() []*cell {
+	out := make([]*cell, len(ix.cells))
+	for i := range ix.cells {
+		out[i] = &ix.cells[i]
 	}
 	return out
 }
@@ -36,7 +23,7 @@ func (ix *matchIndex) cells() []*cell {
 // paintAll paints every cell of the index, in segment order: the index
 // as it was built before cells were painted on first lookup.
 func (ix *matchIndex) paintAll() {
-	for _, c := range ix.cells() {
+	for _, c := range ix.cellList() {
 		if c.pending.Load() {
 			c.paint()
 		}
@@ -45,7 +32,7 @@ func (ix *matchIndex) paintAll() {
 
 // painted counts the painted cells of an index and their port cells.
 func (ix *matchIndex) painted() (cells, portCells int) {
-	for _, c := range ix.cells() {
+	for _, c := range ix.cellList() {
 		if c.pending.Load() {
 			continue
 		}
@@ -159,7 +146,7 @@ func TestLazyPaintAgreesWithEager(t *testing.T) {
 			}
 		}
 		lazy.paintAll()
-		ec, lc := eager.cells(), lazy.cells()
+		ec, lc := eager.cellList(), lazy.cellList()
 		if len(ec) != len(lc) {
 			t.Fatalf("round %d: %d cells painted eagerly, %d lazily", round, len(ec), len(lc))
 		}
@@ -169,8 +156,9 @@ func TestLazyPaintAgreesWithEager(t *testing.T) {
 			}
 		}
 		low := int32(-1)
-		for _, s := range lazy.pods.segs {
-			if c := s.cell; c != nil {
+		for _, s := range lazy.podsSegs {
+			if s.cell >= 0 {
+				c := &lazy.cells[s.cell]
 				for _, t := range append([]int32{c.any}, portTags(c)...) {
 					if t >= 0 && (low < 0 || t < low) {
 						low = t
@@ -247,7 +235,7 @@ func TestConcurrentFirstLookups(t *testing.T) {
 func TestLazyIndexStaysSmall(t *testing.T) {
 	const n = 2000
 	ix := buildIndex(denyExceptShape(n, 1))
-	if cells := len(ix.cells()); cells < n {
+	if cells := len(ix.cellList()); cells < n {
 		t.Fatalf("%d distinct cells, want at least %d (one per hole)", cells, n)
 	}
 	if c, pc := ix.painted(); c != 0 || pc != 0 {
@@ -266,5 +254,5 @@ func TestLazyIndexStaysSmall(t *testing.T) {
 	if c != 2 || pc > 4*n+4 {
 		t.Fatalf("after two lookups: %d painted cells, %d port cells; want 2 cells of at most %d", c, pc, 4*n+4)
 	}
-	t.Logf("%d distinct cells, two painted: %d port cells (painted whole: about %d)", len(ix.cells()), pc, 2*n*n)
+	t.Logf("%d distinct cells, two painted: %d port cells (painted whole: about %d)", len(ix.cellList()), pc, 2*n*n)
 }

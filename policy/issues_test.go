@@ -1,6 +1,7 @@
 package policy_test
 
 import (
+	"slices"
 	"strings"
 	"testing"
 
@@ -193,5 +194,35 @@ spec:
 	}
 	if strings.Join(got, "\n") != strings.Join(want, "\n") {
 		t.Errorf("named-port warnings:\n%s\nwant:\n%s", strings.Join(got, "\n"), strings.Join(want, "\n"))
+	}
+}
+
+// TestCopiedProgramJudgesItsOwnPolicies: a copy of a Program given other
+// Policies (tests build such variants) judges by them, not by the per-pod
+// table the original made on its first verdict; the original is
+// unchanged.
+func TestCopiedProgramJudgesItsOwnPolicies(t *testing.T) {
+	prog := compile(t, `
+apiVersion: networking.k8s.io/v1
+kind: NetworkPolicy
+metadata: {name: deny-all, namespace: a}
+spec:
+  podSelector: {}
+  policyTypes: [Ingress]
+`, policy.Options{})
+	x, _ := prog.ParseEndpoint("a/x")
+	z, _ := prog.ParseEndpoint("b/z")
+	f := policy.Flow{Src: z, Dst: x, Proto: policy.ProtoTCP, Port: 80}
+	if prog.Allowed(f) {
+		t.Fatal("b/z -> a/x allowed under deny-all")
+	}
+	cp := *prog
+	cp.Policies = slices.Clone(prog.Policies)
+	cp.Policies[x.Pod] = nil
+	if !cp.Allowed(f) {
+		t.Error("the copy without a/x's policy denies b/z -> a/x")
+	}
+	if prog.Allowed(f) {
+		t.Error("the original allows b/z -> a/x after the copy judged it")
 	}
 }

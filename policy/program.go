@@ -5,6 +5,7 @@ import (
 	"net/netip"
 	"slices"
 	"sync"
+	"sync/atomic"
 )
 
 // Direction says which end of a connection a rule judges: egress rules
@@ -150,18 +151,23 @@ type NPTier struct {
 	Rules    []NPRule
 }
 
-// DirPolicy is everything that judges one direction of one pod, in
-// evaluation order. Pods with the same selecting policies share one.
+// DirPolicy is everything that judges one direction of one pod: Admin,
+// NP, Baseline in evaluation order. Pods with the same selecting policies
+// share one.
 type DirPolicy struct {
-	Admin []RuleMatch
+	// index is built on first evaluation, so that compiling for a
+	// dataplane (which never evaluates) does not pay for it. The fields
+	// a verdict reads (the once's flag, the indexes, NP and Admin) come
+	// first, within the first cache line of the 128-byte allocation:
+	// after Admin, NP and Baseline they took a second line, a likely
+	// cache miss per direction at scale.
+	indexOnce sync.Once
 	// NP is nil when no NetworkPolicy selects the pod for this direction.
 	NP       *NPTier
+	index    dirIndex // by value: one pointer fewer to chase per verdict
+	Admin    []RuleMatch
 	Baseline []RuleMatch
 
-	// index is built on first evaluation, so that compiling for a
-	// dataplane (which never evaluates) does not pay for it.
-	indexOnce sync.Once
-	index     dirIndex // by value: one pointer fewer to chase per verdict
 	// The compiled tiers this DirPolicy was made of; nil when built by
 	// hand.
 	admin, baseline *cnpDir
@@ -279,6 +285,10 @@ type Program struct {
 	dupAddrs  map[netip.Addr][]string
 	nodeByIP  map[netip.Addr]int
 	nodeIndex map[string]int
+	// evalTable is what the evaluator reads per pod (an *evalPodTable,
+	// see evalPods), made on the first verdict. An atomic.Value rather
+	// than an atomic.Pointer: a Program may be copied (vet's copylocks).
+	evalTable atomic.Value
 }
 
 // PodByKey finds a pod by "namespace/name".
