@@ -24,16 +24,17 @@ func (s *Server) serveConnect(w http.ResponseWriter, r *http.Request) {
 		http.Error(w, "only CONNECT is supported", http.StatusMethodNotAllowed)
 		return
 	}
+	// Checked before dialing: an agent must not dial for a request whose
+	// connection cannot be handed over (HTTP/2).
+	hj, ok := w.(http.Hijacker)
+	if !ok || r.ProtoMajor != 1 {
+		http.Error(w, "CONNECT needs HTTP/1.1: the connection cannot be hijacked", http.StatusHTTPVersionNotSupported)
+		return
+	}
 	conn, err := s.dial(r.Context(), r.Host)
 	if err != nil {
 		s.log.V(2).Info("CONNECT failed", "address", r.Host, "err", err)
 		http.Error(w, err.Error(), connectStatus(err))
-		return
-	}
-	hj, ok := w.(http.Hijacker)
-	if !ok {
-		conn.Close()
-		http.Error(w, "connection cannot be hijacked", http.StatusInternalServerError)
 		return
 	}
 	nc, rw, err := hj.Hijack()

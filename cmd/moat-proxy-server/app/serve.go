@@ -76,8 +76,14 @@ func Serve(ctx context.Context, srv *server.Server, l Listeners) error {
 			return
 		}
 		if l.Mode == options.ModeHTTPConnect {
-			hs := &http.Server{Handler: srv.HTTPConnect(), ReadHeaderTimeout: 10 * time.Second}
+			// HTTP/1.1 only: CONNECT hands the socket over (Hijack), which
+			// an HTTP/2 stream cannot do, so h2 is neither offered in ALPN
+			// nor served.
+			hs := &http.Server{Handler: srv.HTTPConnect(), ReadHeaderTimeout: 10 * time.Second,
+				TLSNextProto: map[string]func(*http.Server, *tls.Conn, http.Handler){}}
 			if tlsCfg != nil {
+				tlsCfg = tlsCfg.Clone()
+				tlsCfg.NextProtos = []string{"http/1.1"}
 				ln = tls.NewListener(ln, tlsCfg)
 			}
 			run("http-connect frontend", func() error { return hs.Serve(ln) })
