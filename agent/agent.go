@@ -470,20 +470,14 @@ func (a *Agent) nodeNotFound() {
 	a.problemsDirty = true
 }
 
+// countPolicies sets the policy gauges from the compiler's counts (a
+// node-scoped Program's Status lists only some of the NetworkPolicies).
 func (a *Agent) countPolicies(prog *policy.Program) {
-	counts := map[[2]string]int{}
-	for _, k := range []string{"NetworkPolicy", "ClusterNetworkPolicy"} {
-		counts[[2]string{k, "accepted"}] = 0
-		counts[[2]string{k, "failed_closed"}] = 0
-	}
-	for _, s := range prog.Status {
-		state := "accepted"
-		if !s.Accepted {
-			state = "failed_closed"
-		}
-		counts[[2]string{s.Policy.Kind, state}]++
-	}
-	for k, n := range counts {
-		a.metrics.policies.WithLabelValues(k[0], k[1]).Set(float64(n))
+	for kind, c := range map[string]policy.PolicyCount{
+		"NetworkPolicy":        prog.Counts.NetworkPolicy,
+		"ClusterNetworkPolicy": prog.Counts.ClusterNetworkPolicy,
+	} {
+		a.metrics.policies.WithLabelValues(kind, "accepted").Set(float64(c.Accepted))
+		a.metrics.policies.WithLabelValues(kind, "failed_closed").Set(float64(c.FailedClosed))
 	}
 }

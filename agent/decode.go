@@ -27,9 +27,13 @@ import (
 // decodedNP is a NetworkPolicy as the informer cache stores it.
 type decodedNP struct {
 	policy.NetworkPolicy
-	// labels keeps its selectors' shared matchLabels maps alive
-	// (selectors.go).
-	labels []*labelSet
+	// labels keeps its podSelector's shared matchLabels map alive (the
+	// shared peer selectors keep theirs: selectors.go); nil when not
+	// shared. One pointer rather than a list of every selector's set:
+	// 24 bytes of the struct and a small list less per policy, which
+	// took the struct from 240 to 224 bytes with the Go allocator's
+	// size classes.
+	labels *labelSet
 	// keys are the label keys its selectors read (labelkeys.go), found
 	// once when it is decoded; policies reading the same keys share them.
 	keys keyList
@@ -86,7 +90,9 @@ func (t *labelSets) decodeNP(u *unstructured.Unstructured) *decodedNP {
 	d := &decodedNP{NetworkPolicy: *o.NetworkPolicy}
 	// A namespace's name is repeated by each of its policies.
 	d.Namespace = unique.Make(d.Namespace).Value()
-	d.labels = t.internSelectors(npSelectors(&d.Spec))
+	if d.labels = t.internPodSelector(&d.Spec.PodSelector); d.labels != nil {
+		d.Spec.PodSelector.MatchLabels = d.labels.v
+	}
 	t.sharePeerSelectors(&d.Spec)
 	t.sharePorts(&d.Spec)
 	d.keys = makeKeyList(selectorKeys(&d.Spec))

@@ -8,7 +8,6 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	networkingv1 "k8s.io/api/networking/v1"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/intstr"
 
 	"github.com/moat-net/moat/policy"
@@ -29,7 +28,7 @@ type labelSets struct {
 	podPorts *internTable[[]policy.ContainerPort]
 
 	// selectors are NetworkPolicies' peer selectors (selectors.go).
-	selectors *internTable[metav1.LabelSelector]
+	selectors *internTable[peerSelector]
 
 	mu sync.Mutex
 	// ports holds one shared value per numeric port policies name

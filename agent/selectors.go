@@ -39,6 +39,16 @@ func (t *labelSets) internSelectors(sels []*metav1.LabelSelector) []*labelSet {
 	return keep
 }
 
+// internPodSelector shares a NetworkPolicy's podSelector's matchLabels
+// map and returns the set that keeps it alive; nil when it has none or t
+// is nil.
+func (t *labelSets) internPodSelector(s *metav1.LabelSelector) *labelSet {
+	if t == nil {
+		return nil
+	}
+	return t.intern(s.MatchLabels)
+}
+
 // sharePorts makes a NetworkPolicy's numeric ports, their protocols and
 // its policyTypes list point to values shared with every other policy
 // naming the same: a cluster's policies name a few dozen ports, three
@@ -101,18 +111,24 @@ func (t *labelSets) sharePorts(spec *networkingv1.NetworkPolicySpec) {
 }
 
 // sharePeerSelectors makes a NetworkPolicy's peer selectors that have
-// only matchLabels (shared already by internSelectors) point to one
-// selector shared with every policy that has an equal one: most peers
+// only matchLabels point to one selector shared with every policy that
+// has an equal one, its map shared as pods' labels are: most peers
 // repeat a few selectors ({app: web} in every namespace), each a 32-byte
 // struct of its own. The shared selector lives while a policy points
-// into it (intern.go), and is never changed.
+// into it (intern.go), and keeps its map's set alive, so that the policy
+// needs no list of the sets it uses; it is never changed. Peer selectors
+// with matchExpressions (rare) are left as decoded, maps included.
 func (t *labelSets) sharePeerSelectors(spec *networkingv1.NetworkPolicySpec) {
 	if t == nil {
 		return
 	}
 	share := func(sel **metav1.LabelSelector) {
 		if s := *sel; s != nil && len(s.MatchExpressions) == 0 {
-			*sel = &t.selectors.intern(*s).v
+			keep := t.intern(s.MatchLabels)
+			if keep != nil {
+				s.MatchLabels = keep.v
+			}
+			*sel = &t.selectors.intern(peerSelector{sel: *s, labels: keep}).v.sel
 		}
 	}
 	peers := func(ps []networkingv1.NetworkPolicyPeer) {
@@ -129,12 +145,19 @@ func (t *labelSets) sharePeerSelectors(spec *networkingv1.NetworkPolicySpec) {
 	}
 }
 
+// peerSelector is a shared peer selector and the set that keeps its
+// map alive (nil for an empty selector).
+type peerSelector struct {
+	sel    metav1.LabelSelector
+	labels *labelSet
+}
+
 // hashSelector and equalSelector compare selectors of matchLabels only
 // (an empty matchExpressions list means what none does).
-func hashSelector(h *maphash.Hash, s metav1.LabelSelector) { hashLabels(h, s.MatchLabels) }
+func hashSelector(h *maphash.Hash, s peerSelector) { hashLabels(h, s.sel.MatchLabels) }
 
-func equalSelector(a, b metav1.LabelSelector) bool {
-	return len(a.MatchExpressions) == 0 && len(b.MatchExpressions) == 0 && maps.Equal(a.MatchLabels, b.MatchLabels)
+func equalSelector(a, b peerSelector) bool {
+	return len(a.sel.MatchExpressions) == 0 && len(b.sel.MatchExpressions) == 0 && maps.Equal(a.sel.MatchLabels, b.sel.MatchLabels)
 }
 
 // npSelectors lists the label selectors of a NetworkPolicy's spec.

@@ -59,7 +59,10 @@ spec:
 		n    int
 		keep []*labelSet
 	}{
-		{"NetworkPolicy", npSelectors(&np.Spec), 4, np.labels},
+		// A NetworkPolicy keeps its podSelector's set, the shared peer
+		// selectors theirs.
+		{"NetworkPolicy", npSelectors(&np.Spec), 4, []*labelSet{np.labels, peerSet(ls, np.Spec.Ingress[0].From[0].PodSelector),
+			peerSet(ls, np.Spec.Ingress[0].From[0].NamespaceSelector), peerSet(ls, np.Spec.Egress[0].To[0].PodSelector)}},
 		{"ClusterNetworkPolicy", cnpSelectors(cnp.ClusterNetworkPolicy.ClusterNetworkPolicy), 7, cnp.labels},
 	} {
 		n := 0
@@ -78,10 +81,24 @@ spec:
 		if n != tc.n || len(tc.keep) != tc.n {
 			t.Errorf("%s: %d selectors found, %d kept alive; want %d", tc.name, n, len(tc.keep), tc.n)
 		}
+		for _, keep := range tc.keep {
+			if keep != shared {
+				t.Errorf("%s: a selector's map is kept alive by %p, not the shared set %p", tc.name, keep, shared)
+			}
+		}
 	}
 	if got := ls.len(); got != 1 {
 		t.Errorf("%d label sets for one distinct map", got)
 	}
+}
+
+// peerSet is the set the shared peer selector sel points to keeps
+// alive; nil if sel is not the shared one.
+func peerSet(ls *labelSets, sel *metav1.LabelSelector) *labelSet {
+	if p := ls.selectors.intern(peerSelector{sel: *sel}); &p.v.sel == sel {
+		return p.v.labels
+	}
+	return nil
 }
 
 // TestPortsShared: NetworkPolicies naming the same port number point to

@@ -324,7 +324,7 @@ func BenchmarkBuildBurst(b *testing.B) {
 	cluster := g.ToCluster()
 	comp := policy.NewCompiler(cluster, policy.Options{IngressNetworksAndNodes: true, Node: benchNode})
 	cache := newBuildCache()
-	rs := buildCached(comp.Program(), benchNode, cache)
+	rs := buildCached(comp.Program(), benchNode, cache, nil)
 	var remote []*policy.Pod
 	for _, p := range cluster.Pods {
 		if p.NodeName != benchNode {
@@ -345,7 +345,7 @@ func BenchmarkBuildBurst(b *testing.B) {
 		var before, after runtime.MemStats
 		runtime.ReadMemStats(&before)
 		start := time.Now()
-		rs = buildCached(prog, benchNode, cache)
+		rs = buildCached(prog, benchNode, cache, nil)
 		took += time.Since(start)
 		runtime.ReadMemStats(&after)
 		allocated += after.TotalAlloc - before.TotalAlloc

@@ -55,17 +55,25 @@ type localPod struct {
 // cannot honour exactly (two local pods with one address) fails closed and
 // is reported in Warnings.
 func Build(prog *policy.Program, node string) *Ruleset {
-	return buildCached(prog, node, nil)
+	return buildCached(prog, node, nil, nil)
 }
 
 // buildCached is Build reusing (and refreshing) cache; nil means none.
-// Entries the new Program does not use are dropped.
-func buildCached(prog *policy.Program, node string, cache *buildCache) *Ruleset {
+// Entries the new Program does not use are dropped. in, when not nil, are
+// the Program's inputs as readInputs read them: what they hold is not
+// read again (the pod addresses in the node's pod CIDRs are a walk over
+// every pod address of the cluster).
+func buildCached(prog *policy.Program, node string, cache *buildCache, in *buildInputs) *Ruleset {
 	defer cache.sweep()
 	b := newBuilder(node, cache)
-	// 1. The node's own addresses, allowed to reach its pods.
+	// 1. The node's own addresses, allowed to reach its pods; its pod
+	// CIDRs and the pod addresses in them.
 	b.nodeLocal(prog)
-	b.podNet(prog)
+	if in != nil && !in.rebuild {
+		b.rs.podNets, b.rs.pods = in.podNets, in.podAddrs
+	} else {
+		b.podNet(prog)
+	}
 	// 2. The local pods, their addresses, and the runs of each distinct
 	// DirPolicy that judges them.
 	locals, conflict := b.localPods(prog)

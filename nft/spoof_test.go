@@ -55,9 +55,16 @@ func TestSpoofedSources(t *testing.T) {
 	}
 	// moat-agent compiles for its node, and its Program lists only that
 	// node's pods: the other node's pod in the CIDR must still be known.
-	scoped := Build(compileYAMLOpts(t, podCIDRCluster, policy.Options{Node: "n1"}), "n1")
+	scopedProg := compileYAMLOpts(t, podCIDRCluster, policy.Options{Node: "n1"})
+	scoped := Build(scopedProg, "n1")
 	if !slices.Equal(scoped.pods, rs.pods) {
 		t.Errorf("node-scoped pods = %v, want %v as from the whole cluster", scoped.pods, rs.pods)
+	}
+	// Sync builds from the inputs it read to compare (the pod addresses
+	// are read once): the same lists.
+	synced := buildCached(scopedProg, "n1", nil, readInputs(scopedProg, "n1"))
+	if !slices.Equal(synced.pods, rs.pods) || !slices.Equal(synced.podNets, rs.podNets) {
+		t.Errorf("built from the inputs: pods %v, nets %v; want %v, %v", synced.pods, synced.podNets, rs.pods, rs.podNets)
 	}
 	other := compileYAML(t, strings.Replace(podCIDRCluster, `"10.244.0.0/16", `, "", 1))
 	if readInputs(prog, "n1").equal(readInputs(other, "n1")) {

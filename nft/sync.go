@@ -198,7 +198,7 @@ func (s *Syncer) Sync(ctx context.Context, prog *policy.Program) (Result, error)
 		s.mu.Unlock()
 		return res, err
 	}
-	rs := buildCached(prog, s.opts.Node, s.cache)
+	rs := buildCached(prog, s.opts.Node, s.cache, in)
 	rs.links = links
 	s.mu.Unlock()
 	built := time.Since(start)

@@ -227,9 +227,9 @@ func (s *state) finishProgram(p, old *Program) *Program {
 	s.addressTables(p, old)
 	s.nodeTables(p, old)
 	if old == nil || d.status {
-		p.Status = s.statuses()
+		p.Status, p.Counts = s.statuses()
 	} else {
-		p.Status = old.Status
+		p.Status, p.Counts = old.Status, old.Counts
 	}
 	if old == nil || d.diags {
 		p.Diagnostics = s.diagnostics()
@@ -239,17 +239,27 @@ func (s *state) finishProgram(p, old *Program) *Program {
 	return p
 }
 
-// statuses lists every policy's status, sorted by kind and name.
-func (s *state) statuses() []PolicyStatus {
+// statuses lists the policies' statuses, sorted by kind and name, and
+// counts every policy by outcome. Scoped to a node, it lists the
+// ClusterNetworkPolicies and only the NetworkPolicies not accepted
+// (Program.Status says why).
+func (s *state) statuses() ([]PolicyStatus, PolicyCounts) {
 	type keyed struct {
 		key string
 		i   int
 	}
-	keys := make([]keyed, 0, len(s.nps)+len(s.cnps))
+	var counts PolicyCounts
+	keys := make([]keyed, 0, len(s.cnps))
 	for i, np := range s.nps {
-		keys = append(keys, keyed{np.ref().String(), i})
+		st := np.status()
+		counts.NetworkPolicy.count(st.Accepted)
+		if st.Accepted && s.opts.Node != "" {
+			continue
+		}
+		keys = append(keys, keyed{st.Policy.String(), i})
 	}
 	for i, c := range s.cnps {
+		counts.ClusterNetworkPolicy.count(c.status.Accepted)
 		keys = append(keys, keyed{c.ref.String(), len(s.nps) + i})
 	}
 	slices.SortFunc(keys, func(a, b keyed) int {
@@ -266,7 +276,7 @@ func (s *state) statuses() []PolicyStatus {
 			out[j] = s.cnps[k.i-len(s.nps)].status
 		}
 	}
-	return out
+	return out, counts
 }
 
 // addressTables finds pods by address: the slot of the pod that alone

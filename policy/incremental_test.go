@@ -307,8 +307,8 @@ func sameProgram(t *testing.T, what string, inc, full *policy.Program, extra ...
 			t.Fatalf("%s: pod %s's rules\n%s\nfull compile\n%s", what, inc.Pods[i].Key(), a, b)
 		}
 	}
-	if fmt.Sprint(inc.Status) != fmt.Sprint(full.Status) {
-		t.Fatalf("%s: status\n%v\nfull compile\n%v", what, inc.Status, full.Status)
+	if fmt.Sprint(inc.Status) != fmt.Sprint(full.Status) || inc.Counts != full.Counts {
+		t.Fatalf("%s: status\n%v %+v\nfull compile\n%v %+v", what, inc.Status, inc.Counts, full.Status, full.Counts)
 	}
 	diags := func(p *policy.Program) []string {
 		var out []string
