@@ -191,8 +191,13 @@ func (a *Agent) Run(ctx context.Context) error {
 	}
 }
 
-// sync opens tunnels until one per server is up.
+// sync opens tunnels until one per server is up. A round that reached
+// only servers it already has a tunnel to (one of serverCount is down,
+// behind a load balancer) is a failure, so that Run backs off: otherwise
+// every agent would reconnect several times a sync interval, each time a
+// TLS handshake and a token review on the servers still up.
 func (a *Agent) sync(ctx context.Context) error {
+	added, dups := false, 0
 	for range 3 * max(a.wantTunnels(), 1) {
 		a.mu.Lock()
 		have, want, draining := len(a.tunnels), a.serverCount, a.draining
@@ -200,12 +205,27 @@ func (a *Agent) sync(ctx context.Context) error {
 		if draining || have >= want {
 			return nil
 		}
-		if err := a.connect(ctx); err != nil {
+		switch err := a.connect(ctx); {
+		case errors.Is(err, errDuplicate):
+			dups++
+		case err != nil:
 			return err
+		default:
+			added = true
 		}
+	}
+	if !added && dups > 0 {
+		a.mu.Lock()
+		have, want := len(a.tunnels), a.serverCount
+		a.mu.Unlock()
+		return fmt.Errorf("%d attempts reached only servers already connected (%d of %d tunnels up)", dups, have, want)
 	}
 	return nil
 }
+
+// errDuplicate is connect's answer when the server it reached already has
+// a tunnel from this agent.
+var errDuplicate = errors.New("server already connected")
 
 func (a *Agent) wantTunnels() int {
 	a.mu.Lock()
@@ -308,6 +328,9 @@ func (a *Agent) connect(ctx context.Context) error {
 	a.serverCount = count
 	if _, dup := a.tunnels[t.serverID]; dup || a.draining {
 		a.mu.Unlock()
+		if dup {
+			return fail(errDuplicate)
+		}
 		return fail(nil)
 	}
 	a.tunnels[t.serverID] = t
