@@ -272,14 +272,8 @@ func TestNodeLocalToConflictAddress(t *testing.T) {
 	if got, _ := receiveUntil(t, ls[0]); got != "marker from fd00:1::1" {
 		t.Errorf("pod received %q first, want the marker: the node reached an address two pods claim", got)
 	}
-	cs, err := dp.Counters(context.Background())
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, c := range cs {
-		if c.Reason == nft.ReasonConflict && c.Packets != 1 {
-			t.Errorf("counter %s: %d packets, want 1", c.Name, c.Packets)
-		}
+	if n := dropped(t, dp, nft.ReasonConflict); n != 1 {
+		t.Errorf("%d packets dropped as conflict, want 1", n)
 	}
 }
 
@@ -407,17 +401,7 @@ func TestHelperExpectationIsJudged(t *testing.T) {
 	if dataErr == nil {
 		t.Errorf("the pod opened the FTP data connection its egress denies: the helper's expectation passed as related")
 	}
-	cs, err := dp.Counters(context.Background())
-	if err != nil {
-		t.Fatal(err)
-	}
-	dropped := uint64(0)
-	for _, c := range cs {
-		if c.Reason == nft.ReasonIsolation {
-			dropped += c.Packets
-		}
-	}
-	if dropped == 0 {
+	if dropped(t, dp, nft.ReasonIsolation) == 0 {
 		t.Errorf("no isolation drop counted for the data connection (dial: %v)", dataErr)
 	}
 }
