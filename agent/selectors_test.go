@@ -2,6 +2,7 @@ package agent
 
 import (
 	"reflect"
+	"runtime"
 	"slices"
 	"strings"
 	"testing"
@@ -164,6 +165,7 @@ spec:
 `
 	}
 	a := ls.decodeNP(unstructuredFrom(t, doc("a", "team-a")))
+	runtime.GC() // a cached policy keeps its namespace's name shared across collections
 	b := ls.decodeNP(unstructuredFrom(t, doc("b", strings.Clone("team-a"))))
 	bad := ls.decodeNP(unstructuredFrom(t, strings.Replace(doc("c", "team-a"), "[Ingress, Egress]", "[Ingress, Sideways]", 1)))
 	for _, d := range []*decodedNP{a, b, bad} {
