@@ -153,6 +153,16 @@ func stringStop(w uint64) uint64 {
 	return ((w-ones*0x20)&^w | (q-ones)&^q | (b-ones)&^b) & highs
 }
 
+// structStop returns a word with the high bit set in the lowest byte of w
+// that splitObject must look at outside strings (a quote or a bracket),
+// and possibly in higher bytes too: only the lowest is exact. Setting
+// bit 5 folds '[' into '{' and ']' into '}', and no other byte.
+func structStop(w uint64) uint64 {
+	f := w | spaces
+	q, o, c := w^(ones*'"'), f^(ones*'{'), f^(ones*'}')
+	return ((q-ones)&^q | (o-ones)&^o | (c-ones)&^c) & highs
+}
+
 // need returns the next non-space byte, failing at the end of input.
 func (s *scanner) need() (byte, error) {
 	// The fast path (a token right here) is small enough to inline.
@@ -866,6 +876,18 @@ func (s *scanner) splitObject(dst *[]byte) error {
 				}
 				pos++
 				continue
+			}
+			// Outside strings most bytes are indentation and scalars:
+			// skip them a word at a time, as in strings.
+			for pos+8 <= end {
+				if m := structStop(binary.LittleEndian.Uint64(buf[pos:])); m != 0 {
+					pos += bits.TrailingZeros64(m) / 8
+					break
+				}
+				pos += 8
+			}
+			if pos >= end {
+				break
 			}
 			c := buf[pos]
 			pos++
