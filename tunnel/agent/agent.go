@@ -248,7 +248,7 @@ func (a *Agent) connect(ctx context.Context) error {
 	}
 	md := metadata.Pairs(proto.MetaAgentID, a.cfg.AgentID)
 	if !a.cfg.NoExtensions {
-		md.Set(proto.MetaFeatures, proto.Features{Origin: true, Credit: true, Window: a.window()}.String())
+		md.Set(proto.MetaFeatures, proto.Features{Origin: true, Credit: true, Window: a.window(), HalfClose: true}.String())
 	}
 	if a.cfg.Identifiers != "" {
 		md.Set(proto.MetaAgentIdentifiers, a.cfg.Identifiers)
@@ -314,6 +314,7 @@ func (a *Agent) connect(ctx context.Context) error {
 	t.sess = mux.New(st, mux.Config{
 		LocalOrigin: proto.OriginNode,
 		Credit:      feat.Credit,
+		HalfClose:   feat.HalfClose,
 		Window:      a.window(),
 		PeerWindow:  feat.PeerWindow(),
 		MaxQueue:    a.cfg.MaxQueue,

@@ -58,6 +58,13 @@ type Conn struct {
 	consumed int   // bytes read since the last credit update
 	credit   int64 // bytes we may still send
 
+	// Half-close (Config.HalfClose): finRecv is set when the peer's FIN
+	// arrives (it sends nothing more), finDelivered once everything before
+	// it has been written out and the local socket's write side shut down,
+	// finSent when this side's FIN is queued (its local reader hit EOF).
+	// The connection is finished when both directions are.
+	finRecv, finDelivered, finSent bool
+
 	// closeQueued is set, with c.mu held, when CLOSE_REQ or CLOSE_RSP is
 	// queued; DATA is never sent after it (Session.sendData).
 	closeQueued atomic.Bool
@@ -103,7 +110,7 @@ func (c *Conn) limit() int {
 // blocks.
 func (c *Conn) push(bs mem.BufferSlice) {
 	c.mu.Lock()
-	if c.closed || c.err != nil || c.eof {
+	if c.closed || c.err != nil || c.eof || c.finRecv {
 		c.mu.Unlock()
 		bs.Free()
 		return
@@ -195,6 +202,10 @@ func (c *Conn) StartDrain(w io.Writer, done func(error)) {
 	}
 }
 
+// closeWriter is a local writer that can shut down its write side alone
+// (*net.TCPConn, *net.UnixConn, *tls.Conn).
+type closeWriter interface{ CloseWrite() error }
+
 func (c *Conn) drainLoop() {
 	for {
 		c.mu.Lock()
@@ -207,6 +218,23 @@ func (c *Conn) drainLoop() {
 				err = ErrClosed
 			case c.eof:
 				err = io.EOF
+			case c.finRecv && !c.finDelivered:
+				c.finDelivered = true
+				cw, ok := c.drainW.(closeWriter)
+				if !ok {
+					// A writer that cannot half-close (a gRPC
+					// frontend stream) ends with the peer's
+					// direction, as on CLOSE.
+					err = io.EOF
+					break
+				}
+				both := c.finSent
+				c.mu.Unlock()
+				err = cw.CloseWrite()
+				if err == nil && !both {
+					continue // our direction goes on; idle until it ends
+				}
+				c.mu.Lock()
 			default:
 				c.running = false // idle: the next push starts a new goroutine
 				c.mu.Unlock()
@@ -222,7 +250,7 @@ func (c *Conn) drainLoop() {
 			return
 		}
 		q := c.takeLocked()
-		w, peerClosed := c.drainW, c.eof
+		w, peerClosed := c.drainW, c.eof || c.finRecv
 		c.mu.Unlock()
 		if peerClosed {
 			c.flushBound(w)
@@ -271,6 +299,52 @@ func (c *Conn) remoteClose() {
 	}
 }
 
+// remoteFin marks the peer's direction finished (half-close): queued data
+// is still delivered, within the close linger as after a close, then the
+// local socket's write side is shut down (drainLoop).
+func (c *Conn) remoteFin() {
+	c.mu.Lock()
+	if c.finRecv || c.eof || c.closed {
+		c.mu.Unlock()
+		return
+	}
+	c.finRecv = true
+	if c.running && c.drainW != nil {
+		c.flushBound(c.drainW)
+	}
+	start := c.kickLocked()
+	c.mu.Unlock()
+	c.cond.Broadcast()
+	if start {
+		go c.drainLoop()
+	}
+}
+
+// sendFin queues this side's FIN after the DATA already sent, when the
+// session negotiated half-close and the connection is open. sent reports
+// whether it did; both, that the peer's direction had been delivered in
+// full already, so the connection is finished and the caller closes it.
+func (c *Conn) sendFin() (sent, both bool) {
+	if !c.s.cfg.HalfClose {
+		return false, false
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.closed || c.err != nil || c.eof || c.finSent {
+		return false, false
+	}
+	c.finSent = true
+	if c.finDelivered {
+		// Both directions are finished: the caller's close follows at
+		// once, and a close tells the peer as much as a FIN would.
+		return true, true
+	}
+	// Queued with c.mu held, as credit and CLOSE are: it follows every
+	// DATA sent before and precedes the close.
+	c.s.queue(proto.Fin(c.key.origin, c.key.id))
+	return true, false
+}
+
 // fail ends the connection without sending anything (the session is gone).
 func (c *Conn) fail(err error) {
 	c.mu.Lock()
@@ -317,7 +391,7 @@ func (c *Conn) take() (mem.BufferSlice, error) {
 		if c.closed {
 			return nil, ErrClosed
 		}
-		if c.eof {
+		if c.eof || c.finRecv {
 			return nil, io.EOF
 		}
 		c.cond.Wait()
@@ -333,7 +407,7 @@ func (c *Conn) consume(n int) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	c.consumed += n
-	if c.consumed >= c.s.cfg.Window/4 && !c.closed && !c.eof {
+	if c.consumed >= c.s.cfg.Window/4 && !c.closed && !c.eof && !c.finRecv {
 		// Queued with c.mu held, so that it cannot follow the close.
 		c.s.queue(proto.Credit(c.key.origin, c.key.id, uint64(c.consumed)))
 		c.consumed = 0
@@ -372,7 +446,7 @@ func (c *Conn) Read(p []byte) (int, error) {
 			c.mu.Unlock()
 			return 0, ErrClosed
 		}
-		if c.eof {
+		if c.eof || c.finRecv {
 			c.mu.Unlock()
 			return 0, io.EOF
 		}
@@ -405,7 +479,7 @@ func (c *Conn) reserve(want int) (int, error) {
 		if c.err != nil {
 			return 0, c.err
 		}
-		if c.closed || c.eof {
+		if c.closed || c.eof || c.finSent {
 			return 0, ErrClosed
 		}
 		if c.credit > 0 {
@@ -528,7 +602,9 @@ func (c *Conn) Close() error {
 }
 
 // Pipe copies between a real TCP connection and a tunneled one until either
-// side ends, then closes both.
+// side ends, then closes both. With half-close (Config.HalfClose) an end
+// that only finishes sending is passed on as such (FIN, CloseWrite) and
+// the other direction goes on; both are closed when both have finished.
 func Pipe(nc net.Conn, c *Conn) { PipeReader(nc, nc, c) }
 
 // PipeReader is Pipe where the bytes from the local side come from r (for
@@ -542,7 +618,14 @@ func PipeReader(r io.Reader, nc net.Conn, c *Conn) {
 		nc.Close()
 		c.Close()
 	})
-	_, _ = c.ReadFrom(r)
+	if _, err := c.ReadFrom(r); err == nil {
+		if sent, both := c.sendFin(); sent && !both {
+			// The peer's direction goes on: the drain closes both
+			// ends once it has delivered the peer's FIN, or when the
+			// connection ends otherwise.
+			return
+		}
+	}
 	c.Close()
 	nc.Close()
 }

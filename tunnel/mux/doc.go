@@ -7,4 +7,9 @@
 // when the window is spent, so a stalled reader only stops its own
 // connection. With a stock peer (no credit extension) a connection whose queue
 // exceeds its bound is closed with an error instead of stalling the others.
+//
+// With a Moat peer that announced half-close, a local EOF is passed on as
+// FIN and becomes a shutdown of the far socket's write side, so each
+// direction of a connection ends on its own (Pipe); with a stock peer an
+// EOF closes the connection, as upstream does.
 package mux

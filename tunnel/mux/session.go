@@ -44,6 +44,12 @@ type Config struct {
 	// Window is this side's per-connection receive window with credit
 	// (default proto.DefaultWindow); it is announced to the peer.
 	Window int
+	// HalfClose enables the half-close extension; set only when the peer
+	// announced it. Pipe then answers a local EOF with FIN instead of
+	// closing, and a FIN from the peer shuts down the write side of the
+	// local socket (CloseWrite) instead of closing it; the connection ends
+	// when both directions have finished, or on CLOSE as without it.
+	HalfClose bool
 	// PeerWindow is the peer's announced receive window: each connection's
 	// send credit starts there (default proto.DefaultWindow, what a peer
 	// that announces none uses). Assuming the peer's window equals ours
@@ -594,9 +600,14 @@ func (s *Session) handleData(id int64, ext proto.Ext, payload mem.BufferSlice) {
 		}
 		return
 	}
-	if ext.Credit != 0 {
+	if ext.Credit != 0 || ext.Fin {
 		payload.Free()
-		c.addCredit(ext.Credit)
+		if ext.Credit != 0 {
+			c.addCredit(ext.Credit)
+		}
+		if ext.Fin {
+			c.remoteFin()
+		}
 		return
 	}
 	n := payload.Len()

@@ -39,6 +39,10 @@ func (o Origin) String() string {
 const (
 	FieldOrigin protowire.Number = 9
 	FieldCredit protowire.Number = 10
+	// FieldFin (varint 1) on an empty DATA packet says the sender has
+	// finished sending on that connection (its local side half-closed);
+	// only sent to a peer that announced FeatureHalfClose.
+	FieldFin protowire.Number = 11
 )
 
 // Ext is Moat's extension as carried by one packet.
@@ -47,6 +51,10 @@ type Ext struct {
 	// Credit, when non-zero, makes a DATA packet a window update: the
 	// receiver may send Credit more bytes on that connection.
 	Credit uint64
+	// Fin marks a DATA packet as the sender's last (TCP half-close): the
+	// receiver delivers what it has queued, then shuts down the write side
+	// of its local socket.
+	Fin bool
 }
 
 // SetExt writes e into p's unknown fields, replacing earlier Moat fields.
@@ -61,12 +69,17 @@ func SetExt(p *client.Packet, e Ext) {
 		b = protowire.AppendTag(b, FieldCredit, protowire.VarintType)
 		b = protowire.AppendVarint(b, e.Credit)
 	}
+	if e.Fin {
+		b = protowire.AppendTag(b, FieldFin, protowire.VarintType)
+		b = protowire.AppendVarint(b, 1)
+	}
 	p.ProtoReflect().SetUnknown(b)
 }
 
-// GetExt reads Moat's extension from p. Unknown fields other than 9 and 10
-// are ignored for forward compatibility; a field 9 or 10 with the wrong wire
-// type or an out-of-range origin is an error, so a malformed packet is
+// GetExt reads Moat's extension from p. Unknown fields other than 9, 10 and
+// 11 are ignored for forward compatibility; a field 9, 10 or 11 with the
+// wrong wire type, an out-of-range origin or a fin other than 0 or 1 is an
+// error, so a malformed packet is
 // rejected instead of being attributed to the wrong connection.
 func GetExt(p *client.Packet) (Ext, error) {
 	var e Ext
@@ -78,7 +91,7 @@ func GetExt(p *client.Packet) (Ext, error) {
 		}
 		b = b[n:]
 		switch num {
-		case FieldOrigin, FieldCredit:
+		case FieldOrigin, FieldCredit, FieldFin:
 			if typ != protowire.VarintType {
 				return Ext{}, fmt.Errorf("packet field %d: wire type %d, want varint", num, typ)
 			}
@@ -87,13 +100,19 @@ func GetExt(p *client.Packet) (Ext, error) {
 				return Ext{}, fmt.Errorf("packet field %d: %w", num, protowire.ParseError(m))
 			}
 			b = b[m:]
-			if num == FieldOrigin {
+			switch num {
+			case FieldOrigin:
 				if v > uint64(OriginNode) {
 					return Ext{}, fmt.Errorf("packet field %d: unknown origin %d", num, v)
 				}
 				e.Origin = Origin(v)
-			} else {
+			case FieldCredit:
 				e.Credit = v
+			default:
+				if v > 1 {
+					return Ext{}, fmt.Errorf("packet field %d: fin %d, want 0 or 1", num, v)
+				}
+				e.Fin = v == 1
 			}
 		default:
 			m := protowire.ConsumeFieldValue(num, typ, b)

@@ -21,7 +21,7 @@ func TestExtInvisibleByDefault(t *testing.T) {
 }
 
 func TestExtRoundTrip(t *testing.T) {
-	cases := []Ext{{}, {Origin: OriginNode}, {Credit: 1 << 20}, {Origin: OriginNode, Credit: 7}}
+	cases := []Ext{{}, {Origin: OriginNode}, {Credit: 1 << 20}, {Origin: OriginNode, Credit: 7}, {Fin: true}, {Origin: OriginNode, Fin: true}}
 	for _, e := range cases {
 		p := Data(OriginControlPlane, 1, nil)
 		SetExt(p, e)
@@ -50,6 +50,8 @@ func TestExtMalformed(t *testing.T) {
 		"origin 2":         {0x48, 0x02},
 		"truncated varint": {0x48, 0x80},
 		"bad tag":          {0x00},
+		"fin 2":            {0x58, 0x02},
+		"fin as bytes":     {0x5a, 0x01, 0x00},
 	} {
 		p := &client.Packet{}
 		p.ProtoReflect().SetUnknown(raw)
@@ -59,7 +61,7 @@ func TestExtMalformed(t *testing.T) {
 	}
 	// Other unknown fields are skipped (forward compatibility).
 	p := &client.Packet{}
-	p.ProtoReflect().SetUnknown([]byte{0x58, 0x05, 0x48, 0x01}) // field 11 = 5, field 9 = 1
+	p.ProtoReflect().SetUnknown([]byte{0x60, 0x05, 0x48, 0x01}) // field 12 = 5, field 9 = 1
 	if e, err := GetExt(p); err != nil || e.Origin != OriginNode {
 		t.Fatalf("got %+v %v", e, err)
 	}

@@ -30,6 +30,11 @@ const (
 	// credit at N. Each side announces its own, so the two may differ
 	// (--flow-control-window on the server; the agent's is fixed).
 	FeatureWindow = "window"
+	// FeatureHalfClose: the peer sends and honours field 11 (FIN), so a
+	// local side that half-closes its socket (shutdown(SHUT_WR)) still
+	// gets its answer; without it either end's EOF closes the connection,
+	// as upstream does.
+	FeatureHalfClose = "halfclose"
 )
 
 // DefaultWindow is the per-connection receive window a peer that announces
@@ -39,7 +44,7 @@ const DefaultWindow = 1 << 20
 
 // Features is a parsed MetaFeatures value.
 type Features struct {
-	Origin, Credit bool
+	Origin, Credit, HalfClose bool
 	// Window is the announced receive window; 0 when none was announced.
 	Window int
 }
@@ -72,6 +77,8 @@ func ParseFeatures(vals []string) Features {
 				f.Origin = true
 			case FeatureCredit:
 				f.Credit = true
+			case FeatureHalfClose:
+				f.HalfClose = true
 			}
 		}
 	}
@@ -89,6 +96,9 @@ func (f Features) String() string {
 	}
 	if f.Window > 0 {
 		s = append(s, FeatureWindow+"="+strconv.Itoa(f.Window))
+	}
+	if f.HalfClose {
+		s = append(s, FeatureHalfClose)
 	}
 	return strings.Join(s, ",")
 }

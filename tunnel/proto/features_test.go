@@ -18,3 +18,15 @@ func TestFeaturesWindow(t *testing.T) {
 		t.Errorf("peer window %d", w)
 	}
 }
+
+// Half-close is announced by name and round-trips beside the others; a
+// peer that does not name it (a stock peer, an older Moat) has none.
+func TestFeaturesHalfClose(t *testing.T) {
+	f := Features{Origin: true, Credit: true, Window: 1 << 20, HalfClose: true}
+	if got := ParseFeatures([]string{f.String()}); got != f {
+		t.Fatalf("round trip: %+v from %q", got, f.String())
+	}
+	if ParseFeatures([]string{"origin,credit,window=1048576"}).HalfClose {
+		t.Error("half-close assumed without being announced")
+	}
+}

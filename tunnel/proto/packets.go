@@ -46,6 +46,16 @@ func Credit(o Origin, connID int64, n uint64) *client.Packet {
 	return p
 }
 
+// Fin builds Moat's half-close: an empty DATA packet with field 11, the
+// sender's last on connID. It is only sent to peers that announced the
+// extension.
+func Fin(o Origin, connID int64) *client.Packet {
+	p := &client.Packet{Type: client.PacketType_DATA, Payload: &client.Packet_Data{
+		Data: &client.Data{ConnectID: connID}}}
+	SetExt(p, Ext{Origin: o, Fin: true})
+	return p
+}
+
 // CloseReq builds a CLOSE_REQ.
 func CloseReq(o Origin, connID int64) *client.Packet {
 	p := &client.Packet{Type: client.PacketType_CLOSE_REQ, Payload: &client.Packet_CloseRequest{

@@ -144,7 +144,7 @@ func (s *Server) Connect(st proto.AgentService_ConnectServer) error {
 	hdr := metadata.Pairs(proto.HeaderServerID, s.cfg.ServerID, proto.HeaderServerCount, strconv.Itoa(s.cfg.ServerCount))
 	// The answer lists the extensions both use and, with credit, this
 	// server's own receive window: the agent's send credit starts there.
-	answer := proto.Features{Origin: feat.Origin, Credit: feat.Credit}
+	answer := proto.Features{Origin: feat.Origin, Credit: feat.Credit, HalfClose: feat.HalfClose}
 	if feat.Credit {
 		answer.Window = s.window()
 	}
@@ -158,6 +158,7 @@ func (s *Server) Connect(st proto.AgentService_ConnectServer) error {
 	b.sess = mux.New(st, mux.Config{
 		LocalOrigin: proto.OriginControlPlane,
 		Credit:      feat.Credit,
+		HalfClose:   feat.HalfClose,
 		Window:      s.window(),
 		PeerWindow:  feat.PeerWindow(),
 		MaxQueue:    s.cfg.MaxQueue,
