@@ -9,6 +9,8 @@ import (
 	"testing"
 	"time"
 
+	"sigs.k8s.io/apiserver-network-proxy/konnectivity-client/proto/client"
+
 	"github.com/moat-net/moat/tunnel/proto"
 )
 
@@ -213,4 +215,42 @@ func TestHalfCloseConcurrent(t *testing.T) {
 		t.Error(err)
 	}
 	released(t, req, dia)
+}
+
+// A DIAL_REQ the dialer cannot act on (no address, a protocol other than
+// tcp) is answered with a DIAL_RSP error carrying its random, so the
+// requester fails at once instead of waiting out its dial timeout.
+func TestMalformedDialReqAnswered(t *testing.T) {
+	a, peer := pair()
+	dia := New(a, Config{LocalOrigin: proto.OriginNode, Dial: tcpDial})
+	run(t, a, dia)
+	reqs := map[int64]*client.DialRequest{
+		7: {Protocol: "udp", Address: "192.0.2.1:53", Random: 7},
+		8: {Protocol: "tcp", Address: "", Random: 8},
+		9: {Protocol: "", Address: "192.0.2.1:22", Random: 9},
+	}
+	for _, r := range reqs {
+		if err := peer.Send(&client.Packet{Type: client.PacketType_DIAL_REQ, Payload: &client.Packet_DialRequest{DialRequest: r}}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	guard := time.AfterFunc(30*time.Second, peer.close) // hang guard
+	defer guard.Stop()
+	for len(reqs) > 0 {
+		p, err := peer.Recv()
+		if err != nil {
+			t.Fatalf("no DIAL_RSP for %d malformed DIAL_REQ: %v", len(reqs), err)
+		}
+		r := p.GetDialResponse()
+		if p.Type != client.PacketType_DIAL_RSP || reqs[r.Random] == nil {
+			t.Fatalf("unexpected %v", p)
+		}
+		if r.Error == "" || r.ConnectID != 0 {
+			t.Errorf("DIAL_REQ %v answered %v, want an error", reqs[r.Random], r)
+		}
+		if e, err := proto.GetExt(p); err != nil || e.Origin != proto.OriginControlPlane {
+			t.Errorf("DIAL_RSP origin %v %v, want the request's", e.Origin, err)
+		}
+		delete(reqs, r.Random)
+	}
 }

@@ -342,6 +342,7 @@ func (s *Session) bad(reason string, p *client.Packet, err error) {
 func (s *Session) handle(p *client.Packet) {
 	if err := proto.Check(p); err != nil {
 		s.bad(proto.Reason(p), p, err)
+		s.refuseMalformedDial(p, err)
 		return
 	}
 	ext, err := proto.GetExt(p)
@@ -373,6 +374,22 @@ func (s *Session) handle(p *client.Packet) {
 			s.cfg.OnDrain()
 		}
 	}
+}
+
+// refuseMalformedDial answers a DIAL_REQ that failed Check (no address,
+// a protocol other than tcp) with a DIAL_RSP error when it names its
+// random: dropped silently, its requester would wait out its whole dial
+// timeout for an answer that never comes.
+func (s *Session) refuseMalformedDial(p *client.Packet, reason error) {
+	r := p.GetDialRequest()
+	if p.GetType() != client.PacketType_DIAL_REQ || r == nil || r.Random == 0 {
+		return
+	}
+	ext, err := proto.GetExt(p)
+	if err != nil {
+		return // no origin to answer with
+	}
+	s.queue(proto.DialRsp(ext.Origin, r.Random, 0, "dial refused: "+reason.Error()))
 }
 
 func (s *Session) peerOrigin() proto.Origin {
