@@ -70,6 +70,9 @@ func Run(ctx context.Context, o *options.Options) error {
 		cfg.Auth = auth.New(auth.Config{Client: cs, Namespace: o.AgentNamespace, ServiceAccount: o.AgentServiceAccount,
 			Audience: o.AuthenticationAud, Registry: reg})
 	}
+	for _, w := range o.Warnings() {
+		log.Info("Warning: " + w)
+	}
 	l, closeAll, err := listen(o)
 	if err != nil {
 		return err
@@ -87,7 +90,7 @@ func Run(ctx context.Context, o *options.Options) error {
 // listen loads the TLS configurations and opens every socket the options
 // name; closeAll closes those Serve has not taken over.
 func listen(o *options.Options) (l Listeners, closeAll func(), err error) {
-	l = Listeners{Mode: o.Mode, Profiling: o.Profiling}
+	l = Listeners{Mode: o.Mode, Profiling: o.Profiling, ShutdownGrace: o.ShutdownGrace}
 	var opened []net.Listener
 	closeOpened := func() {
 		for _, ln := range opened {
@@ -110,10 +113,12 @@ func listen(o *options.Options) (l Listeners, closeAll func(), err error) {
 	if l.AgentTLS, err = tlsconfig.Server(o.ClusterCert, o.ClusterKey, o.ClusterCACert, "cluster"); err != nil {
 		return l, nil, err
 	}
+	l.AgentTLS.MinVersion, l.AgentTLS.CipherSuites = o.TLSVersion(), o.TLSCipherSuites()
 	if o.ServerPort != 0 {
 		if l.FrontendTLS, err = tlsconfig.Server(o.ServerCert, o.ServerKey, o.ServerCACert, "server"); err != nil {
 			return l, nil, err
 		}
+		l.FrontendTLS.MinVersion, l.FrontendTLS.CipherSuites = o.TLSVersion(), o.TLSCipherSuites()
 		if l.FrontendTCP, err = open("server-port", "tcp", hostPort(o.ServerBindAddress, o.ServerPort)); err != nil {
 			return l, nil, err
 		}

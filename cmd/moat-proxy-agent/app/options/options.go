@@ -20,6 +20,7 @@ import (
 	"github.com/moat-net/moat/tunnel/agent"
 	"github.com/moat-net/moat/tunnel/dest"
 	"github.com/moat-net/moat/tunnel/proto"
+	"github.com/moat-net/moat/tunnel/upstreamflags"
 )
 
 // Options are moat-proxy-agent's flags.
@@ -94,7 +95,25 @@ func (o *Options) Flags() cliflag.NamedFlagSets {
 	fs.BoolVar(&o.Profiling, "enable-profiling", o.Profiling, "serve Go's runtime profiles on /debug/pprof/ on the admin port")
 
 	o.AddLoggingFlags(&fss)
+	upstreamflags.AddIgnored(fss.FlagSet("upstream compatibility"), append(upstreamflags.Klog(), ignoredAgentFlags...))
 	return fss
+}
+
+// ignoredAgentFlags are upstream proxy-agent flags that have no meaning for
+// Moat. They are accepted so that upstream manifests start, and each use
+// is warned about (docs/tunnel.md lists them).
+var ignoredAgentFlags = []upstreamflags.Ignored{
+	upstreamflags.Ignore("probe-interval", upstreamflags.Duration, "a tunnel's health is its stream, checked by gRPC keepalive every 30s"),
+	upstreamflags.Ignore("keepalive-time", upstreamflags.Duration, "the agent pings the server every 30s"),
+	upstreamflags.Ignore("sync-forever", upstreamflags.Bool, "the agent always keeps syncing: it reopens lost tunnels for as long as it runs"),
+	upstreamflags.Ignore("server-count", upstreamflags.Int, "the agent takes the server count from the server's serverCount header"),
+	upstreamflags.Ignore("count-server-leases", upstreamflags.Bool, "the agent takes the server count from the server's serverCount header"),
+	upstreamflags.Ignore("server-count-lease-selector", upstreamflags.String, "the agent takes the server count from the server's serverCount header"),
+	upstreamflags.Ignore("xfr-channel-size", upstreamflags.Int, "Moat has per-connection flow control, not channels"),
+	upstreamflags.Ignore("warn-on-channel-limit", upstreamflags.Bool, "Moat has no channels to warn about"),
+	upstreamflags.Ignore("enable-contention-profiling", upstreamflags.Bool, "no block profile; --enable-profiling serves the others"),
+	upstreamflags.Ignore("enable-push-service-account-token", upstreamflags.Bool, "not supported: the agent sends its token to the proxy server only"),
+	upstreamflags.Ignore("alpn-proto", upstreamflags.Strings, "not supported: the agent offers h2 only"),
 }
 
 // Validate checks every flag without reading files or reaching a server;

@@ -5,8 +5,10 @@
 package options
 
 import (
+	"crypto/tls"
 	"errors"
 	"fmt"
+	"os"
 	"time"
 
 	"k8s.io/apimachinery/pkg/util/uuid"
@@ -16,6 +18,7 @@ import (
 	"github.com/moat-net/moat/internal/daemon"
 	"github.com/moat-net/moat/tunnel/dest"
 	"github.com/moat-net/moat/tunnel/server"
+	"github.com/moat-net/moat/tunnel/upstreamflags"
 )
 
 // Modes of the kube-apiserver-facing frontend (upstream --mode).
@@ -53,6 +56,13 @@ type Options struct {
 	AllowedDestinations   []string
 	DialTimeout           time.Duration
 	Window                int
+	// ShutdownGrace bounds how long frontends may finish on shutdown
+	// (upstream's --graceful-shutdown-timeout; 0 keeps the 5s default).
+	ShutdownGrace time.Duration
+	// TLSMinVersion and CipherSuites apply to both TLS listeners, as
+	// upstream's flags do; Moat never goes below TLS 1.2.
+	TLSMinVersion string
+	CipherSuites  []string
 	// Profiling serves Go's profiles on /debug/pprof/ on the admin port.
 	Profiling bool
 
@@ -65,8 +75,14 @@ func New() (*Options, error) {
 	if err != nil {
 		return nil, err
 	}
+	// As upstream, PROXY_SERVER_ID (a StatefulSet's pod name, say) is the
+	// default ID; --server-id overrides it.
+	id := os.Getenv("PROXY_SERVER_ID")
+	if id == "" {
+		id = string(uuid.NewUUID())
+	}
 	return &Options{Mode: ModeGRPC, DeleteExistingUDSFile: true, ServerPort: 8090, AgentPort: 8091, HealthPort: 8092,
-		AdminBindAddress: "127.0.0.1", AdminPort: 8095, ServerID: string(uuid.NewUUID()),
+		AdminBindAddress: "127.0.0.1", AdminPort: 8095, ServerID: id, ShutdownGrace: 5 * time.Second,
 		ServerCount: 1, ProxyStrategies: "default", DialTimeout: 10 * time.Second, Window: 1 << 20,
 		Common: c}, nil
 }
@@ -83,6 +99,9 @@ func (o *Options) Flags() cliflag.NamedFlagSets {
 	fs.StringVar(&o.ServerCert, "server-cert", o.ServerCert, "TCP frontend serving certificate")
 	fs.StringVar(&o.ServerKey, "server-key", o.ServerKey, "TCP frontend serving key")
 	fs.StringVar(&o.ServerCACert, "server-ca-cert", o.ServerCACert, "CA that signs kube-apiserver's client certificate (TCP frontend)")
+	fs.StringVar(&o.TLSMinVersion, "tls-min-version", o.TLSMinVersion, "minimum TLS version of both listeners: VersionTLS12 or VersionTLS13 (lower values are raised to TLS 1.2); empty: TLS 1.2")
+	fs.StringSliceVar(&o.CipherSuites, "cipher-suites", o.CipherSuites, "comma-separated TLS 1.2 cipher suites of both listeners (Go's names; no effect on TLS 1.3); empty: Go's defaults")
+	fs.DurationVar(&o.ShutdownGrace, "graceful-shutdown-timeout", o.ShutdownGrace, "on shutdown, how long kube-apiserver's connections may finish before the agent tunnels close; 0: the default")
 
 	fs = fss.FlagSet("agents")
 	fs.StringVar(&o.AgentBindAddress, "agent-bind-address", o.AgentBindAddress, "address agents connect to")
@@ -99,6 +118,9 @@ func (o *Options) Flags() cliflag.NamedFlagSets {
 	fs.StringVar(&o.Kubeconfig, "kubeconfig", o.Kubeconfig, "kubeconfig for TokenReview; empty uses $KUBECONFIG, ~/.kube/config, then the in-cluster service account")
 	fs.DurationVar(&o.DialTimeout, "dial-timeout", o.DialTimeout, "bound on a dial in either direction")
 	fs.IntVar(&o.Window, "flow-control-window", o.Window, "per-connection receive window in bytes with Moat agents; announced to each agent, which sends at most that much unacknowledged data per connection")
+	fs.Var(upstreamflags.PositiveDuration{D: &o.DialTimeout}, "backend-dial-timeout", "upstream's name for --dial-timeout's wait for an agent's DIAL_RSP; 0 (upstream: no bound) keeps --dial-timeout")
+	_ = fs.MarkDeprecated("backend-dial-timeout", "use --dial-timeout (the same bound; Moat always has one)")
+	upstreamflags.Unhide(fs, "backend-dial-timeout")
 
 	fs = fss.FlagSet("node to control plane (KEP-2025)")
 	fs.StringArrayVar(&o.AllowedDestinations, "allowed-destination", nil, "host:port node clients may reach (repeatable); none: all refused")
@@ -112,7 +134,42 @@ func (o *Options) Flags() cliflag.NamedFlagSets {
 	fs.BoolVar(&o.Profiling, "enable-profiling", o.Profiling, "serve Go's runtime profiles on /debug/pprof/ on the admin port")
 
 	o.AddLoggingFlags(&fss)
+	upstreamflags.AddIgnored(fss.FlagSet("upstream compatibility"), append(upstreamflags.Klog(), ignoredServerFlags...))
 	return fss
+}
+
+// ignoredServerFlags are upstream proxy-server flags that have no meaning
+// for Moat. They are accepted so that upstream manifests start, and each
+// use is warned about (docs/tunnel.md lists them).
+var ignoredServerFlags = []upstreamflags.Ignored{
+	upstreamflags.Ignore("keepalive-time", upstreamflags.Duration, "the agent port pings idle agents every 30s"),
+	upstreamflags.Ignore("frontend-keepalive-time", upstreamflags.Duration, "the frontend sends no keepalive pings of its own"),
+	upstreamflags.Ignore("enable-contention-profiling", upstreamflags.Bool, "no block profile; --enable-profiling serves the others"),
+	upstreamflags.Ignore("kubeconfig-qps", upstreamflags.Float, "the TokenReview client uses client-go's defaults"),
+	upstreamflags.Ignore("kubeconfig-burst", upstreamflags.Int, "the TokenReview client uses client-go's defaults"),
+	upstreamflags.Ignore("kube-api-content-type", upstreamflags.String, "the TokenReview client uses client-go's defaults"),
+	upstreamflags.Ignore("xfr-channel-size", upstreamflags.Int, "Moat has per-connection flow control (--flow-control-window), not channels"),
+	upstreamflags.Ignore("frontend-write-channel-size", upstreamflags.Int, "Moat has per-connection flow control (--flow-control-window), not channels"),
+	upstreamflags.Ignore("warn-on-channel-limit", upstreamflags.Bool, "Moat has no channels to warn about"),
+	upstreamflags.Ignore("enable-lease-controller", upstreamflags.Bool, "Moat publishes no server leases; agents learn the server count from --server-count"),
+	upstreamflags.Ignore("lease-namespace", upstreamflags.String, "Moat publishes no server leases"),
+	upstreamflags.Ignore("lease-label", upstreamflags.String, "Moat publishes no server leases"),
+}
+
+// TLSVersion is the minimum TLS version --tls-min-version asks for, never
+// below TLS 1.2.
+func (o *Options) TLSVersion() uint16 {
+	v, err := cliflag.TLSVersion(o.TLSMinVersion)
+	if err != nil || v < tls.VersionTLS12 {
+		return tls.VersionTLS12
+	}
+	return v
+}
+
+// TLSCipherSuites are the --cipher-suites IDs (nil: Go's defaults).
+func (o *Options) TLSCipherSuites() []uint16 {
+	ids, _ := cliflag.TLSCipherSuites(o.CipherSuites)
+	return ids
 }
 
 func checkPort(flag string, p int, zeroOK bool) error {
@@ -172,6 +229,17 @@ func (o *Options) Validate() error {
 	if o.Window < 64<<10 {
 		errs = append(errs, fmt.Errorf("--flow-control-window %d: must be at least 65536", o.Window))
 	}
+	if o.TLSMinVersion != "" {
+		if _, err := cliflag.TLSVersion(o.TLSMinVersion); err != nil {
+			errs = append(errs, fmt.Errorf("--tls-min-version: %w", err))
+		}
+	}
+	if _, err := cliflag.TLSCipherSuites(o.CipherSuites); err != nil {
+		errs = append(errs, fmt.Errorf("--cipher-suites: %w", err))
+	}
+	if o.ShutdownGrace < 0 {
+		errs = append(errs, fmt.Errorf("--graceful-shutdown-timeout %s: must not be negative", o.ShutdownGrace))
+	}
 	if o.Profiling && o.AdminPort == 0 {
 		errs = append(errs, errors.New("--enable-profiling needs --admin-port"))
 	}
@@ -179,6 +247,17 @@ func (o *Options) Validate() error {
 		errs = append(errs, err)
 	}
 	return errors.Join(errs...)
+}
+
+// Warnings are what valid options still deserve a word about at start.
+func (o *Options) Warnings() []string {
+	var w []string
+	if o.AgentServiceAccount != "" && o.AuthenticationAud == "" {
+		// Upstream refuses to start without it; Moat allows it for
+		// clusters whose agents only have legacy tokens, but says so.
+		w = append(w, "no --authentication-audience: any token of the agent service account is accepted, including tokens not meant for this server (legacy ones, or minted for another audience); set it and give agents audience-bound projected tokens")
+	}
+	return w
 }
 
 // NodeToControlPlane reports whether the EnableClusterToMasterTraffic gate is on.
