@@ -10,7 +10,6 @@ import (
 
 	"github.com/moat-net/moat/internal/netns/netnstest"
 	"github.com/moat-net/moat/internal/testenv"
-	"github.com/moat-net/moat/manifest"
 	"github.com/moat-net/moat/nft"
 	"github.com/moat-net/moat/policy"
 )
@@ -46,28 +45,9 @@ func TestDataplaneCountersInside(t *testing.T) {
 	if !netnstest.Isolate(t) {
 		return
 	}
-	ns, err := Create("moat-nstest-counters")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer func() {
-		ns.Close()
-		if err := Delete("moat-nstest-counters"); err != nil {
-			t.Error(err)
-		}
-	}()
-	res, err := (&manifest.Loader{Stdin: strings.NewReader(oneDeny)}).Load("-")
-	if err != nil {
-		t.Fatal(err)
-	}
-	dp, err := ns.Dataplane(nft.Options{Node: "n1"})
-	if err != nil {
-		t.Fatal(err)
-	}
+	ns := newNS(t, "moat-nstest-counters")
+	dp := program(t, ns, oneDeny, policy.Options{})
 	ctx := context.Background()
-	if _, err := dp.Sync(ctx, policy.Compile(&res.Cluster, policy.Options{})); err != nil {
-		t.Fatal(err)
-	}
 	cs, err := dp.Counters(ctx)
 	if err != nil {
 		t.Fatal(err)
@@ -104,21 +84,8 @@ func TestDataplaneGenerationInside(t *testing.T) {
 	if !netnstest.Isolate(t) {
 		return
 	}
-	ns, err := Create("moat-nstest-gen")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer func() {
-		ns.Close()
-		if err := Delete("moat-nstest-gen"); err != nil {
-			t.Error(err)
-		}
-	}()
-	res, err := (&manifest.Loader{Stdin: strings.NewReader(oneDeny)}).Load("-")
-	if err != nil {
-		t.Fatal(err)
-	}
-	prog := policy.Compile(&res.Cluster, policy.Options{})
+	ns := newNS(t, "moat-nstest-gen")
+	prog := compile(t, oneDeny, policy.Options{})
 	dp, err := ns.Dataplane(nft.Options{Node: "n1"})
 	if err != nil {
 		t.Fatal(err)

@@ -1,20 +1,14 @@
 package netns
 
 import (
-	"context"
-	"errors"
 	"io"
 	"net"
-	"net/netip"
-	"os/exec"
 	"strings"
-	"syscall"
 	"testing"
 	"time"
 
 	"github.com/moat-net/moat/internal/netns/netnstest"
 	"github.com/moat-net/moat/internal/testenv"
-	"github.com/moat-net/moat/manifest"
 	"github.com/moat-net/moat/nft"
 	"github.com/moat-net/moat/policy"
 )
@@ -23,23 +17,6 @@ import (
 // node: from addresses the Node's status does not list, without conntrack
 // (NodeLocal DNSCache), and to an address two pods claim. An adversarial
 // review found each judged differently from docs/semantics.md.
-
-// programOpts syncs the node's table with the cluster, compiled with opts.
-func (l *spoofLab) programOpts(t *testing.T, cluster string, opts policy.Options) *nft.Syncer {
-	t.Helper()
-	res, err := (&manifest.Loader{Stdin: strings.NewReader(cluster)}).Load("-")
-	if err != nil {
-		t.Fatal(err)
-	}
-	dp, err := l.r.Dataplane(nft.Options{Node: "n1"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := dp.Sync(context.Background(), policy.Compile(&res.Cluster, opts)); err != nil {
-		t.Fatal(err)
-	}
-	return dp
-}
 
 // TestNodeReachesPodFromGatewayAddress: with a routed or bridge CNI the
 // node reaches its pods from its address on the pod network (10.244.0.1
@@ -56,7 +33,7 @@ func TestNodeReachesPodFromGatewayAddress(t *testing.T) {
 	send(t, l.c, ap("[fd00:1::2]:40000"), ap("[fd00:244::5]:9998"), "warm-up")
 	receiveUntil(t, ls[1])
 	for _, deny := range []bool{false, true} {
-		l.programOpts(t, spoofCluster, policy.Options{DenyNodeLocal: deny})
+		program(t, l.r, spoofCluster, policy.Options{DenyNodeLocal: deny})
 		for _, fam := range []struct{ gw, pod, c string }{
 			{"10.244.0.1", "10.244.0.5", "192.168.1.2"},
 			{"[fd00:244::1]", "[fd00:244::5]", "[fd00:1::2]"},
@@ -78,17 +55,7 @@ spec: {podCIDRs: ["10.244.0.0/24"]}
 status:
   addresses:
   - {type: InternalIP, address: 192.168.1.1}
----
-apiVersion: v1
-kind: Namespace
-metadata: {name: a}
----
-apiVersion: v1
-kind: Pod
-metadata: {name: p, namespace: a, labels: {app: p}}
-spec: {nodeName: n1, containers: [{name: c, image: x}]}
-status: {phase: Running, podIP: 10.244.0.5}
----
+` + namespaceA + podPV4 + `---
 apiVersion: networking.k8s.io/v1
 kind: NetworkPolicy
 metadata: {name: dns-only, namespace: a}
@@ -99,26 +66,6 @@ spec:
   - to: [{ipBlock: {cidr: 169.254.20.10/32}}]
     ports: [{protocol: UDP, port: 53}, {protocol: TCP, port: 53}]
 `
-
-// trySend is send for a packet the node's own rules may drop: the output
-// hook's drop fails the write (EPERM), which is not an error here.
-func trySend(t *testing.T, ns *NS, src, dst netip.AddrPort, msg string) {
-	t.Helper()
-	err := ns.Do(func() error {
-		c, err := net.DialUDP("udp", net.UDPAddrFromAddrPort(src), net.UDPAddrFromAddrPort(dst))
-		if err != nil {
-			return err
-		}
-		defer c.Close()
-		if _, err = c.Write([]byte(msg)); errors.Is(err, syscall.EPERM) {
-			return nil
-		}
-		return err
-	})
-	if err != nil {
-		t.Fatalf("send %s from %s to %s: %v", msg, src, dst, err)
-	}
-}
 
 // TestUntrackedNodeLocalDNS: NodeLocal DNSCache binds 169.254.20.10 on the
 // node and exempts port 53 from conntrack. An ingress-isolated pod whose
@@ -137,12 +84,10 @@ func TestUntrackedNodeLocalDNS(t *testing.T) {
 	chain pre { type filter hook prerouting priority raw; udp dport 53 notrack; tcp dport 53 notrack; }
 	chain out { type filter hook output priority raw; udp sport 53 notrack; tcp sport 53 notrack; }
 }`
-	cmd := exec.Command("ip", "netns", "exec", l.r.Name(), "nft", "-f", "-")
-	cmd.Stdin = strings.NewReader(raw)
-	if out, err := cmd.CombinedOutput(); err != nil {
+	if out, err := nftIn(l.r, raw); err != nil {
 		t.Fatalf("nft: %v: %s", err, out)
 	}
-	l.programOpts(t, notrackCluster, policy.Options{})
+	program(t, l.r, notrackCluster, policy.Options{})
 
 	var tl net.Listener
 	var ul *net.UDPConn
@@ -232,20 +177,7 @@ status:
   addresses:
   - {type: InternalIP, address: 192.168.1.1}
   - {type: InternalIP, address: "fd00:1::1"}
----
-apiVersion: v1
-kind: Namespace
-metadata: {name: a}
----
-apiVersion: v1
-kind: Pod
-metadata: {name: p, namespace: a, labels: {app: p}}
-spec: {nodeName: n1, containers: [{name: c, image: x}]}
-status:
-  phase: Running
-  podIP: 10.244.0.5
-  podIPs: [{ip: 10.244.0.5}, {ip: "fd00:244::5"}]
----
+` + namespaceA + podPDual + `---
 apiVersion: v1
 kind: Pod
 metadata: {name: q, namespace: a, labels: {app: q}}
@@ -263,7 +195,7 @@ func TestNodeLocalToConflictAddress(t *testing.T) {
 		return
 	}
 	l := newSpoofLab(t, "moat-cfl-")
-	dp := l.programOpts(t, conflictCluster, policy.Options{})
+	dp := program(t, l.r, conflictCluster, policy.Options{})
 	ls := listen(t, l.p, "udp", 9999)
 	send(t, l.r, ap("[fd00:1::1]:40001"), ap("[fd00:244::5]:9999"), "warm-up")
 	receiveUntil(t, ls[0])
@@ -277,23 +209,7 @@ func TestNodeLocalToConflictAddress(t *testing.T) {
 	}
 }
 
-const ftpCluster = `apiVersion: v1
-kind: Node
-metadata: {name: n1}
-status:
-  addresses:
-  - {type: InternalIP, address: 192.168.1.1}
----
-apiVersion: v1
-kind: Namespace
-metadata: {name: a}
----
-apiVersion: v1
-kind: Pod
-metadata: {name: p, namespace: a, labels: {app: p}}
-spec: {nodeName: n1, containers: [{name: c, image: x}]}
-status: {phase: Running, podIP: 10.244.0.5}
----
+const ftpCluster = nodeN1V4 + namespaceA + podPV4 + `---
 apiVersion: networking.k8s.io/v1
 kind: NetworkPolicy
 metadata: {name: ftp-control-only, namespace: a}
@@ -317,12 +233,10 @@ func TestHelperExpectationIsJudged(t *testing.T) {
 	}
 	l := newSpoofLab(t, "moat-ftp-")
 	helper := "table ip moat-test-helper {\n\tct helper ftp-std {\n\t\ttype \"ftp\" protocol tcp\n\t\tl3proto ip\n\t}\n\tchain pre {\n\t\ttype filter hook prerouting priority 0;\n\t\ttcp dport 2121 ct helper set \"ftp-std\"\n\t}\n}\n"
-	cmd := exec.Command("ip", "netns", "exec", l.r.Name(), "nft", "-f", "-")
-	cmd.Stdin = strings.NewReader(helper)
-	if out, err := cmd.CombinedOutput(); err != nil {
+	if out, err := nftIn(l.r, helper); err != nil {
 		t.Skipf("LOUD SKIP: this kernel has no FTP conntrack helper (%v: %s); the related-connection rule is untested here", err, out)
 	}
-	dp := l.programOpts(t, ftpCluster, policy.Options{})
+	dp := program(t, l.r, ftpCluster, policy.Options{})
 
 	var ctl, data net.Listener
 	if err := l.c.Do(func() error {

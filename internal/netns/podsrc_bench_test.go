@@ -19,16 +19,7 @@ import (
 //	go test -run '^$' -bench BenchmarkResolveLinks -count 5 ./internal/netns/
 func BenchmarkResolveLinks(b *testing.B) {
 	testenv.RequirePrivileged(b)
-	ns, err := Create(fmt.Sprintf("moat-bench-links-%d", os.Getpid()))
-	if err != nil {
-		b.Fatal(err)
-	}
-	b.Cleanup(func() {
-		ns.Close()
-		if err := Delete(ns.Name()); err != nil {
-			b.Error(err)
-		}
-	})
+	ns := newNS(b, fmt.Sprintf("moat-bench-links-%d", os.Getpid()))
 	nl, err := ns.Netlink()
 	if err != nil {
 		b.Fatal(err)

@@ -11,7 +11,6 @@ import (
 
 	"github.com/moat-net/moat/internal/netns/netnstest"
 	"github.com/moat-net/moat/internal/testenv"
-	"github.com/moat-net/moat/manifest"
 	"github.com/moat-net/moat/nft"
 	"github.com/moat-net/moat/policy"
 )
@@ -59,7 +58,7 @@ func TestForgedSourceOnPodInterface(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	dp := l.program(t, podSrcCluster)
+	dp := program(t, l.r, podSrcCluster, policy.Options{})
 	P, R := l.p.Name(), l.r.Name()
 	// The forged addresses, held by the pod as a raw socket would send
 	// them; explicit link-local addresses on both ends of the pod's link.
@@ -73,11 +72,7 @@ func TestForgedSourceOnPodInterface(t *testing.T) {
 	)
 	// What the node resolved: the pod's two addresses on rp0 (its
 	// routes did not change with the pod's extra addresses).
-	res, err := (&manifest.Loader{Stdin: strings.NewReader(podSrcCluster)}).Load("-")
-	if err != nil {
-		t.Fatal(err)
-	}
-	if r, err := dp.Sync(context.Background(), policy.Compile(&res.Cluster, policy.Options{})); err != nil || r.Links != 2 {
+	if r, err := dp.Sync(context.Background(), compile(t, podSrcCluster, policy.Options{})); err != nil || r.Links != 2 {
 		t.Fatalf("sync: %d links, want 2 (the pod's addresses on rp0): %v", r.Links, err)
 	}
 	out := listen(t, l.c, "udp", 9999, 9998)
@@ -141,16 +136,7 @@ func TestPodLinksResolved(t *testing.T) {
 	if !netnstest.Isolate(t) {
 		return
 	}
-	ns, err := Create("moat-plr")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		ns.Close()
-		if err := Delete(ns.Name()); err != nil {
-			t.Error(err)
-		}
-	})
+	ns := newNS(t, "moat-plr")
 	N := "-n " + ns.Name() + " "
 	var cmds []string
 	for _, d := range []string{"veth1", "bridge", "uplink"} {

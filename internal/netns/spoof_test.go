@@ -2,11 +2,8 @@ package netns
 
 import (
 	"context"
-	"fmt"
 	"net"
 	"net/netip"
-	"os/exec"
-	"strings"
 	"syscall"
 	"testing"
 	"time"
@@ -15,243 +12,16 @@ import (
 
 	"github.com/moat-net/moat/internal/netns/netnstest"
 	"github.com/moat-net/moat/internal/testenv"
-	"github.com/moat-net/moat/manifest"
 	"github.com/moat-net/moat/nft"
 	"github.com/moat-net/moat/policy"
 )
 
-// Real packets through the agent's rules in a routed node: the node's
-// namespace (moat's table, forwarding on), a pod behind a veth and a host
-// outside behind another. These tests check the holes an adversarial
-// review found (forged sources), so each sends the packet the rules must
-// stop and, after it on the same path, a packet they let through: when
-// the second arrives, the first has been judged.
-
-const spoofCluster = `apiVersion: v1
-kind: Node
-metadata: {name: n1}
-spec: {podCIDRs: ["10.244.0.0/24", "fd00:244::/64"]}
-status:
-  addresses:
-  - {type: InternalIP, address: 192.168.1.1}
-  - {type: InternalIP, address: "fd00:1::1"}
----
-apiVersion: v1
-kind: Namespace
-metadata: {name: a}
----
-apiVersion: v1
-kind: Pod
-metadata: {name: p, namespace: a, labels: {app: p}}
-spec: {nodeName: n1, containers: [{name: c, image: x}]}
-status:
-  phase: Running
-  podIP: 10.244.0.5
-  podIPs: [{ip: 10.244.0.5}, {ip: "fd00:244::5"}]
----
-apiVersion: networking.k8s.io/v1
-kind: NetworkPolicy
-metadata: {name: isolate, namespace: a}
-spec:
-  podSelector: {}
-  policyTypes: [Ingress, Egress]
-  ingress:
-  - from: [{ipBlock: {cidr: "fd00:1::2/128"}}, {ipBlock: {cidr: "192.168.1.2/32"}}]
-    ports: [{protocol: UDP, port: 9998}]
-  egress:
-  - to: [{ipBlock: {cidr: "192.168.1.2/32"}}, {ipBlock: {cidr: "fd00:1::2/128"}}]
-    ports: [{protocol: UDP, port: 9998}]
-`
-
-// spoofLab is the topology: node R (192.168.1.1, fd00:1::1 towards the
-// outside; 10.244.0.1, fd00:244::1 towards the pod), pod P (10.244.0.5,
-// fd00:244::5) and outside host C (192.168.1.2, fd00:1::2). P and C may
-// bind addresses they do not have, to forge sources.
-type spoofLab struct {
-	r, p, c *NS
-}
-
-func newSpoofLab(t *testing.T, prefix string) *spoofLab {
-	t.Helper()
-	l := &spoofLab{}
-	for _, x := range []struct {
-		ns   **NS
-		name string
-	}{{&l.r, prefix + "r"}, {&l.p, prefix + "p"}, {&l.c, prefix + "c"}} {
-		ns, err := Create(x.name)
-		if err != nil {
-			t.Fatal(err)
-		}
-		*x.ns = ns
-		t.Cleanup(func() {
-			ns.Close()
-			if err := Delete(ns.Name()); err != nil {
-				t.Error(err)
-			}
-		})
-	}
-	r, p, c := l.r.Name(), l.p.Name(), l.c.Name()
-	run(t,
-		"-n "+r+" link set lo up", "-n "+p+" link set lo up", "-n "+c+" link set lo up",
-		"-n "+r+" link add rp0 type veth peer name eth0 netns "+p,
-		"-n "+r+" link add rc0 type veth peer name eth0 netns "+c,
-		"-n "+r+" link set rp0 up", "-n "+r+" link set rc0 up",
-		"-n "+p+" link set eth0 up", "-n "+c+" link set eth0 up",
-		"-n "+r+" addr add 10.244.0.1/24 dev rp0", "-n "+r+" addr add fd00:244::1/64 dev rp0 nodad",
-		"-n "+r+" addr add 192.168.1.1/24 dev rc0", "-n "+r+" addr add fd00:1::1/64 dev rc0 nodad",
-		"-n "+p+" addr add 10.244.0.5/24 dev eth0", "-n "+p+" addr add fd00:244::5/64 dev eth0 nodad",
-		"-n "+p+" route add default via 10.244.0.1", "-n "+p+" -6 route add default via fd00:244::1",
-		"-n "+c+" addr add 192.168.1.2/24 dev eth0", "-n "+c+" addr add fd00:1::2/64 dev eth0 nodad",
-		"-n "+c+" route add 10.244.0.0/24 via 192.168.1.1 src 192.168.1.2",
-		"-n "+c+" -6 route add fd00:244::/64 via fd00:1::1 src fd00:1::2",
-	)
-	for _, kv := range [][2]string{{"net.ipv4.ip_forward", "1"}, {"net.ipv6.conf.all.forwarding", "1"}} {
-		if err := l.r.Sysctl(kv[0], kv[1]); err != nil {
-			t.Fatal(err)
-		}
-	}
-	// C and P may bind addresses they do not hold, to forge sources.
-	for _, ns := range []*NS{l.c, l.p} {
-		for _, k := range []string{"net.ipv4.ip_nonlocal_bind", "net.ipv6.ip_nonlocal_bind"} {
-			if err := ns.Sysctl(k, "1"); err != nil {
-				t.Fatal(err)
-			}
-		}
-	}
-	return l
-}
-
-func run(t testing.TB, cmds ...string) {
-	t.Helper()
-	for _, c := range cmds {
-		if out, err := exec.Command("ip", strings.Fields(c)...).CombinedOutput(); err != nil {
-			t.Fatalf("ip %s: %v: %s", c, err, out)
-		}
-	}
-}
-
-// program syncs the node's table with the cluster.
-func (l *spoofLab) program(t *testing.T, cluster string) *nft.Syncer {
-	t.Helper()
-	res, err := (&manifest.Loader{Stdin: strings.NewReader(cluster)}).Load("-")
-	if err != nil {
-		t.Fatal(err)
-	}
-	dp, err := l.r.Dataplane(nft.Options{Node: "n1"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := dp.Sync(context.Background(), policy.Compile(&res.Cluster, policy.Options{})); err != nil {
-		t.Fatal(err)
-	}
-	return dp
-}
-
-// listen opens UDP sockets in ns on every address, one per port.
-func listen(t *testing.T, ns *NS, network string, ports ...int) []*net.UDPConn {
-	t.Helper()
-	var out []*net.UDPConn
-	err := ns.Do(func() error {
-		for _, port := range ports {
-			c, err := net.ListenUDP(network, &net.UDPAddr{Port: port})
-			if err != nil {
-				return err
-			}
-			out = append(out, c)
-		}
-		return nil
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, c := range out {
-		t.Cleanup(func() { c.Close() })
-	}
-	return out
-}
-
-// send sends one UDP datagram from src to dst inside ns.
-func send(t *testing.T, ns *NS, src, dst netip.AddrPort, msg string) {
-	t.Helper()
-	err := ns.Do(func() error {
-		c, err := net.DialUDP("udp", net.UDPAddrFromAddrPort(src), net.UDPAddrFromAddrPort(dst))
-		if err != nil {
-			return err
-		}
-		defer c.Close()
-		_, err = c.Write([]byte(msg))
-		return err
-	})
-	if err != nil {
-		t.Fatalf("send %s from %s to %s: %v", msg, src, dst, err)
-	}
-}
-
-// receiveUntil reads datagrams on marker until one arrives and returns
-// it; what arrived on other sockets by then is in others. The deadline
-// only keeps a broken test from hanging.
-func receiveUntil(t *testing.T, marker *net.UDPConn, others ...*net.UDPConn) (got string, others_ []string) {
-	t.Helper()
-	buf := make([]byte, 256)
-	if err := marker.SetReadDeadline(time.Now().Add(30 * time.Second)); err != nil {
-		t.Fatal(err)
-	}
-	n, from, err := marker.ReadFromUDPAddrPort(buf)
-	if err != nil {
-		t.Fatalf("the allowed packet did not arrive: %v", err)
-	}
-	got = fmt.Sprintf("%s from %s", buf[:n], from.Addr().Unmap())
-	for _, o := range others {
-		// Whatever came before the marker is queued already: read
-		// without waiting (a passed deadline would not even try).
-		rc, err := o.SyscallConn()
-		if err != nil {
-			t.Fatal(err)
-		}
-		for {
-			var n int
-			var from unix.Sockaddr
-			var rerr error
-			if err := rc.Read(func(fd uintptr) bool {
-				n, from, rerr = unix.Recvfrom(int(fd), buf, unix.MSG_DONTWAIT)
-				return true
-			}); err != nil || rerr != nil {
-				break
-			}
-			others_ = append(others_, fmt.Sprintf("%s from %s", buf[:n], sockaddrIP(from)))
-		}
-	}
-	return got, others_
-}
-
-func sockaddrIP(sa unix.Sockaddr) netip.Addr {
-	switch a := sa.(type) {
-	case *unix.SockaddrInet4:
-		return netip.AddrFrom4(a.Addr)
-	case *unix.SockaddrInet6:
-		return netip.AddrFrom16(a.Addr).Unmap()
-	}
-	return netip.Addr{}
-}
-
-func ap(s string) netip.AddrPort { return netip.MustParseAddrPort(s) }
-
-// dropped reads the node's drop counters and sums the packets of those
-// with reason.
-func dropped(t *testing.T, dp *nft.Syncer, reason string) uint64 {
-	t.Helper()
-	cs, err := dp.Counters(context.Background())
-	if err != nil {
-		t.Fatal(err)
-	}
-	var n uint64
-	for _, c := range cs {
-		if c.Reason == reason {
-			n += c.Packets
-		}
-	}
-	return n
-}
+// Real packets through the agent's rules in a routed node (spoofLab): the
+// node's namespace (moat's table, forwarding on), a pod behind a veth and
+// a host outside behind another. These tests check the holes an
+// adversarial review found (forged sources), so each sends the packet the
+// rules must stop and, after it on the same path, a packet they let
+// through: when the second arrives, the first has been judged.
 
 // TestForgedNodeAddressFromOutside: the node-local exemption is for
 // connections the node starts. A packet from outside forging the node's
@@ -263,7 +33,7 @@ func TestForgedNodeAddressFromOutside(t *testing.T) {
 		return
 	}
 	l := newSpoofLab(t, "moat-fna-")
-	l.program(t, spoofCluster)
+	program(t, l.r, spoofCluster, policy.Options{})
 	ls := listen(t, l.p, "udp", 9999, 9998)
 	// The first packet resolves the neighbours on the way, so that the
 	// next two are not held in neighbour queues, whose order is not kept.
@@ -296,7 +66,7 @@ func TestForgedPodSourceEgress(t *testing.T) {
 		return
 	}
 	l := newSpoofLab(t, "moat-fps-")
-	dp := l.program(t, spoofCluster)
+	dp := program(t, l.r, spoofCluster, policy.Options{})
 	// The node's own reverse path filter would drop the forged IPv4
 	// source only in strict mode on some setups; keep it off so that
 	// only the rules decide (the review reproduced the hole with 1 too).
@@ -327,17 +97,7 @@ func TestForgedPodSourceEgress(t *testing.T) {
 	}
 }
 
-const bridgeCluster = `apiVersion: v1
-kind: Node
-metadata: {name: n1}
-status:
-  addresses:
-  - {type: InternalIP, address: 192.168.1.1}
----
-apiVersion: v1
-kind: Namespace
-metadata: {name: a}
----
+const bridgeCluster = nodeN1V4 + namespaceA + `---
 apiVersion: v1
 kind: Pod
 metadata: {name: victim, namespace: a, labels: {app: victim}}
@@ -370,23 +130,7 @@ func TestBridgeLinkLocalToIsolatedPod(t *testing.T) {
 	if !netnstest.Isolate(t) {
 		return
 	}
-	var r, v, o *NS
-	for _, x := range []struct {
-		ns   **NS
-		name string
-	}{{&r, "moat-br-r"}, {&v, "moat-br-v"}, {&o, "moat-br-o"}} {
-		ns, err := Create(x.name)
-		if err != nil {
-			t.Fatal(err)
-		}
-		*x.ns = ns
-		t.Cleanup(func() {
-			ns.Close()
-			if err := Delete(ns.Name()); err != nil {
-				t.Error(err)
-			}
-		})
-	}
+	r, v, o := newNS(t, "moat-br-r"), newNS(t, "moat-br-v"), newNS(t, "moat-br-o")
 	for _, ns := range []*NS{v, o} {
 		// Link-local addresses usable at once (no duplicate detection).
 		if err := ns.Sysctl("net.ipv6.conf.default.accept_dad", "0"); err != nil {
@@ -410,17 +154,7 @@ func TestBridgeLinkLocalToIsolatedPod(t *testing.T) {
 		"-n "+V+" link set eth0 up", "-n "+O+" link set eth0 up",
 		"-n "+V+" addr add 10.244.0.5/24 dev eth0", "-n "+O+" addr add 10.244.0.6/24 dev eth0",
 	)
-	res, err := (&manifest.Loader{Stdin: strings.NewReader(bridgeCluster)}).Load("-")
-	if err != nil {
-		t.Fatal(err)
-	}
-	dp, err := r.Dataplane(nft.Options{Node: "n1"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := dp.Sync(context.Background(), policy.Compile(&res.Cluster, policy.Options{})); err != nil {
-		t.Fatal(err)
-	}
+	dp := program(t, r, bridgeCluster, policy.Options{})
 	ll := linkLocal(t, v)
 	var tcp *net.TCPListener
 	if err := v.Do(func() error {
