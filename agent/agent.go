@@ -235,6 +235,13 @@ func (a *Agent) Run(ctx context.Context) error {
 		defer wg.Done()
 		a.drops.run(ctx)
 	}()
+	if lc, ok := a.dp.(LinkChecker); ok && lc.ChecksLinks() {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			a.refreshLinks(ctx, lc, nft.LinkRefresh)
+		}()
+	}
 	if v, ok := a.dp.(TableVerifier); ok {
 		wg.Add(1)
 		go func() {

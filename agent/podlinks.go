@@ -1,6 +1,11 @@
 package agent
 
-import "github.com/moat-net/moat/nft"
+import (
+	"context"
+	"time"
+
+	"github.com/moat-net/moat/nft"
+)
 
 // reportLinks logs when the dataplane could not resolve the interfaces of
 // the node's pods (nft.Result.LinksErr), once per failure streak and once
@@ -20,4 +25,36 @@ func (a *Agent) reportLinks(res nft.Result) {
 		a.log.Error(res.LinksErr, "Could not resolve the interfaces of the node's pods; checking sources against the last ones resolved", "links", res.Links)
 	}
 	a.linksErr = msg
+}
+
+// LinkChecker is a Dataplane that checks the sources arriving on pod
+// interfaces against the node's routes (nft.Syncer; docs/agent.md,
+// "Forged sources"). Routes can change without any object of the API (a
+// pod's veth re-created for the same address), so the agent has the
+// links resolved again every nft.LinkRefresh even when nothing else
+// syncs: a quiet node would otherwise keep stale links until its next
+// --resync, or forever with --resync=0.
+type LinkChecker interface {
+	// ChecksLinks reports whether the dataplane resolves pod links at all.
+	ChecksLinks() bool
+	// RefreshLinks makes the next Sync resolve them again.
+	RefreshLinks()
+}
+
+// refreshLinks asks for the links to be resolved again every period, by
+// one sync each time, until ctx ends. A sync that finds them unchanged
+// keeps the ruleset (nft.Result.Reused): a route lookup per local pod
+// address and no transaction.
+func (a *Agent) refreshLinks(ctx context.Context, lc LinkChecker, period time.Duration) {
+	t := time.NewTicker(period)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+			lc.RefreshLinks()
+			a.queue.Add(syncKey)
+		}
+	}
 }

@@ -87,12 +87,19 @@ func TestSyncPodLinks(t *testing.T) {
 		t.Fatalf("second sync: reused %v, resolver asked %d times, %v", res.Reused, r.calls, err)
 	}
 	// Same Program, pod 10.244.0.5 moved to a new interface, found when
-	// the links are resolved again (as after linkRefresh or a resync;
-	// this one would replace the whole table on the fake, which has no
-	// nftables generation).
+	// the links are resolved again: after RefreshLinks, as moat-agent
+	// asks every LinkRefresh (a resync asks too, but this one would
+	// replace the whole table on the fake, which has no nftables
+	// generation).
 	moved := []PodLink{link(9, "10.244.0.5"), link(7, "10.244.0.6"), link(7, "fd00:244::6")}
 	r.links = moved
-	stale := func() { s.mu.Lock(); s.linksStale = true; s.mu.Unlock() }
+	if res, err := s.Sync(ctx, prog); err != nil || !res.Reused || r.calls != 1 {
+		t.Fatalf("sync before RefreshLinks: reused %v, resolver asked %d times, %v", res.Reused, r.calls, err)
+	}
+	if !s.ChecksLinks() {
+		t.Fatal("a Syncer with a LinkResolver says it does not check links")
+	}
+	stale := s.RefreshLinks
 	stale()
 	res, err = s.Sync(ctx, prog)
 	if err != nil || res.Reused || !res.Applied || res.Full {

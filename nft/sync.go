@@ -115,21 +115,34 @@ type Syncer struct {
 	// Options.CutDenied); the next Sync tries again, whatever changed.
 	cutPending bool
 	// links are the pod links last resolved, kept when resolving fails;
-	// linkKey is what they were resolved for and linksAt when.
-	// linksStale: a resync asks for resolving them again.
+	// linkKey is what they were resolved for. linksStale: a resync or
+	// RefreshLinks asks for resolving them again.
 	links      []PodLink
 	linkKey    linkKey
-	linksAt    time.Time
 	linksStale bool
 }
 
-// linkRefresh is how long a sync may keep the pod links it resolved when
-// nothing they depend on changed: a route lookup per pod address costs
-// ~50 us on a loaded node (BenchmarkResolveLinks: 9-15 ms for 220
-// addresses), too much for every sync that changes nothing on the node,
-// and routes seldom change without the pods (a veth re-created for the
-// same address).
-const linkRefresh = 10 * time.Second
+// LinkRefresh is how often moat-agent has the pod links resolved again
+// when nothing they depend on changed (RefreshLinks), whether or not
+// anything else syncs: routes can change without any object of the API
+// (a pod's veth re-created for the same address), and a route lookup per
+// pod address costs ~50 us on a loaded node (BenchmarkResolveLinks: 9-15
+// ms for 220 addresses), too much for every sync.
+const LinkRefresh = 10 * time.Second
+
+// ChecksLinks reports whether the Syncer checks pod sources against the
+// node's routes: it has a LinkResolver (Options.Links, or the kernel's
+// for NewInterface).
+func (s *Syncer) ChecksLinks() bool { return s.linkResolver() != nil }
+
+// RefreshLinks makes the next Sync resolve the node's pod links again,
+// also when nothing they depend on changed; that Sync patches the link
+// sets alone if only they changed.
+func (s *Syncer) RefreshLinks() {
+	s.mu.Lock()
+	s.linksStale = true
+	s.mu.Unlock()
+}
 
 // New returns a Syncer for the table "inet moat" behind nft, which the
 // caller creates with knftables.New(knftables.InetFamily, nft.Table) (or
@@ -172,9 +185,9 @@ type kernelNFT struct {
 //
 // The node's pod links (Options.Links) are resolved again, also by a
 // sync that keeps the ruleset, when the node's pods changed, on a resync
-// and at least every linkRefresh: routes may change without the Program
-// (a pod's veth re-created). When only they changed, the sync patches the
-// link sets alone.
+// and after RefreshLinks: routes may change without the Program (a pod's
+// veth re-created). When only they changed, the sync patches the link
+// sets alone.
 func (s *Syncer) Sync(ctx context.Context, prog *policy.Program) (Result, error) {
 	start := time.Now()
 	in := readInputs(prog, s.opts.Node)
@@ -209,16 +222,16 @@ func (s *Syncer) Sync(ctx context.Context, prog *policy.Program) (Result, error)
 
 // resolveLinks returns the node's pod links, asking the link resolver
 // (none without one) when the node's pods, pod CIDRs or addresses changed
-// since it last asked, when a resync asked for it (Invalidate,
-// InvalidateIfChanged), or after linkRefresh; otherwise, and when
-// resolving fails, the links last resolved. s.mu held.
+// since it last asked, or when a resync or RefreshLinks asked for it
+// (Invalidate, InvalidateIfChanged); otherwise, and when resolving
+// fails, the links last resolved. s.mu held.
 func (s *Syncer) resolveLinks(ctx context.Context, prog *policy.Program) ([]PodLink, error) {
 	r := s.linkResolver()
 	if r == nil {
 		return nil, nil
 	}
 	q, key := linkQuery(prog, s.opts.Node)
-	if !s.linksStale && !s.linksAt.IsZero() && key.equal(s.linkKey) && time.Since(s.linksAt) < linkRefresh {
+	if !s.linksStale && s.links != nil && key.equal(s.linkKey) {
 		return s.links, nil
 	}
 	links, err := r.ResolveLinks(ctx, q)
@@ -226,7 +239,7 @@ func (s *Syncer) resolveLinks(ctx context.Context, prog *policy.Program) ([]PodL
 		s.linksStale = true // the next sync tries again
 		return s.links, fmt.Errorf("resolve the interfaces of node %s's pods: %w", s.opts.Node, err)
 	}
-	s.links, s.linkKey, s.linksAt, s.linksStale = normaliseLinks(links), key, time.Now(), false
+	s.links, s.linkKey, s.linksStale = normaliseLinks(links), key, false
 	return s.links, nil
 }
 
