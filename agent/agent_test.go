@@ -122,6 +122,26 @@ func newFakeCluster(t *testing.T, objs ...runtime.Object) *fakeCluster {
 	}
 }
 
+// clusterX is the fake cluster most agent tests start from: namespace a
+// and node n1 (192.168.0.1) with pod a/x (app: x, 10.0.0.1) on it, then
+// objs.
+func clusterX(t *testing.T, objs ...runtime.Object) *fakeCluster {
+	t.Helper()
+	return newFakeCluster(t, append([]runtime.Object{
+		fixture.Namespace("a", nil),
+		fixture.Node("n1", nil, "192.168.0.1"),
+		fixture.Pod("a", "x", "n1", map[string]string{"app": "x"}, nil, "10.0.0.1"),
+	}, objs...)...)
+}
+
+// clusterXY is clusterX with pod a/y (app: y, 10.0.0.2) on n1 as well.
+func clusterXY(t *testing.T, objs ...runtime.Object) *fakeCluster {
+	t.Helper()
+	return clusterX(t, append([]runtime.Object{
+		fixture.Pod("a", "y", "n1", map[string]string{"app": "y"}, nil, "10.0.0.2"),
+	}, objs...)...)
+}
+
 func startAgent(t *testing.T, c *fakeCluster, cfg Config, dp Dataplane) (*Agent, func()) {
 	t.Helper()
 	if cfg.NodeName == "" {
@@ -131,18 +151,34 @@ func startAgent(t *testing.T, c *fakeCluster, cfg Config, dp Dataplane) (*Agent,
 	if err != nil {
 		t.Fatal(err)
 	}
+	return a, runAgent(t, a, cfg.NodeName)
+}
+
+// startReady is startAgent, returning once the agent is ready; it stops
+// when the test ends.
+func startReady(t *testing.T, c *fakeCluster, cfg Config, dp Dataplane) *Agent {
+	t.Helper()
+	a, _ := startAgent(t, c, cfg, dp)
+	fixture.Eventually(t, 10*time.Second, "ready", func() (bool, string) { return a.Ready() == nil, "not ready" })
+	return a
+}
+
+// runAgent runs a (for node) until stop, which the test's cleanup calls
+// too: it cancels Run and waits for it to return, once.
+func runAgent(t *testing.T, a *Agent, node string) (stop func()) {
 	ctx, cancel := context.WithCancel(context.Background())
 	var wg sync.WaitGroup
 	wg.Add(1)
 	go func() {
 		defer wg.Done()
 		if err := a.Run(ctx); err != nil {
-			t.Errorf("Run: %v", err)
+			t.Errorf("agent %s: Run: %v", node, err)
 		}
 	}()
-	stop := func() { cancel(); wg.Wait() }
+	var once sync.Once
+	stop = func() { once.Do(func() { cancel(); wg.Wait() }) }
 	t.Cleanup(stop)
-	return a, stop
+	return stop
 }
 
 const npAllowYtoX = `
@@ -157,15 +193,9 @@ spec:
 `
 
 func TestAgentFollowsTheCluster(t *testing.T) {
-	c := newFakeCluster(t,
-		fixture.Namespace("a", nil),
-		fixture.Node("n1", nil, "192.168.0.1"),
-		fixture.Pod("a", "x", "n1", map[string]string{"app": "x"}, nil, "10.0.0.1"),
-		fixture.Pod("a", "y", "n1", map[string]string{"app": "y"}, nil, "10.0.0.2"),
-		fixture.YAML(t, npAllowYtoX),
-	)
+	c := clusterXY(t, fixture.YAML(t, npAllowYtoX))
 	dp := newTestDP("n1")
-	a, _ := startAgent(t, c, Config{AllowNodeLocal: true}, dp)
+	a := startReady(t, c, Config{AllowNodeLocal: true}, dp)
 	ctx := context.Background()
 
 	expect := func(what, src, dst string, port uint16, want bool) {
@@ -175,7 +205,6 @@ func TestAgentFollowsTheCluster(t *testing.T) {
 			return ok && got == want, fixture.Explain("programmed=%v allowed=%v, want %v", ok, got, want)
 		})
 	}
-	fixture.Eventually(t, 10*time.Second, "ready", func() (bool, string) { return a.Ready() == nil, "not ready" })
 	expect("NetworkPolicy allows y -> x:80", "10.0.0.2", "10.0.0.1", 80, true)
 	expect("NetworkPolicy isolates x on other ports", "10.0.0.2", "10.0.0.1", 81, false)
 
@@ -230,12 +259,7 @@ spec:
 // listed, the agent does not touch the table and is not ready; once it
 // can, the first sync replaces the table in one transaction.
 func TestAgentNeverProgramsFromIncompleteCaches(t *testing.T) {
-	c := newFakeCluster(t,
-		fixture.Namespace("a", nil),
-		fixture.Node("n1", nil, "192.168.0.1"),
-		fixture.Pod("a", "x", "n1", map[string]string{"app": "x"}, nil, "10.0.0.1"),
-		fixture.YAML(t, npAllowYtoX),
-	)
+	c := clusterX(t, fixture.YAML(t, npAllowYtoX))
 	var broken atomic.Bool
 	broken.Store(true)
 	c.dyn.PrependReactor("list", "clusternetworkpolicies", func(clienttesting.Action) (bool, runtime.Object, error) {
@@ -273,16 +297,9 @@ func TestAgentNeverProgramsFromIncompleteCaches(t *testing.T) {
 // TestAgentKeepsRulesWhenNftFails: a failing transaction leaves the last
 // rules, turns /readyz off, retries with backoff and recovers.
 func TestAgentKeepsRulesWhenNftFails(t *testing.T) {
-	c := newFakeCluster(t,
-		fixture.Namespace("a", nil),
-		fixture.Node("n1", nil, "192.168.0.1"),
-		fixture.Pod("a", "x", "n1", map[string]string{"app": "x"}, nil, "10.0.0.1"),
-		fixture.Pod("a", "y", "n1", map[string]string{"app": "y"}, nil, "10.0.0.2"),
-		fixture.YAML(t, npAllowYtoX),
-	)
+	c := clusterXY(t, fixture.YAML(t, npAllowYtoX))
 	dp := newTestDP("n1")
-	a, _ := startAgent(t, c, Config{}, dp)
-	fixture.Eventually(t, 10*time.Second, "ready", func() (bool, string) { return a.Ready() == nil, "not ready" })
+	a := startReady(t, c, Config{}, dp)
 	before := dp.fake.Dump()
 	dp.fail.Store(true)
 	if err := c.dyn.Resource(networkPolicyGVR).Namespace("a").Delete(context.Background(), "allow-y", metav1.DeleteOptions{}); err != nil {
@@ -342,8 +359,7 @@ spec: {podSelector: {}, ingress: "everything"}
 `),
 	)
 	dp := newTestDP("n1")
-	a, _ := startAgent(t, c, Config{AllowNodeLocal: true}, dp) // pod_claims_node_address needs node-local traffic
-	fixture.Eventually(t, 10*time.Second, "ready", func() (bool, string) { return a.Ready() == nil, "not ready" })
+	a := startReady(t, c, Config{AllowNodeLocal: true}, dp) // pod_claims_node_address needs node-local traffic
 	for problem, want := range map[string]string{
 		problemPodWithoutIP:      "1",
 		problemDuplicatePodIP:    "1",
@@ -401,15 +417,7 @@ func TestStartTakesNoInitialAddAsChange(t *testing.T) {
 		t.Fatal(err)
 	}
 	a.pending.mu.Lock()
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		if err := a.Run(ctx); err != nil {
-			t.Errorf("Run: %v", err)
-		}
-	}()
-	t.Cleanup(func() { cancel(); <-done })
+	runAgent(t, a, "n1")
 	fixture.Eventually(t, 20*time.Second, "informers synced", func() (bool, string) { return a.inf.synced(), "not synced" })
 	time.Sleep(300 * time.Millisecond)
 	a.pending.mu.Unlock()

@@ -50,8 +50,7 @@ func TestIncrementalEqualsFull(t *testing.T) {
 		fixture.Node("n1", map[string]string{"pool": "x"}, "192.168.0.1"), fixture.Node("n2", map[string]string{"pool": "y"}, "192.168.0.2"),
 	)
 	dp := newTestDP(node)
-	a, _ := startAgent(t, c, Config{NodeName: node, Resync: time.Hour}, dp)
-	fixture.Eventually(t, 10*time.Second, "ready", func() (bool, string) { return a.Ready() == nil, "not ready" })
+	a := startReady(t, c, Config{NodeName: node, Resync: time.Hour}, dp)
 	ctx := context.Background()
 	r := rand.New(rand.NewPCG(11, 13))
 	apps := []string{"web", "db", "api"}

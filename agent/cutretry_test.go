@@ -49,12 +49,7 @@ func (c *flakyConntrack) count() int {
 // that failed is retried, with backoff, although nothing changes in the
 // cluster; the rules stay in force and the agent ready meanwhile.
 func TestFailedCutIsRetriedWithoutChange(t *testing.T) {
-	c := newFakeCluster(t,
-		fixture.Namespace("a", nil),
-		fixture.Node("n1", nil, "192.168.0.1"),
-		fixture.Pod("a", "x", "n1", map[string]string{"app": "x"}, nil, "10.0.0.1"),
-		fixture.YAML(t, npIsolateX),
-	)
+	c := clusterX(t, fixture.YAML(t, npIsolateX))
 	ct := &flakyConntrack{failures: 2}
 	f := knftables.NewFake(knftables.InetFamily, nft.Table)
 	rec := &recordingNFT{Interface: f, fake: f}

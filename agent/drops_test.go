@@ -131,11 +131,7 @@ func gatherMetric(t *testing.T, reg *prometheus.Registry, name string) map[strin
 // counters (on the knftables fake), exports them per policy rule and
 // drops the series of a deleted policy after the sync that removes it.
 func TestAgentExportsDropCounters(t *testing.T) {
-	c := newFakeCluster(t,
-		fixture.Namespace("a", nil),
-		fixture.Node("n1", nil, "192.168.0.1"),
-		fixture.Pod("a", "x", "n1", map[string]string{"app": "x"}, nil, "10.0.0.1"),
-		fixture.Pod("a", "y", "n1", map[string]string{"app": "y"}, nil, "10.0.0.2"),
+	c := clusterXY(t,
 		fixture.YAML(t, npAllowYtoX),
 		fixture.YAML(t, `
 apiVersion: policy.networking.k8s.io/v1alpha2
@@ -153,9 +149,8 @@ spec:
 `),
 	)
 	dp := newTestDP("n1")
-	a, _ := startAgent(t, c, Config{AllowNodeLocal: true}, dp)
+	a := startReady(t, c, Config{AllowNodeLocal: true}, dp)
 	ctx := context.Background()
-	fixture.Eventually(t, 10*time.Second, "ready", func() (bool, string) { return a.Ready() == nil, "not ready" })
 
 	cs, err := dp.Counters(ctx)
 	if err != nil {

@@ -4,7 +4,6 @@ import (
 	"context"
 	"net/netip"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -43,19 +42,7 @@ func runAPIAgent(t *testing.T, clients Clients, cfg Config, dp *testDP) *apiAgen
 	if err != nil {
 		t.Fatal(err)
 	}
-	ctx, cancel := context.WithCancel(context.Background())
-	var wg sync.WaitGroup
-	wg.Add(1)
-	go func() {
-		defer wg.Done()
-		if err := a.Run(ctx); err != nil {
-			t.Errorf("agent %s: %v", cfg.NodeName, err)
-		}
-	}()
-	var once sync.Once
-	stop := func() { once.Do(func() { cancel(); wg.Wait() }) }
-	t.Cleanup(stop)
-	return &apiAgent{Agent: a, dp: dp, stop: stop}
+	return &apiAgent{Agent: a, dp: dp, stop: runAgent(t, a, cfg.NodeName)}
 }
 
 // pathAllows judges a new TCP connection with the rules of the nodes it
@@ -67,6 +54,21 @@ func pathAllows(src, dst string, port uint16, nodes ...*testDP) bool {
 		rs = append(rs, n.Applied())
 	}
 	return nft.PathAllows(nft.Packet{Src: netip.MustParseAddr(src), Dst: netip.MustParseAddr(dst), Proto: policy.ProtoTCP, Port: port}, rs...)
+}
+
+// expectPath waits until every node of the path is programmed and the
+// path judges src -> dst:port as want.
+func expectPath(t *testing.T, what, src, dst string, port uint16, want bool, nodes ...*testDP) {
+	t.Helper()
+	fixture.Eventually(t, 15*time.Second, what, func() (bool, string) {
+		for _, n := range nodes {
+			if n.Applied() == nil {
+				return false, "not programmed"
+			}
+		}
+		got := pathAllows(src, dst, port, nodes...)
+		return got == want, fixture.Explain("%s -> %s:%d allowed=%v, want %v", src, dst, port, got, want)
+	})
 }
 
 func acceptedCondition(ctx context.Context, env *kubetest.Env, name string) (*metav1.Condition, int64, error) {
@@ -106,6 +108,12 @@ func startAPIServer(ctx context.Context, t *testing.T) (*kubetest.Env, Clients) 
 	if err != nil {
 		t.Fatal(err)
 	}
+	return startAPIServerWith(ctx, t, crds)
+}
+
+// startAPIServerWith is startAPIServer with the CRDs given.
+func startAPIServerWith(ctx context.Context, t *testing.T, crds []byte) (*kubetest.Env, Clients) {
+	t.Helper()
 	env := kubetest.Start(ctx, t, kubetest.WithCRDs(crds))
 	clients, err := NewClients(fixture.AgentConfig(ctx, t, env))
 	if err != nil {
@@ -135,15 +143,7 @@ func TestAgentAgainstAPIServer(t *testing.T) {
 	n2 := runAPIAgent(t, clients, Config{NodeName: "n2", AllowNodeLocal: true, LeaderElection: testLeaderElection()}, newTestDP("n2"))
 	expect := func(what, src, dst string, port uint16, want bool, nodes ...*testDP) {
 		t.Helper()
-		fixture.Eventually(t, 15*time.Second, what, func() (bool, string) {
-			for _, n := range nodes {
-				if n.Applied() == nil {
-					return false, "not programmed"
-				}
-			}
-			got := pathAllows(src, dst, port, nodes...)
-			return got == want, fixture.Explain("%s -> %s:%d allowed=%v, want %v", src, dst, port, got, want)
-		})
+		expectPath(t, what, src, dst, port, want, nodes...)
 	}
 	fixture.Eventually(t, 30*time.Second, "both agents ready", func() (bool, string) {
 		return n1.Ready() == nil && n2.Ready() == nil, fixture.Explain("n1 %v, n2 %v", n1.Ready() == nil, n2.Ready() == nil)
@@ -342,11 +342,7 @@ func TestUnknownFieldAndLeaderFailover(t *testing.T) {
 		t.Skip("starts a real kube-apiserver; runs without -short")
 	}
 	ctx := context.Background()
-	env := kubetest.Start(ctx, t, kubetest.WithCRDs(fixture.CRDWithExtraPeerField(t)))
-	clients, err := NewClients(fixture.AgentConfig(ctx, t, env))
-	if err != nil {
-		t.Fatal(err)
-	}
+	env, clients := startAPIServerWith(ctx, t, fixture.CRDWithExtraPeerField(t))
 	fixture.CreateNamespace(ctx, t, env, fixture.Namespace("a", nil))
 	fixture.CreateNode(ctx, t, env, fixture.Node("n1", nil, "192.168.1.1"))
 	fixture.CreateNode(ctx, t, env, fixture.Node("n2", nil, "192.168.1.2"))
@@ -360,13 +356,7 @@ func TestUnknownFieldAndLeaderFailover(t *testing.T) {
 	n1, n2 := agents["n1"], agents["n2"]
 	expect := func(what string, want bool) {
 		t.Helper()
-		fixture.Eventually(t, 15*time.Second, what, func() (bool, string) {
-			if n1.dp.Applied() == nil || n2.dp.Applied() == nil {
-				return false, "not programmed"
-			}
-			got := pathAllows(y, z, 5000, n2.dp, n1.dp)
-			return got == want, fixture.Explain("y -> z:5000 allowed=%v, want %v", got, want)
-		})
+		expectPath(t, what, y, z, 5000, want, n2.dp, n1.dp)
 	}
 	expect("before any policy", true)
 

@@ -157,16 +157,9 @@ func TestUnreadLabelChangesChangeNoRule(t *testing.T) {
 // costs no sync; once a policy reads the key, the pod's current labels
 // count.
 func TestAgentIgnoresUnreadLabelChanges(t *testing.T) {
-	c := newFakeCluster(t,
-		fixture.Namespace("a", nil),
-		fixture.Node("n1", nil, "192.168.0.1"),
-		fixture.Pod("a", "x", "n1", map[string]string{"app": "x"}, nil, "10.0.0.1"),
-		fixture.Pod("a", "y", "n1", map[string]string{"app": "y"}, nil, "10.0.0.2"),
-		fixture.YAML(t, npAllowYtoX),
-	)
+	c := clusterXY(t, fixture.YAML(t, npAllowYtoX))
 	dp := newTestDP("n1")
-	a, _ := startAgent(t, c, Config{}, dp)
-	fixture.Eventually(t, 10*time.Second, "ready", func() (bool, string) { return a.Ready() == nil, "not ready" })
+	a := startReady(t, c, Config{}, dp)
 	ctx := context.Background()
 	relabel := func(labels map[string]string) {
 		t.Helper()

@@ -88,16 +88,9 @@ func (d *resyncDP) prepared() []string {
 // committed to nftables, replaces it after someone did, and a forced one
 // asked for while a sync runs wins over checked ones asked for around it.
 func TestCheckedResync(t *testing.T) {
-	c := newFakeCluster(t,
-		fixture.Namespace("a", nil),
-		fixture.Node("n1", nil, "192.168.0.1"),
-		fixture.Pod("a", "x", "n1", map[string]string{"app": "x"}, nil, "10.0.0.1"),
-		fixture.Pod("a", "y", "n1", map[string]string{"app": "y"}, nil, "10.0.0.2"),
-		fixture.YAML(t, npAllowYtoX),
-	)
+	c := clusterXY(t, fixture.YAML(t, npAllowYtoX))
 	dp := &resyncDP{testDP: newTestDP("n1")}
-	a, _ := startAgent(t, c, Config{}, dp)
-	fixture.Eventually(t, 10*time.Second, "ready", func() (bool, string) { return a.Ready() == nil, "not ready" })
+	a := startReady(t, c, Config{}, dp)
 	programmed := dp.fake.Dump()
 	resync := func(step string, ask func(), kind, result string) {
 		t.Helper()
@@ -158,12 +151,7 @@ func TestCheckedResync(t *testing.T) {
 // TestResyncPeriodIsChecked: the --resync ticker asks for checked
 // resyncs, which leave a table nobody else touched alone.
 func TestResyncPeriodIsChecked(t *testing.T) {
-	c := newFakeCluster(t,
-		fixture.Namespace("a", nil),
-		fixture.Node("n1", nil, "192.168.0.1"),
-		fixture.Pod("a", "x", "n1", map[string]string{"app": "x"}, nil, "10.0.0.1"),
-		fixture.YAML(t, npAllowYtoX),
-	)
+	c := clusterX(t, fixture.YAML(t, npAllowYtoX))
 	dp := newTestDP("n1")
 	a, stop := startAgent(t, c, Config{Resync: 10 * time.Millisecond}, dp)
 	fixture.Eventually(t, 10*time.Second, "two checked resyncs", func() (bool, string) {

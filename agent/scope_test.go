@@ -75,8 +75,7 @@ spec: {podSelector: {}, ingress: [{from: [{podSelector: {}, future: {}}]}]}
 `),
 	)
 	dp := newTestDP("n1")
-	a, _ := startAgent(t, c, Config{LeaderElection: LeaderElection{Enabled: true, LeaseDuration: 4 * time.Second, RenewDeadline: 3 * time.Second, RetryPeriod: 500 * time.Millisecond}}, dp)
-	fixture.Eventually(t, 10*time.Second, "ready", func() (bool, string) { return a.Ready() == nil, "not ready" })
+	startReady(t, c, Config{LeaderElection: testLeaderElection()}, dp)
 	// The leader reports the unknown field of a policy that no node
 	// compiles (namespace c has no pod at all).
 	fixture.Eventually(t, 15*time.Second, "PolicyProblem Event on c/broken", func() (bool, string) {

@@ -17,15 +17,9 @@ import (
 // table is missing, counts and programs it again, and is ready after.
 // While programming fails (injected), readiness says why.
 func TestDeletedTableIsProgrammedAgain(t *testing.T) {
-	c := newFakeCluster(t,
-		fixture.Namespace("a", nil),
-		fixture.Node("n1", nil, "192.168.0.1"),
-		fixture.Pod("a", "x", "n1", map[string]string{"app": "x"}, nil, "10.0.0.1"),
-		fixture.YAML(t, npIsolateX),
-	)
+	c := clusterX(t, fixture.YAML(t, npIsolateX))
 	dp := newTestDP("n1")
-	a, _ := startAgent(t, c, Config{}, dp)
-	fixture.Eventually(t, 10*time.Second, "ready", func() (bool, string) { return a.Ready() == nil, "not ready" })
+	a := startReady(t, c, Config{}, dp)
 	ctx := context.Background()
 	programmed := dp.fake.Dump()
 
