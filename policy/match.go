@@ -51,11 +51,23 @@ func (s *state) newRule(r *rule) *rule {
 	return r
 }
 
-// dropRule releases a rule's peers.
+// dropRule releases a rule's peers. An egress rule with named ports also
+// takes its shared Match out of its peer set: that Match resolved the
+// names on the pods matched by address, and is kept current only through
+// the matched rules in wideNamed (renamedPod). Left in the set after the
+// last such rule went, it would outlive the pod changes that void it, and
+// the next rule with these peers and ports (the same policy updated or
+// re-created) would take it stale.
 func (s *state) dropRule(r *rule) {
 	delete(s.wideNamed, r)
 	delete(s.dirty.rules, r)
 	if r.set != nil {
+		if r.dir == Egress && r.ports.hasNamed() {
+			if r.key == "" {
+				r.key = r.ports.key()
+			}
+			delete(r.set.matches, matchKey{Egress, r.key, 0})
+		}
 		delete(r.set.rules, r)
 		s.releaseSet(r.set)
 	}
