@@ -36,16 +36,44 @@ func exists(path string) bool {
 	return err == nil
 }
 
+// slowIsolated skips the slow test with -short, and is false in the
+// process that only isolates the test (netnstest.Isolate): what says what
+// is slow.
+func slowIsolated(t *testing.T, what string) bool {
+	t.Helper()
+	testenv.RequirePrivileged(t)
+	if testing.Short() {
+		t.Skip(what + ": slow")
+	}
+	return netnstest.Isolate(t)
+}
+
+// upIsolated brings up the behaviour lab with its server isolated.
+func upIsolated(ctx context.Context, t *testing.T) *Lab {
+	t.Helper()
+	l, err := Up(ctx, behaviour(t, isolateServer, policy.Options{}), Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return l
+}
+
+// mustMeasure probes every flow of l once.
+func mustMeasure(ctx context.Context, t *testing.T, l *Lab) *Report {
+	t.Helper()
+	rep, err := l.Measure(ctx, ProbeOptions{Timeout: 600 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return rep
+}
+
 // TestCleanKeepsLiveLabs: clean without a name removes a lab whose
 // process died, and keeps a running lab run, a running lab up and a
 // namespace no lab made, however it is named. --force removes the labs
 // but still not the other namespace.
 func TestCleanKeepsLiveLabs(t *testing.T) {
-	testenv.RequirePrivileged(t)
-	if testing.Short() {
-		t.Skip("lab cleanup: slow")
-	}
-	if !netnstest.Isolate(t) {
+	if !slowIsolated(t, "lab cleanup") {
 		return
 	}
 	ctx := context.Background()
@@ -88,19 +116,12 @@ func TestCleanKeepsLiveLabs(t *testing.T) {
 		t.Errorf("clean removed %s, which no lab made", foreign)
 	}
 	// The live labs still work: responders answer, rules hold.
-	rep, err := running.Measure(ctx, ProbeOptions{Timeout: 600 * time.Millisecond})
-	if err != nil {
-		t.Fatal(err)
-	}
-	agreeing(t, rep)
+	agreeing(t, mustMeasure(ctx, t, running))
 	opened, err := Open(ctx, up.Name())
 	if err != nil {
 		t.Fatal(err)
 	}
-	if rep, err = opened.Measure(ctx, ProbeOptions{Timeout: 600 * time.Millisecond}); err != nil {
-		t.Fatal(err)
-	}
-	agreeing(t, rep)
+	agreeing(t, mustMeasure(ctx, t, opened))
 	opened.Close()
 
 	server := up.st.Server
@@ -130,18 +151,11 @@ func TestCleanKeepsLiveLabs(t *testing.T) {
 // mount point already) must not keep the lab from removing its
 // namespaces.
 func TestTeardownAfterIPNetnsAdd(t *testing.T) {
-	testenv.RequirePrivileged(t)
-	if testing.Short() {
-		t.Skip("lab teardown: slow")
-	}
-	if !netnstest.Isolate(t) {
+	if !slowIsolated(t, "lab teardown") {
 		return
 	}
 	ctx := context.Background()
-	l, err := Up(ctx, behaviour(t, isolateServer, policy.Options{}), Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
+	l := upIsolated(ctx, t)
 	other := fmt.Sprintf("labtest-%d", os.Getpid())
 	ipNetns(t, "add", other)
 	defer ipNetns(t, "delete", other)
@@ -169,27 +183,17 @@ func TestTeardownAfterIPNetnsAdd(t *testing.T) {
 // not fail, and the problem is a warning; the lab's state stays for a
 // later clean.
 func TestTeardownProblemIsAWarning(t *testing.T) {
-	testenv.RequirePrivileged(t)
-	if testing.Short() {
-		t.Skip("lab teardown: slow")
-	}
-	if !netnstest.Isolate(t) {
+	if !slowIsolated(t, "lab teardown") {
 		return
 	}
 	ctx := context.Background()
-	l, err := Up(ctx, behaviour(t, isolateServer, policy.Options{}), Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
+	l := upIsolated(ctx, t)
 	if err := unix.Mount("", netns.Dir, "", unix.MS_REMOUNT|unix.MS_BIND|unix.MS_RDONLY, ""); err != nil {
 		t.Fatal(err)
 	}
-	rep, err := l.Measure(ctx, ProbeOptions{Timeout: 600 * time.Millisecond})
-	if err != nil {
-		t.Fatal(err)
-	}
+	rep := mustMeasure(ctx, t, l)
 	want := len(rep.Flows)
-	rep, err = finish(l, rep, err)
+	rep, err := finish(l, rep, nil)
 	if err != nil {
 		t.Fatalf("a teardown problem failed the run: %v", err)
 	}
@@ -296,10 +300,7 @@ func TestApplyKilledMidwayStaysConsistent(t *testing.T) {
 		if l.st.Pending != nil {
 			t.Errorf("after apply killed at %q: still pending", stage)
 		}
-		rep, err := l.Measure(ctx, ProbeOptions{Timeout: 600 * time.Millisecond})
-		if err != nil {
-			t.Fatal(err)
-		}
+		rep := mustMeasure(ctx, t, l)
 		denied := agreeing(t, rep)
 		isolated := strings.Contains(mustReadDir(t, filepath.Join(l.dir, l.st.Manifests)), "server-from-other")
 		t.Logf("killed at %q: manifests isolate the server: %v, %d flows denied, warnings %q", stage, isolated, denied, rep.Warnings)
