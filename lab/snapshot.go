@@ -45,6 +45,7 @@ func Manifests(fsys fs.FS, stdin io.Reader, paths ...string) func(dir string) er
 			}
 			return os.Open(p)
 		}
+		copied := map[string]bool{} // a file named twice is read once
 		for _, p := range paths {
 			if p == "-" && fsys == nil {
 				if s, ok := stdin.(io.Seeker); ok {
@@ -62,6 +63,11 @@ func Manifests(fsys fs.FS, stdin io.Reader, paths ...string) func(dir string) er
 				return err
 			}
 			for _, file := range files {
+				k := manifest.Key(fsys, file)
+				if copied[k] {
+					continue
+				}
+				copied[k] = true
 				f, err := open(file)
 				if err != nil {
 					return err

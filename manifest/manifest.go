@@ -6,10 +6,12 @@
 package manifest
 
 import (
+	"errors"
 	"fmt"
 	"io"
 	"io/fs"
 	"os"
+	"path"
 	"path/filepath"
 	"sort"
 	"strings"
@@ -34,13 +36,20 @@ type Loader struct {
 }
 
 // Load reads every path: files, directories (recursively, *.yaml, *.yml and
-// *.json) or "-". Input that cannot be parsed at all is an error naming the
-// file; everything else becomes a diagnostic.
+// *.json, following symbolic links) or "-". Input that cannot be parsed at
+// all is an error naming the file; everything else becomes a diagnostic.
+// A path that holds no Kubernetes object (an empty directory, a directory
+// without manifests, a file of comments) is an error too: every command
+// that reads manifests would otherwise judge a smaller input than the one
+// named, and a gate such as moat diff --after would pass a change it never
+// read.
 func (l *Loader) Load(paths ...string) (*Result, error) {
 	res := &Result{}
-	// A file named twice (-f dir -f dir/a.yaml, -f a -f a) is read once:
-	// its objects are not duplicates of themselves.
-	seen := map[string]bool{}
+	// A file named twice (-f dir -f dir/a.yaml, -f a -f $PWD/a, a link
+	// and its target) is read once: its objects are not duplicates of
+	// themselves. Keys are real paths; counts are the objects each file
+	// held, so a path whose files were all read before is not empty.
+	seen := map[string]int{}
 	for _, p := range paths {
 		if err := l.loadPath(res, p, seen); err != nil {
 			return nil, err
@@ -49,7 +58,13 @@ func (l *Loader) Load(paths ...string) (*Result, error) {
 	return res, nil
 }
 
-func (l *Loader) loadPath(d *Result, p string, seen map[string]bool) error {
+// objects counts the objects a result holds, read or not.
+func objects(r *Result) int {
+	c := &r.Cluster
+	return len(c.Pods) + len(c.Namespaces) + len(c.Nodes) + len(c.NetworkPolicies) + len(c.ClusterNetworkPolicies) + len(r.Skipped) + len(r.Dropped)
+}
+
+func (l *Loader) loadPath(d *Result, p string, seen map[string]int) error {
 	if p == "-" {
 		in := l.Stdin
 		if in == nil {
@@ -58,37 +73,110 @@ func (l *Loader) loadPath(d *Result, p string, seen map[string]bool) error {
 		if l.StdinCopy != nil {
 			in = io.TeeReader(in, l.StdinCopy)
 		}
-		return decodeStream(d, "<stdin>", in)
+		before := objects(d)
+		if err := decodeStream(d, "<stdin>", in); err != nil {
+			return err
+		}
+		if objects(d) == before {
+			return errors.New("no Kubernetes objects in - (standard input)")
+		}
+		return nil
 	}
-	files, err := Files(l.FS, p)
+	files, err := l.files(p)
 	if err != nil {
 		return err
 	}
+	if len(files) == 0 {
+		return fmt.Errorf("no Kubernetes objects in %s: a directory without *.yaml, *.yml or *.json files", p)
+	}
+	held := 0
 	for _, f := range files {
-		key := filepath.Clean(f)
-		if seen[key] {
+		if n, ok := seen[f.key]; ok {
+			held += n
 			continue
 		}
-		seen[key] = true
-		if err := l.loadFile(d, f); err != nil {
+		before := objects(d)
+		if err := l.loadFile(d, f.path); err != nil {
 			return err
 		}
+		seen[f.key] = objects(d) - before
+		held += seen[f.key]
+	}
+	if held == 0 {
+		if len(files) == 1 && files[0].path == p {
+			return fmt.Errorf("no Kubernetes objects in %s", p)
+		}
+		return fmt.Errorf("no Kubernetes objects in %s (%d manifest files, none holds one)", p, len(files))
 	}
 	return nil
 }
 
+// file is one manifest file: the path it is read by, and its identity
+// (its real path) for telling two spellings of it apart from two files.
+type file struct{ path, key string }
+
+func (l *Loader) files(p string) ([]file, error) {
+	if l.FS != nil {
+		names, err := fsFiles(l.FS, p)
+		if err != nil {
+			return nil, err
+		}
+		out := make([]file, len(names))
+		for i, n := range names {
+			out[i] = file{n, path.Clean(n)}
+		}
+		return out, nil
+	}
+	return osFiles(p)
+}
+
 // Files lists what Load reads for one path: the path itself when it is a
 // file, or every *.yaml, *.yml and *.json below it when it is a directory,
-// sorted. fsys nil means the OS file system. Tools that copy or watch
+// each file once, sorted. fsys nil means the OS file system, where
+// symbolic links are followed: a link to a directory (given as p, or
+// inside one) is read as that directory, a link to a file as that file,
+// and a file reached by two paths (a ConfigMap volume's key links and its
+// ..data directory) is listed once, by the path outside the directories
+// whose name starts with ".." (kubelet's). Tools that copy or watch
 // manifests call it so they see exactly the files Load would.
 func Files(fsys fs.FS, p string) ([]string, error) {
-	var info fs.FileInfo
-	var err error
 	if fsys != nil {
-		info, err = fs.Stat(fsys, p)
-	} else {
-		info, err = os.Stat(p)
+		return fsFiles(fsys, p)
 	}
+	files, err := osFiles(p)
+	if err != nil {
+		return nil, err
+	}
+	out := make([]string, len(files))
+	for i, f := range files {
+		out[i] = f.path
+	}
+	return out, nil
+}
+
+// Key is the identity of a file path for de-duplication: its absolute
+// real path (links resolved) in the OS file system, the cleaned path in
+// fsys.
+func Key(fsys fs.FS, p string) string {
+	if fsys != nil {
+		return path.Clean(p)
+	}
+	return realPath(p)
+}
+
+func realPath(p string) string {
+	if abs, err := filepath.Abs(p); err == nil {
+		p = abs
+	}
+	if r, err := filepath.EvalSymlinks(p); err == nil {
+		return r
+	}
+	return filepath.Clean(p)
+}
+
+// fsFiles is Files in an fs.FS (embedded examples: no links).
+func fsFiles(fsys fs.FS, p string) ([]string, error) {
+	info, err := fs.Stat(fsys, p)
 	if err != nil {
 		return nil, fmt.Errorf("read %s: %w", p, err)
 	}
@@ -96,7 +184,7 @@ func Files(fsys fs.FS, p string) ([]string, error) {
 		return []string{p}, nil
 	}
 	var files []string
-	walk := func(path string, de fs.DirEntry, err error) error {
+	err = fs.WalkDir(fsys, p, func(path string, de fs.DirEntry, err error) error {
 		if err != nil {
 			return err
 		}
@@ -104,17 +192,100 @@ func Files(fsys fs.FS, p string) ([]string, error) {
 			files = append(files, path)
 		}
 		return nil
-	}
-	if fsys != nil {
-		err = fs.WalkDir(fsys, p, walk)
-	} else {
-		err = filepath.WalkDir(p, walk)
-	}
+	})
 	if err != nil {
 		return nil, fmt.Errorf("read %s: %w", p, err)
 	}
 	sort.Strings(files)
 	return files, nil
+}
+
+// osFiles is Files in the OS file system. filepath.WalkDir does not follow
+// links, not even the root's, so a linked directory would be read as
+// nothing at all; the walk here follows them (kubectl -f reads a link to
+// a file, fails on a link to a directory given as the path, and skips
+// links to directories inside one: Moat reads what they point at, since a
+// manifest left out silently could pass a change unread). A directory
+// already on the way down (a link loop) is not entered again.
+func osFiles(p string) ([]file, error) {
+	info, err := os.Stat(p)
+	if err != nil {
+		return nil, fmt.Errorf("read %s: %w", p, err)
+	}
+	if !info.IsDir() {
+		return []file{{p, realPath(p)}}, nil
+	}
+	var files []file
+	var walk func(dir string, up map[string]bool) error
+	walk = func(dir string, up map[string]bool) error {
+		real := realPath(dir)
+		if up[real] {
+			return nil
+		}
+		up[real] = true
+		defer delete(up, real)
+		entries, err := os.ReadDir(dir)
+		if err != nil {
+			return err
+		}
+		for _, e := range entries {
+			name := filepath.Join(dir, e.Name())
+			isDir := e.IsDir()
+			if e.Type()&fs.ModeSymlink != 0 {
+				fi, err := os.Stat(name)
+				if err != nil {
+					if IsManifestName(name) {
+						return err // a dangling link named like a manifest
+					}
+					continue
+				}
+				isDir = fi.IsDir()
+			}
+			switch {
+			case isDir:
+				if err := walk(name, up); err != nil {
+					return err
+				}
+			case IsManifestName(name):
+				files = append(files, file{name, realPath(name)})
+			}
+		}
+		return nil
+	}
+	if err := walk(p, map[string]bool{}); err != nil {
+		return nil, fmt.Errorf("read %s: %w", p, err)
+	}
+	// Sorted by path, with paths through kubelet's ".."-named directories
+	// after the others, so that a file reached both ways keeps the name
+	// the user sees.
+	sort.SliceStable(files, func(i, j int) bool {
+		hi, hj := hiddenByKubelet(files[i].path), hiddenByKubelet(files[j].path)
+		if hi != hj {
+			return hj
+		}
+		return files[i].path < files[j].path
+	})
+	kept := files[:0]
+	have := map[string]bool{}
+	for _, f := range files {
+		if !have[f.key] {
+			have[f.key] = true
+			kept = append(kept, f)
+		}
+	}
+	return kept, nil
+}
+
+// hiddenByKubelet reports whether a path goes through a directory whose
+// name starts with "..": kubelet's names in ConfigMap and Secret volumes
+// (..data, ..2026_11_26_00_00_00.000), which no key may start with.
+func hiddenByKubelet(p string) bool {
+	for _, part := range strings.Split(filepath.ToSlash(p), "/") {
+		if strings.HasPrefix(part, "..") && part != ".." {
+			return true
+		}
+	}
+	return false
 }
 
 // IsManifestName reports whether a file name is one directories are read

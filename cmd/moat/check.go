@@ -6,7 +6,6 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"github.com/moat-net/moat/manifest"
 	"github.com/moat-net/moat/policy"
 )
 
@@ -31,9 +30,6 @@ Exit status: 0 valid, 1 invalid or no input.`,
 				return err
 			}
 			res := l.Result
-			if !in.isLive() && objects(res) == 0 {
-				return fmt.Errorf("no Kubernetes objects in %s: nothing to check", strings.Join(in.files, ", "))
-			}
 			prog := policy.Compile(&res.Cluster, in.policyOptions())
 			out := cmd.OutOrStdout()
 			errs := 0
@@ -61,13 +57,6 @@ Exit status: 0 valid, 1 invalid or no input.`,
 	}
 	in.register(cmd)
 	return cmd
-}
-
-// objects counts what the input held: objects Moat reads, and those it
-// skipped or could not load.
-func objects(r *manifest.Result) int {
-	c := &r.Cluster
-	return len(c.Pods) + len(c.Namespaces) + len(c.Nodes) + len(c.NetworkPolicies) + len(c.ClusterNetworkPolicies) + len(r.Skipped) + len(r.Dropped)
 }
 
 // notEnforcedKind: a policy of a kind Moat reads no rule of (decoding
