@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"os"
-	"os/exec"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -301,13 +300,7 @@ spec:
 		// firewalld does, deletes the table. Nothing changes in the
 		// cluster and the default --resync (5 minutes) is far beyond this
 		// test: the agent's own check of the table must notice.
-		ns, err := c.lab.NodeNetns("n1")
-		if err != nil {
-			t.Fatal(err)
-		}
-		if out, err := exec.CommandContext(ctx, "ip", "netns", "exec", ns, "nft", "flush", "ruleset").CombinedOutput(); err != nil {
-			t.Fatalf("flush n1's ruleset: %v\n%s", err, out)
-		}
+		c.nft(ctx, t, "n1", "flush", "ruleset")
 		c.expect(ctx, "n1's table programmed again", isolated)
 		c.waitReady("n1")
 		fixture.Eventually(t, 10*time.Second, "the loss logged", func() (bool, string) {
@@ -320,13 +313,7 @@ spec:
 		// `nft flush table` empties the chains but keeps the counters,
 		// which the agent's check of the table does not notice (only a
 		// --resync would): the signal brings the rules back.
-		ns, err := c.lab.NodeNetns("n1")
-		if err != nil {
-			t.Fatal(err)
-		}
-		if out, err := exec.CommandContext(ctx, "ip", "netns", "exec", ns, "nft", "flush", "table", "inet", "moat").CombinedOutput(); err != nil {
-			t.Fatalf("flush n1's table: %v\n%s", err, out)
-		}
+		c.nft(ctx, t, "n1", "flush", "table", "inet", "moat")
 		c.expect(ctx, "n1's table emptied: x is open", map[flow]bool{{y, x, 80}: true, {w, x, 80}: true, {z, x, 80}: true})
 		if err := c.agents["n1"].cmd.Process.Signal(syscall.SIGHUP); err != nil {
 			t.Fatal(err)

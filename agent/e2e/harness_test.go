@@ -250,6 +250,19 @@ func (p *agentProc) ready() (bool, string) {
 	return resp.StatusCode == http.StatusOK, resp.Status
 }
 
+// nft runs nft with args inside node's namespace, as an administrator
+// on the node would (flushing what the agent programmed).
+func (c *cluster) nft(ctx context.Context, t *testing.T, node string, args ...string) {
+	t.Helper()
+	ns, err := c.lab.NodeNetns(node)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if out, err := exec.CommandContext(ctx, "ip", append([]string{"netns", "exec", ns, "nft"}, args...)...).CombinedOutput(); err != nil {
+		t.Fatalf("nft %v on %s: %v\n%s", args, node, err, out)
+	}
+}
+
 func (c *cluster) waitReady(nodes ...string) {
 	c.t.Helper()
 	for _, n := range nodes {
