@@ -104,7 +104,7 @@ func TestForgedSourceOnPodInterface(t *testing.T) {
 
 	// The pod's link-local address, to the node's on the pod's link: not
 	// a forged source (the input hook leaves link-local sources alone).
-	sendZoned(t, l.p, "[fe80::5%eth0]:40000", "[fe80::1%eth0]:9996", "link-local")
+	send(t, l.p, ap("[fe80::5%eth0]:40000"), ap("[fe80::1%eth0]:9996"), "link-local")
 	if got, _ := receiveUntil(t, node[1]); !strings.HasPrefix(got, "link-local from fe80::5%") {
 		t.Errorf("node received %q, want the pod's link-local datagram", got)
 	}
@@ -186,32 +186,6 @@ func TestPodLinksResolved(t *testing.T) {
 	slices.SortFunc(want, func(a, b nft.PodLink) int { return strings.Compare(a.Addr.String(), b.Addr.String()) })
 	if !slices.Equal(got, want) {
 		t.Errorf("links = %v, want %v", got, want)
-	}
-}
-
-// sendZoned sends one UDP datagram between link-local addresses with
-// their zone, inside ns.
-func sendZoned(t *testing.T, ns *NS, src, dst, msg string) {
-	t.Helper()
-	err := ns.Do(func() error {
-		la, err := net.ResolveUDPAddr("udp6", src)
-		if err != nil {
-			return err
-		}
-		ra, err := net.ResolveUDPAddr("udp6", dst)
-		if err != nil {
-			return err
-		}
-		c, err := net.DialUDP("udp6", la, ra)
-		if err != nil {
-			return err
-		}
-		defer c.Close()
-		_, err = c.Write([]byte(msg))
-		return err
-	})
-	if err != nil {
-		t.Fatalf("send %s from %s to %s: %v", msg, src, dst, err)
 	}
 }
 
