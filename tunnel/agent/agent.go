@@ -237,7 +237,7 @@ func (a *Agent) wantTunnels() int {
 // balancer spreads them; a duplicate server ID is closed again.
 func (a *Agent) connect(ctx context.Context) error {
 	cc, err := grpc.NewClient(a.cfg.Server,
-		grpc.WithTransportCredentials(a.cfg.Creds),
+		grpc.WithTransportCredentials(grpcbuf.LimitUnsentCreds(a.cfg.Creds)),
 		grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(4<<20), grpc.ForceCodecV2(grpcbuf.Codec{Pool: a.pool})),
 		grpc.WithInitialWindowSize(8<<20), grpc.WithInitialConnWindowSize(8<<20),
 		grpc.WithReadBufferSize(256<<10), grpc.WithWriteBufferSize(256<<10),

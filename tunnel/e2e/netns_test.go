@@ -29,7 +29,7 @@ import (
 // netLab is a control-plane namespace and a node namespace joined by a veth
 // pair: the node can reach the control plane only at 192.168.251.1.
 type netLab struct {
-	t        *testing.T
+	t        testing.TB
 	cp, node string
 	bin      string // directory with the built binaries
 }
@@ -39,7 +39,7 @@ const (
 	nodeIP = "192.168.251.2"
 )
 
-func run(t *testing.T, args ...string) {
+func run(t testing.TB, args ...string) {
 	t.Helper()
 	out, err := exec.Command(args[0], args[1:]...).CombinedOutput()
 	if err != nil {
@@ -50,9 +50,7 @@ func run(t *testing.T, args ...string) {
 var buildOnce sync.Once
 var buildDir, buildErr = "", error(nil)
 
-// buildBinaries compiles both commands once per test process.
-func buildBinaries(t *testing.T) string { return buildBinariesB(t) }
-
+// buildBinariesB compiles both commands once per test process.
 func buildBinariesB(t testing.TB) string {
 	buildOnce.Do(func() {
 		buildDir, buildErr = os.MkdirTemp("", "moat-tunnel-bin-")
@@ -73,10 +71,10 @@ func buildBinariesB(t testing.TB) string {
 	return buildDir
 }
 
-func newNetLab(t *testing.T) *netLab {
+func newNetLab(t testing.TB) *netLab {
 	testenv.RequirePrivileged(t)
 	prefix := fmt.Sprintf("mt%06x", rand.Uint32()&0xffffff)
-	l := &netLab{t: t, cp: prefix + "-cp", node: prefix + "-nd", bin: buildBinaries(t)}
+	l := &netLab{t: t, cp: prefix + "-cp", node: prefix + "-nd", bin: buildBinariesB(t)}
 	t.Cleanup(func() {
 		exec.Command("ip", "netns", "del", l.cp).Run()
 		exec.Command("ip", "netns", "del", l.node).Run()

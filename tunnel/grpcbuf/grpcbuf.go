@@ -3,7 +3,8 @@
 // buffer on every Get, so each ~128 KiB DATA frame cost a 1 MiB memclr (a
 // fifth of the tunnel's CPU in profiles). gRPC fills exactly the requested
 // length of every buffer it gets, so stale bytes are never exposed and
-// zeroing is unnecessary.
+// zeroing is unnecessary. The package also bounds what an agent-hop
+// socket keeps unsent in the kernel (unsent.go).
 package grpcbuf
 
 import "sync"

@@ -22,9 +22,10 @@ const MaxFrame = 4 << 20
 
 // AgentServerOptions are the gRPC server options for the agent port (creds
 // is its TLS): large windows, the tunnel's buffer pool and codec (payloads
-// move between this hop and the frontends without copies), keepalive.
+// move between this hop and the frontends without copies), keepalive, a
+// bound on unsent bytes in the kernel (grpcbuf.UnsentLowat).
 func (s *Server) AgentServerOptions(creds credentials.TransportCredentials) []grpc.ServerOption {
-	return []grpc.ServerOption{grpc.Creds(creds),
+	return []grpc.ServerOption{grpc.Creds(grpcbuf.LimitUnsentCreds(creds)),
 		grpc.ConnectionTimeout(10 * time.Second), experimental.BufferPool(s.pool), grpc.ForceServerCodecV2(grpcbuf.Codec{Pool: s.pool}),
 		grpc.InitialWindowSize(WindowSize), grpc.InitialConnWindowSize(WindowSize),
 		grpc.ReadBufferSize(256 << 10), grpc.WriteBufferSize(256 << 10),
