@@ -123,10 +123,12 @@ var mutators = []mutator{
 		comp.UpsertNode(*n)
 		return "change node " + n.Name
 	},
-	// Add, replace or delete a NetworkPolicy.
+	// Add, replace, touch or delete a NetworkPolicy. A deleted one joins
+	// the spares, so that its rules come back later (a policy deleted and
+	// applied again, or copied elsewhere) while the pods have changed.
 	func(r *rand.Rand, c *policy.Cluster, comp *policy.Compiler, spare *policy.Cluster) string {
 		src := spare.NetworkPolicies[r.IntN(len(spare.NetworkPolicies))]
-		op := r.IntN(3)
+		op := r.IntN(4)
 		if len(c.NetworkPolicies) == 0 {
 			op = 0
 		}
@@ -145,17 +147,27 @@ var mutators = []mutator{
 			c.NetworkPolicies[i] = np
 			comp.UpsertNetworkPolicy(np)
 			return "replace NetworkPolicy " + np.Namespace + "/" + np.Name
+		case 2:
+			// The same spec again (a new generation): every rule is new.
+			i := r.IntN(len(c.NetworkPolicies))
+			np := &policy.NetworkPolicy{Spec: *c.NetworkPolicies[i].Spec.DeepCopy()}
+			np.Name, np.Namespace, np.Generation = c.NetworkPolicies[i].Name, c.NetworkPolicies[i].Namespace, c.NetworkPolicies[i].Generation+1
+			c.NetworkPolicies[i] = np
+			comp.UpsertNetworkPolicy(np)
+			return "touch NetworkPolicy " + np.Namespace + "/" + np.Name
 		}
 		i := r.IntN(len(c.NetworkPolicies))
 		np := c.NetworkPolicies[i]
 		c.NetworkPolicies = slices.Delete(c.NetworkPolicies, i, i+1)
 		comp.DeleteNetworkPolicy(np.Namespace, np.Name)
+		spare.NetworkPolicies = append(spare.NetworkPolicies, np)
 		return "delete NetworkPolicy " + np.Namespace + "/" + np.Name
 	},
-	// Add, replace or delete a ClusterNetworkPolicy.
+	// Add, replace, touch or delete a ClusterNetworkPolicy; a deleted one
+	// joins the spares.
 	func(r *rand.Rand, c *policy.Cluster, comp *policy.Compiler, spare *policy.Cluster) string {
 		src := spare.ClusterNetworkPolicies[r.IntN(len(spare.ClusterNetworkPolicies))]
-		op := r.IntN(3)
+		op := r.IntN(4)
 		if len(c.ClusterNetworkPolicies) == 0 {
 			op = 0
 		}
@@ -173,11 +185,19 @@ var mutators = []mutator{
 			c.ClusterNetworkPolicies[i] = cnp
 			comp.UpsertClusterNetworkPolicy(cnp)
 			return "replace ClusterNetworkPolicy " + cnp.Name
+		case 2:
+			i := r.IntN(len(c.ClusterNetworkPolicies))
+			cnp := policy.ClusterNetworkPolicy{ClusterNetworkPolicy: c.ClusterNetworkPolicies[i].ClusterNetworkPolicy.DeepCopy()}
+			cnp.Generation++
+			c.ClusterNetworkPolicies[i] = cnp
+			comp.UpsertClusterNetworkPolicy(cnp)
+			return "touch ClusterNetworkPolicy " + cnp.Name
 		}
 		i := r.IntN(len(c.ClusterNetworkPolicies))
 		cnp := c.ClusterNetworkPolicies[i]
 		c.ClusterNetworkPolicies = slices.Delete(c.ClusterNetworkPolicies, i, i+1)
 		comp.DeleteClusterNetworkPolicy(cnp.Name)
+		spare.ClusterNetworkPolicies = append(spare.ClusterNetworkPolicies, cnp)
 		return "delete ClusterNetworkPolicy " + cnp.Name
 	},
 }
