@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"net/netip"
+	"slices"
 	"strings"
 	"testing"
 	"testing/iotest"
@@ -299,5 +300,66 @@ func TestNetworkPolicyDecodingOnlyWhenFound(t *testing.T) {
 	}
 	if nps[2].Decoding == nil || nps[2].UnknownFields() != nil || len(nps[2].Invalid()) == 0 || nps[2].Invalid()[0].Field != "spec.ingress" {
 		t.Errorf("unreadable rules: Decoding %+v", nps[2].Decoding)
+	}
+}
+
+// Nesting is bounded, so that what a document costs grows with its size
+// and no input can exhaust the stack: Lists nest at most maxListDepth deep
+// (kubectl flattens nested Lists; Moat reads them to that depth), and
+// arrays and objects anywhere at most maxNesting deep, as encoding/json
+// allows. Deeper is an error for the document naming where it is.
+func TestNestingBounded(t *testing.T) {
+	lists := func(n int, inner string) string {
+		return strings.Repeat(`{"apiVersion":"v1","kind":"List","items":[`, n) + inner + strings.Repeat(`]}`, n)
+	}
+	pod := `{"apiVersion":"v1","kind":"Pod","metadata":{"name":"a"}}`
+	deep := func(n int) string { return strings.Repeat(`[{"a":`, n/2) + "1" + strings.Repeat(`}]`, n/2) }
+	itemsOfItems := func(n int) string { return strings.Repeat(`{"items":[`, n) + strings.Repeat(`]}`, n) }
+	manyPods := func(extra string) string {
+		var b strings.Builder
+		b.WriteString(`{"apiVersion":"v1","kind":"List","items":[`)
+		for i := range 2000 {
+			fmt.Fprintf(&b, `{"apiVersion":"v1","kind":"Pod","metadata":{"name":"p%d"}},`, i)
+		}
+		b.WriteString(extra + `]}`)
+		return b.String()
+	}
+	tooDeep := fmt.Sprintf("exceeded max depth of %d nested arrays and objects", maxNesting)
+	for _, tc := range []struct {
+		name, js string
+		pods     int
+		err      string // what the error says, when decoding fails
+	}{
+		{"lists at the bound", lists(maxListDepth, pod), 1, ""},
+		{"lists past the bound", lists(maxListDepth+1, pod), 0, "t#1: " + strings.Repeat("items[0]: ", maxListDepth) + "items: a List nested in 8 others: Moat reads Lists nested at most 8 deep"},
+		{"items of items without kinds", itemsOfItems(20), 0, "items: a List nested in 8 others"},
+		// Split off whole on every core, the outer item meets the scanner's
+		// bound before a worker decodes it.
+		{"items of items, deeper than the scanner allows", itemsOfItems(3 * maxNesting), 0, "items: a List nested in 8 others|t#1: items[0]: invalid JSON at byte 50000: " + tooDeep},
+		{"deep value in a pod at the bound", `{"apiVersion":"v1","kind":"Pod","metadata":{"name":"a"},"spec":{"x":` + deep(maxNesting-2) + `}}`, 1, ""},
+		{"deep value in a pod past the bound", `{"apiVersion":"v1","kind":"Pod","metadata":{"name":"a"},"spec":{"x":` + deep(maxNesting) + `}}`, 0, "t#1: invalid JSON at byte 30062: " + tooDeep},
+		{"deep value before the kind", `{"spec":{"x":` + deep(4*maxNesting) + `},"apiVersion":"v1","kind":"Pod","metadata":{"name":"a"}}`, 0, tooDeep},
+		{"deep value in a List item", manyPods(`{"apiVersion":"v1","kind":"Pod","metadata":{"name":"a"},"spec":{"x":` + deep(4*maxNesting) + `}}`), 0, "t#1: items[2000]: invalid JSON at byte 150988: " + tooDeep},
+		{"deep value in a List item, ending the item", manyPods(`{"apiVersion":"v1","kind":"Pod","metadata":{"name":"a"},"spec":{"x":` + deep(maxNesting-4) + `}}`), 2001, ""},
+		{"deep value at the top", deep(4 * maxNesting), 0, "not a Kubernetes object"},
+	} {
+		for _, sequential := range []bool{true, false} {
+			t.Run(fmt.Sprintf("%s/sequential=%v", tc.name, sequential), func(t *testing.T) {
+				var r Result
+				r.decoder().sequential = sequential
+				err := r.DecodeJSON("t", strings.NewReader(tc.js))
+				if tc.err == "" && (err != nil || len(r.Cluster.Pods) != tc.pods) {
+					t.Fatalf("err %v, %d pods, want %d", err, len(r.Cluster.Pods), tc.pods)
+				}
+				if tc.err != "" && (err == nil || !slices.ContainsFunc(strings.Split(tc.err, "|"), func(want string) bool { return strings.Contains(err.Error(), want) })) {
+					t.Fatalf("err %v, want one containing %q", err, tc.err)
+				}
+				var y Result // as a YAML document converted to JSON
+				errBytes := y.DecodeJSONBytes("t#1", []byte(tc.js))
+				if (errBytes == nil) != (err == nil) || (tc.err == "" && len(y.Cluster.Pods) != tc.pods) {
+					t.Fatalf("in memory: err %v, %d pods", errBytes, len(y.Cluster.Pods))
+				}
+			})
+		}
 	}
 }

@@ -24,6 +24,11 @@
 // checked for syntax and skipped, never held. A JSON stream is read
 // through a small window: memory holds the decoded objects, not the input.
 //
+// What a document costs is bounded by its size: Lists nested in Lists
+// (kubectl flattens them) are read at most 8 deep, and no value nests
+// more than 10,000 arrays and objects deep (as encoding/json and the YAML
+// decoder allow); deeper is an error for the document, naming where.
+//
 // Objects that cannot be loaded at all (an unknown kind in a group Moat
 // reads, an unsupported apiVersion, unreadable metadata, a second object
 // with the same name) are Dropped: commands that judge traffic refuse to

@@ -188,6 +188,13 @@ func jsonAhead(js []byte) header {
 	return listAhead(apiVersion, kind, kinds)
 }
 
+// maxListDepth is how deep Lists may be nested in one another (a List
+// among the items of a List, as kubectl flattens it): kubectl never
+// writes one, and a hand-made one is a List or two deep. The bound keeps
+// what a document can cost linear in its size: every level of an
+// unbounded nesting named the levels above it in its Source.
+const maxListDepth = 8
+
 // location is where an object was read: a document and, in a List, its
 // item (or items, in nested lists). It costs no allocation for the common
 // cases; the Source string is made only when something keeps it.
@@ -319,6 +326,9 @@ func (x *decoder) value(src source, inherit header, emit func(*Object)) error {
 					return fmt.Errorf("%s: items: must be a list, found %s", lh.kind, k)
 				}
 				break
+			}
+			if len(x.items) >= maxListDepth {
+				return fmt.Errorf("items: a List nested in %d others: Moat reads Lists nested at most %d deep", len(x.items), maxListDepth)
 			}
 			isList = true
 			var items header

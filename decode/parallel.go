@@ -104,7 +104,7 @@ func (x *decoder) parallelItems(s *scanner, inherit header, emit func(*Object)) 
 		}
 		cur.at = append(cur.at, s.consumed+int64(s.pos))
 		if err := s.splitObject(&cur.data); err != nil {
-			splitErr = err
+			splitErr = fmt.Errorf("items[%d]: %w", i, err) // as when decoded in order
 			break
 		}
 		cur.ends = append(cur.ends, len(cur.data))

@@ -39,6 +39,16 @@ type scanner struct {
 
 const minWindow = 256 << 10
 
+// maxNesting is how deep arrays and objects may nest in one document, as
+// encoding/json and the YAML decoder allow: deeper is refused, not
+// walked (a skipped value's brackets cost memory for each level).
+const maxNesting = 10000
+
+// errTooDeep is the syntax error of a value nested deeper than maxNesting.
+func (s *scanner) errTooDeep() error {
+	return s.errorf("exceeded max depth of %d nested arrays and objects", maxNesting)
+}
+
 func newScanner(r io.Reader) *scanner {
 	return &scanner{r: r, buf: make([]byte, minWindow)}
 }
@@ -605,6 +615,7 @@ func (s *scanner) skip() error {
 	)
 	var nesting [32]byte // grows on the heap only for deeper values
 	stack := nesting[:0]
+	deepest := maxNesting - len(s.stack) // the containers stack may hold
 	buf, pos, end := s.buf, s.pos, s.end
 	state := value
 	resume := 0 // how far a string cut by the window was scanned
@@ -764,11 +775,19 @@ func (s *scanner) skip() error {
 			s.pos = pos
 			return s.errorf("invalid character %q looking for an object key", c)
 		case c == '{':
+			if len(stack) >= deepest {
+				s.pos = pos
+				return s.errTooDeep()
+			}
 			pos++
 			stack = append(stack, '}')
 			state = keyOrEnd
 			continue
 		case c == '[':
+			if len(stack) >= deepest {
+				s.pos = pos
+				return s.errTooDeep()
+			}
 			pos++
 			stack = append(stack, ']')
 			state = valueOrEnd
@@ -898,7 +917,10 @@ func (s *scanner) splitObject(dst *[]byte) error {
 			case '"':
 				inString = true
 			case '{', '[':
-				depth++
+				if depth++; len(s.stack)+depth > maxNesting {
+					s.pos = pos - 1
+					return s.errTooDeep()
+				}
 			default:
 				depth--
 				if depth == 0 {
