@@ -139,7 +139,7 @@ func TestKernelSyncFullDiffAndFailure(t *testing.T) {
 		if err != nil || !res.Full {
 			t.Fatalf("recovery sync: %+v, %v", res, err)
 		}
-		if err := s.remove(ctx); err != nil {
+		if err := s.Remove(ctx); err != nil {
 			t.Fatal(err)
 		}
 		if out, err := exec.Command("nft", "list", "table", "inet", Table).CombinedOutput(); err == nil {

@@ -470,9 +470,12 @@ func (s *Syncer) InvalidateIfChanged() {
 	s.mu.Unlock()
 }
 
-// remove deletes the table: the node stops enforcing. It is not an error
-// when the table does not exist.
-func (s *Syncer) remove(ctx context.Context) error {
+// Remove deletes the table: the node stops enforcing. It is not an error
+// when the table does not exist. moat-agent --cleanup calls it after the
+// agents are gone: a table nobody updates any more would keep dropping
+// every pod created afterwards as a forged source (its address is not in
+// the pod sets).
+func (s *Syncer) Remove(ctx context.Context) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	tx := s.nft.NewTransaction()

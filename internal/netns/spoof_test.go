@@ -260,3 +260,64 @@ func ifIndex(t *testing.T, name string) int {
 	}
 	return ifi.Index
 }
+
+// orphanCluster: node n1 with pod CIDRs and its one pod p, no policy at
+// all: the spoof check is the only rule that can drop anything.
+const orphanCluster = `apiVersion: v1
+kind: Node
+metadata: {name: n1}
+spec: {podCIDRs: ["10.244.0.0/24", "fd00:244::/64"]}
+status:
+  addresses:
+  - {type: InternalIP, address: 192.168.1.1}
+  - {type: InternalIP, address: "fd00:1::1"}
+` + namespaceA + podPDual
+
+// TestOrphanTableUntilRemoved: a table no agent updates any more (the
+// agents were deleted, or a new agent image cannot start) keeps the pod
+// sets of its last sync, so a pod that starts afterwards is an unknown
+// source in the pod CIDR and its traffic is dropped as spoofed, with no
+// policy in the cluster. That is the documented fail-closed behaviour
+// (docs/agent.md, "While the agent is down"); Remove, which moat-agent
+// --cleanup runs at uninstall, deletes the table and the new pod's packets
+// pass.
+func TestOrphanTableUntilRemoved(t *testing.T) {
+	testenv.RequirePrivileged(t)
+	if !netnstest.Isolate(t) {
+		return
+	}
+	l := newSpoofLab(t, "moat-orp-")
+	dp := program(t, l.r, orphanCluster, policy.Options{})
+	// The agent is gone; the kubelet starts a pod at 10.244.0.9 (here the
+	// same veth gets the address, as the new pod's veth would).
+	run(t, "-n "+l.p.Name()+" addr add 10.244.0.9/24 dev eth0")
+	ls := listen(t, l.c, "udp", 9999, 9998)
+	send(t, l.p, ap("10.244.0.5:40000"), ap("192.168.1.2:9998"), "warm-up")
+	receiveUntil(t, ls[1])
+	send(t, l.p, ap("10.244.0.9:40000"), ap("192.168.1.2:9999"), "new pod")
+	send(t, l.p, ap("10.244.0.5:40000"), ap("192.168.1.2:9998"), "known pod")
+	got, before := receiveUntil(t, ls[1], ls[0])
+	t.Logf("with the orphan table the outside host received %q, before it %v", got, before)
+	if len(before) > 0 {
+		t.Errorf("the new pod's packet passed a table that does not know it: %v", before)
+	}
+	if n := dropped(t, dp, nft.ReasonSpoofed); n != 1 {
+		t.Errorf("%d packets dropped as spoofed, want 1 (the new pod's)", n)
+	}
+
+	if err := dp.Remove(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	send(t, l.p, ap("10.244.0.9:40000"), ap("192.168.1.2:9999"), "new pod")
+	send(t, l.p, ap("10.244.0.5:40000"), ap("192.168.1.2:9998"), "known pod")
+	got, before = receiveUntil(t, ls[1], ls[0])
+	t.Logf("after Remove the outside host received %q, before it %v", got, before)
+	if len(before) != 1 || before[0] != "new pod from 10.244.0.9" {
+		t.Errorf("after Remove the new pod's packet did not arrive: %v", before)
+	}
+	// Remove again: a node without the table is not an error (--cleanup
+	// may run twice on a node).
+	if err := dp.Remove(context.Background()); err != nil {
+		t.Errorf("second Remove: %v", err)
+	}
+}

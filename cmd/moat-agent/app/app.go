@@ -31,6 +31,11 @@ when the agent restarts, the table it left keeps enforcing until the new
 agent's first full sync replaces it in one transaction. /readyz turns ready
 after that first sync.
 
+--cleanup deletes the table and exits (uninstall, docs/install.md): run it on
+every node once the agents are gone, since a table that no agent updates
+keeps the last policies and drops every pod created afterwards as an
+unknown source.
+
 One agent at a time (a Lease in --leader-election-namespace) writes the
 Accepted condition of each ClusterNetworkPolicy and Events about policies.
 
@@ -79,6 +84,9 @@ func resyncOnHangup(ctx context.Context, hup <-chan os.Signal, a *agent.Agent, l
 // server and to nftables, and serves /metrics, /healthz and /readyz while
 // the agent runs.
 func Run(ctx context.Context, o *options.Options) error {
+	if o.Cleanup {
+		return cleanup(ctx, o)
+	}
 	// SIGHUP is caught from the start: before the agent exists one is
 	// kept for it, instead of ending the process (its default action).
 	hup := make(chan os.Signal, 1)
@@ -127,6 +135,27 @@ func Run(ctx context.Context, o *options.Options) error {
 		<-runErr
 		return err
 	}
+}
+
+// cleanup deletes the node's table (in --netns if given) and returns:
+// moat-agent --cleanup, the uninstall step after the agents are gone. It
+// contacts no API server and opens no port. A node without the table is
+// not an error, so it can run again on every node.
+func cleanup(ctx context.Context, o *options.Options) error {
+	dp, closeDP, err := dataplane(o)
+	if err != nil {
+		return err
+	}
+	defer closeDP()
+	if err := dp.Remove(ctx); err != nil {
+		return fmt.Errorf("--cleanup: %w", err)
+	}
+	where := "this network namespace"
+	if o.NetNS != "" {
+		where = "network namespace " + o.NetNS
+	}
+	klog.FromContext(ctx).Info("Cleanup: deleted table inet "+nft.Table+" (if it existed); the node no longer enforces Moat's policies", "where", where)
+	return nil
 }
 
 // dataplane opens nftables in the agent's namespace or in --netns.

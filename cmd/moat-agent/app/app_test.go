@@ -37,7 +37,7 @@ func TestHelpDocumentsEveryFlag(t *testing.T) {
 	for _, flag := range []string{
 		"--node-name", "--kubeconfig", "--metrics-bind-address", "--health-bind-address",
 		"--allow-node-local", "--cut-denied-established", "--feature-gates", "--resync",
-		"--leader-elect", "--leader-election-namespace", "--netns", "--v", "--logging-format", "--context", "--profiling",
+		"--leader-elect", "--leader-election-namespace", "--netns", "--v", "--logging-format", "--context", "--profiling", "--cleanup",
 	} {
 		i := strings.Index(out, flag+" ")
 		if i < 0 {

@@ -36,6 +36,9 @@ type Options struct {
 	NetNS string
 	// Profiling serves Go's profiles on /debug/pprof/ beside /metrics.
 	Profiling bool
+	// Cleanup removes the node's table and exits instead of running the
+	// agent (uninstall: a table no agent updates drops new pods).
+	Cleanup bool
 
 	daemon.Common
 }
@@ -82,6 +85,7 @@ func (o *Options) Flags() cliflag.NamedFlagSets {
 	fs = fss.FlagSet("dataplane")
 	fs.BoolVar(&o.AllowNodeLocal, "allow-node-local", o.AllowNodeLocal, "Allow traffic from this node's own addresses to its pods whatever the policies say (kubelet probes); false polices it like any other source")
 	fs.BoolVar(&o.CutDeniedEstablished, "cut-denied-established", o.CutDeniedEstablished, "After each change, remove conntrack entries of established connections the new rules deny (otherwise only new connections are judged)")
+	fs.BoolVar(&o.Cleanup, "cleanup", o.Cleanup, "Delete this node's nftables table inet moat (in --netns, if given) and exit, without contacting the API server: the uninstall step once the agents are gone, since a table no agent updates any more keeps the last policies and drops every pod created afterwards as an unknown source. Only --netns and the logging flags apply")
 	fs.StringVar(&o.NetNS, "netns", o.NetNS, "Program nftables in this network namespace (a name under /var/run/netns or a path) instead of the agent's own; the API server is still reached from the agent's namespace. For labs and tests that run one agent per simulated node on one host")
 
 	fs = fss.FlagSet("leader election")
@@ -96,6 +100,10 @@ func (o *Options) Flags() cliflag.NamedFlagSets {
 // system; it reports every problem at once, each naming its flag.
 func (o *Options) Validate() error {
 	var errs []error
+	if o.Cleanup {
+		// Cleanup needs no cluster, so no node name and no election.
+		return o.ValidateLogging()
+	}
 	if o.NodeName == "" {
 		errs = append(errs, errors.New("--node-name is empty and NODE_NAME is not set"))
 	}
