@@ -122,6 +122,20 @@ func newFakeCluster(t *testing.T, objs ...runtime.Object) *fakeCluster {
 	}
 }
 
+// relabelPod replaces the labels of pod ns/name.
+func (c *fakeCluster) relabelPod(t *testing.T, ns, name string, labels map[string]string) {
+	t.Helper()
+	ctx := context.Background()
+	p, err := c.kube.CoreV1().Pods(ns).Get(ctx, name, metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	p.Labels = labels
+	if _, err := c.kube.CoreV1().Pods(ns).Update(ctx, p, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+}
+
 // clusterX is the fake cluster most agent tests start from: namespace a
 // and node n1 (192.168.0.1) with pod a/x (app: x, 10.0.0.1) on it, then
 // objs.
@@ -209,11 +223,7 @@ func TestAgentFollowsTheCluster(t *testing.T) {
 	expect("NetworkPolicy isolates x on other ports", "10.0.0.2", "10.0.0.1", 81, false)
 
 	// Relabel y out of the policy's peers.
-	y, _ := c.kube.CoreV1().Pods("a").Get(ctx, "y", metav1.GetOptions{})
-	y.Labels = map[string]string{"app": "z"}
-	if _, err := c.kube.CoreV1().Pods("a").Update(ctx, y, metav1.UpdateOptions{}); err != nil {
-		t.Fatal(err)
-	}
+	c.relabelPod(t, "a", "y", map[string]string{"app": "z"})
 	expect("relabelled y is no longer allowed", "10.0.0.2", "10.0.0.1", 80, false)
 	if v := testutilValue(t, a, "moat_agent_compilations_total", `kind="incremental"`); v == "0" || v == "" {
 		t.Errorf("the relabel was not compiled incrementally: %q", v)

@@ -161,19 +161,8 @@ func TestAgentIgnoresUnreadLabelChanges(t *testing.T) {
 	dp := newTestDP("n1")
 	a := startReady(t, c, Config{}, dp)
 	ctx := context.Background()
-	relabel := func(labels map[string]string) {
-		t.Helper()
-		p, err := c.kube.CoreV1().Pods("a").Get(ctx, "y", metav1.GetOptions{})
-		if err != nil {
-			t.Fatal(err)
-		}
-		p.Labels = labels
-		if _, err := c.kube.CoreV1().Pods("a").Update(ctx, p, metav1.UpdateOptions{}); err != nil {
-			t.Fatal(err)
-		}
-	}
 	syncs := a.syncs.Load()
-	relabel(map[string]string{"app": "y", "role": "client"})
+	c.relabelPod(t, "a", "y", map[string]string{"app": "y", "role": "client"})
 	fixture.Eventually(t, 10*time.Second, "ignored", func() (bool, string) {
 		v := testutilValue(t, a, "moat_agent_label_changes_ignored_total", "")
 		return v == "1", "ignored = " + v
@@ -206,7 +195,7 @@ spec:
 		return got, "denied"
 	})
 	// Now role is read: taking it away is a sync, not ignored.
-	relabel(map[string]string{"app": "y"})
+	c.relabelPod(t, "a", "y", map[string]string{"app": "y"})
 	fixture.Eventually(t, 10*time.Second, "y no longer a client", func() (bool, string) {
 		got, _ := dp.allows("10.0.0.2", "10.0.0.1", 81)
 		return !got, "allowed"
