@@ -276,16 +276,14 @@ func (b *podBody) member(d *dec, key []byte) error {
 
 func (b *podBody) finish(d *dec, o *Object) {
 	b.pod.ObjectMeta = b.id.meta
+	d.place(&b.pod.ObjectMeta)
 	o.Ref = ref("Pod", &b.pod.ObjectMeta)
-	if !b.id.check(o) {
+	if !b.id.check(o) || !d.inPlace(&b.pod.ObjectMeta, o) {
 		return
 	}
 	if len(d.problems) > 0 {
 		o.drop(d.problems[0].path, "cannot decode: "+d.problems[0].msg)
 		return
-	}
-	if b.pod.Namespace == "" {
-		b.pod.Namespace = defaultNamespace
 	}
 	if p := b.pod.Status.Phase; p == corev1.PodSucceeded || p == corev1.PodFailed {
 		// As the agent: a finished pod's address may already be reused.
@@ -396,16 +394,16 @@ func (b *npBody) member(d *dec, key []byte) error {
 
 func (b *npBody) finish(d *dec, o *Object) {
 	m := &b.id.meta
+	guessed := d.place(m) && d.ns.name == ""
 	o.Ref = ref("NetworkPolicy", m)
-	if !b.id.check(o) {
+	if !b.id.check(o) || !d.inPlace(m, o) {
 		return
 	}
-	if m.Namespace == "" {
+	if guessed {
 		// Its namespace decides which pods it selects, and kubectl apply
 		// would put it in its -n or context namespace, not necessarily
 		// this one.
-		m.Namespace = defaultNamespace
-		o.diag(policy.SeverityWarning, "metadata.namespace", "not set: judged in namespace "+defaultNamespace+" (kubectl apply puts it in the namespace of -n or of the current context)")
+		o.diag(policy.SeverityWarning, "metadata.namespace", "not set: judged in namespace "+defaultNamespace+", but kubectl apply puts it in the namespace of -n or of the current context: give -n NAMESPACE (or read the cluster with --live) to judge it there")
 	}
 	d.foldTopLevel(func() {
 		b.spec = networkingv1.NetworkPolicySpec{Ingress: make([]networkingv1.NetworkPolicyIngressRule, 1), Egress: make([]networkingv1.NetworkPolicyEgressRule, 1)}

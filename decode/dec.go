@@ -14,6 +14,8 @@ import (
 type dec struct {
 	src  source
 	path []seg
+	// ns places objects without a namespace; reset keeps it.
+	ns namespacing
 	// strict records unknown fields and duplicate fields (policies).
 	// Inventory objects (pods, nodes, namespaces) are read leniently: only
 	// the fields policy needs, the rest is skipped.

@@ -7,6 +7,8 @@ import (
 	"strconv"
 	"strings"
 
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
 	"github.com/moat-net/moat/api/v1alpha2"
 	"github.com/moat-net/moat/policy"
 )
@@ -60,8 +62,44 @@ var readKinds = map[string]string{
 }
 
 // defaultNamespace is where namespaced objects without metadata.namespace
-// land, as with kubectl.
+// land when no namespace is given, as with kubectl.
 const defaultNamespace = "default"
+
+// namespacing is where namespaced objects (Pod, NetworkPolicy) without
+// metadata.namespace go, the way kubectl apply places them: in the
+// namespace of -n, else of the kubeconfig context. Only manifests leave it
+// out: the API server always says it.
+type namespacing struct {
+	// name is the namespace; "" means defaultNamespace.
+	name string
+	// enforce: an object naming another namespace is refused, as kubectl
+	// apply -n refuses it ("the namespace from the provided object does
+	// not match").
+	enforce bool
+}
+
+// place puts an object without a namespace in d's, reporting whether it
+// had none.
+func (d *dec) place(m *metav1.ObjectMeta) bool {
+	if m.Namespace != "" {
+		return false
+	}
+	m.Namespace = d.ns.name
+	if m.Namespace == "" {
+		m.Namespace = defaultNamespace
+	}
+	return true
+}
+
+// inPlace drops an object whose namespace is not the one -n gives (when
+// it is enforced); it returns false then.
+func (d *dec) inPlace(m *metav1.ObjectMeta, o *Object) bool {
+	if !d.ns.enforce || m.Namespace == d.ns.name {
+		return true
+	}
+	o.drop("metadata.namespace", fmt.Sprintf("the namespace from the provided object %q does not match the namespace %q given with -n (kubectl apply refuses it too)", m.Namespace, d.ns.name))
+	return false
+}
 
 // header is an object's apiVersion and kind.
 type header struct {

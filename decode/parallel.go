@@ -36,6 +36,7 @@ func (x *decoder) parallelItems(s *scanner, inherit header, emit func(*Object)) 
 	for range workers {
 		w := newDecoder()
 		w.doc = x.doc
+		w.d.ns = x.d.ns
 		go w.decodeBatches(work, done, spare, prefix, inherit)
 	}
 	var (

@@ -26,6 +26,15 @@ type Result struct {
 	// <why>".
 	Skipped []string
 
+	// Namespace is where namespaced objects (Pod, NetworkPolicy) without
+	// metadata.namespace are put, as kubectl apply puts them in the
+	// namespace of -n or of the kubeconfig context; "" means "default".
+	// EnforceNamespace (kubectl's -n) drops an object that names another
+	// namespace. Both are read when decoding starts: set them first.
+	// Objects from the API server always have a namespace.
+	Namespace        string
+	EnforceNamespace bool
+
 	seen map[string]location
 	dec  *decoder
 }
@@ -33,6 +42,7 @@ type Result struct {
 func (r *Result) decoder() *decoder {
 	if r.dec == nil {
 		r.dec = newDecoder()
+		r.dec.d.ns = namespacing{name: r.Namespace, enforce: r.EnforceNamespace}
 		r.seen = map[string]location{}
 	}
 	return r.dec

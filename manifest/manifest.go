@@ -33,6 +33,12 @@ type Loader struct {
 	StdinCopy io.Writer
 	// FS, if set, is used instead of the OS file system (embedded examples).
 	FS fs.FS
+	// Namespace and EnforceNamespace place namespaced objects without a
+	// namespace as kubectl apply does (see decode.Result): Namespace is
+	// that of -n or of the kubeconfig context, "" for "default";
+	// EnforceNamespace (-n) refuses objects naming another one.
+	Namespace        string
+	EnforceNamespace bool
 }
 
 // Load reads every path: files, directories (recursively, *.yaml, *.yml and
@@ -44,7 +50,7 @@ type Loader struct {
 // named, and a gate such as moat diff --after would pass a change it never
 // read.
 func (l *Loader) Load(paths ...string) (*Result, error) {
-	res := &Result{}
+	res := &Result{Namespace: l.Namespace, EnforceNamespace: l.EnforceNamespace}
 	// A file named twice (-f dir -f dir/a.yaml, -f a -f $PWD/a, a link
 	// and its target) is read once: its objects are not duplicates of
 	// themselves. Keys are real paths; counts are the objects each file

@@ -72,7 +72,7 @@ func TestLoadBadInput(t *testing.T) {
 		{name: "duplicate field", doc: "apiVersion: networking.k8s.io/v1\nkind: NetworkPolicy\nmetadata: {name: p}\nspec: {podSelector: {}, podSelector: {}}",
 			fatal: "document 1"},
 		{name: "NetworkPolicy without namespace", doc: "apiVersion: networking.k8s.io/v1\nkind: NetworkPolicy\nmetadata: {name: p}\nspec: {podSelector: {}}",
-			wantDiag: "NetworkPolicy default/p: metadata.namespace: not set: judged in namespace default (kubectl apply puts it in the namespace of -n or of the current context)"},
+			wantDiag: "NetworkPolicy default/p: metadata.namespace: not set: judged in namespace default, but kubectl apply puts it in the namespace of -n or of the current context: give -n NAMESPACE"},
 		{name: "bad pod IP", doc: "apiVersion: v1\nkind: Pod\nmetadata: {name: p}\nstatus: {podIP: 10.0.0.300}", wantDiag: `Pod default/p: status.podIP: invalid IP "10.0.0.300"`},
 		{name: "bad pod IPs", doc: "apiVersion: v1\nkind: Pod\nmetadata: {name: p}\nstatus: {podIPs: [{ip: 10.0.0.1}, {ip: fd00::x}]}", wantDiag: `Pod default/p: status.podIPs[1].ip: invalid IP "fd00::x"`},
 		{name: "pod IP not the first of pod IPs", doc: "apiVersion: v1\nkind: Pod\nmetadata: {name: p}\nstatus: {podIP: 10.0.0.2, podIPs: [{ip: 10.0.0.1}]}", wantDiag: `Pod default/p: status.podIP: "10.0.0.2" must equal status.podIPs[0].ip "10.0.0.1": status.podIPs is used`},

@@ -27,7 +27,7 @@ func newDiffCommand() *cobra.Command {
 		output        string
 	)
 	cmd := &cobra.Command{
-		Use:   "diff (-f CURRENT... | --live) (--after PROPOSED... | --delete KIND/[NAMESPACE/]NAME...) [--prune] [--port N/PROTO]... [--peer IP]... [-o table|json|html]",
+		Use:   "diff (-f CURRENT... | --live) [-n NAMESPACE] (--after PROPOSED... | --delete KIND/[NAMESPACE/]NAME...) [--prune] [--port N/PROTO]... [--peer IP]... [-o table|json|html]",
 		Short: "List every flow whose verdict a proposed change turns, with both explanations (exit 3 if any)",
 		Long: `diff compares the current state (-f files, or a live cluster with -f layered
 on top) with the proposed state: the current state with the --after files
@@ -37,6 +37,11 @@ current one whole; new objects are added), without the objects named by
 with --prune, without every NetworkPolicy and ClusterNetworkPolicy the
 --after files do not define (compare two complete policy sets, such as two
 revisions of a GitOps repository).
+
+Objects of --after without a namespace go where kubectl apply would put
+them: in -n's namespace, else with --live in the kubeconfig context's,
+else in default (with a warning); with -n, an --after object naming
+another namespace is an error, as with kubectl apply -n.
 
 It lists every flow whose verdict changes, from every endpoint to every
 endpoint. The endpoints are the pods both states have (by namespace/name),
@@ -96,7 +101,7 @@ gate CI and GitOps pipelines as kubectl diff does.`,
 			if err != nil {
 				return err
 			}
-			next, desc, err := proposed(cmd, cur.Result, after, refs, prune)
+			next, desc, err := proposed(in.loader(cmd, true), cur.Result, after, refs, prune)
 			if err != nil {
 				return err
 			}
@@ -140,11 +145,11 @@ gate CI and GitOps pipelines as kubectl diff does.`,
 }
 
 // proposed builds the proposed state from the current one and says how.
-func proposed(cmd *cobra.Command, cur *manifest.Result, after []string, refs []snapshot.Ref, prune bool) (*manifest.Result, string, error) {
+func proposed(loader *manifest.Loader, cur *manifest.Result, after []string, refs []snapshot.Ref, prune bool) (*manifest.Result, string, error) {
 	next := cur
 	var says []string
 	if len(after) > 0 {
-		files, err := (&manifest.Loader{Stdin: cmd.InOrStdin()}).Load(after...)
+		files, err := loader.Load(after...)
 		if err != nil {
 			return nil, "", fmt.Errorf("--after: %w", err)
 		}

@@ -11,6 +11,7 @@ import (
 
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
+	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
 	"k8s.io/component-base/featuregate"
 
@@ -59,6 +60,17 @@ type inputFlags struct {
 	// node, when set, scopes the compile to one node's pods
 	// (policy.Options.Node), as moat-agent compiles.
 	node string
+	// namespace is -n: the namespace of manifests' objects without one,
+	// as kubectl apply -n (objects naming another are refused).
+	// noNamespaceFlag leaves -n out (matrix, where it filters, and lab,
+	// whose copies of the input are read again without it).
+	namespace       string
+	noNamespaceFlag bool
+	// placeNS and enforceNS are what read decided for manifests: -n, or
+	// with a live source the kubeconfig context's namespace (as kubectl
+	// apply), else "" ("default").
+	placeNS   string
+	enforceNS bool
 }
 
 // register adds the input flags to cmd. (In the kubectl plugin the root
@@ -69,6 +81,9 @@ func (f *inputFlags) register(cmd *cobra.Command) {
 	fl.BoolVar(&f.live, "live", false, "read the live cluster (kubeconfig as kubectl finds it, or the in-cluster service account)")
 	fl.StringVar(&f.kubeconfig, "kubeconfig", "", "kubeconfig file of the live cluster (implies --live)")
 	fl.StringVar(&f.context, "context", "", "kubeconfig context of the live cluster (implies --live)")
+	if !f.noNamespaceFlag {
+		fl.StringVarP(&f.namespace, "namespace", "n", "", "namespace of -f objects without one, as kubectl apply -n (an object naming another is an error; default: with a live source the kubeconfig context's, else default)")
+	}
 	fl.BoolVarP(&f.verbose, "verbose", "v", false, "also report skipped objects, and every warning (not only the first 20)")
 	fl.BoolVar(&f.allowNodeLocal, "allow-node-local", true, "allow traffic from a node's own addresses to its pods (kubelet probes)")
 	gates, err := features.New()
@@ -142,20 +157,38 @@ func (f *inputFlags) read(ctx context.Context, cmd *cobra.Command) (*loaded, err
 	if ctx == nil {
 		ctx = context.Background()
 	}
+	var cfg *rest.Config
+	nsFrom := ""
+	switch {
+	case f.namespace != "":
+		f.placeNS, f.enforceNS, nsFrom = f.namespace, true, "-n"
+	case f.isLive():
+		ns, err := kubeconfig.Namespace(f.kubeconfig, f.context)
+		if err != nil {
+			return nil, err
+		}
+		f.placeNS, nsFrom = ns, "the kubeconfig context's"
+	}
+	if f.isLive() {
+		var err error
+		if cfg, err = kubeconfig.Load(f.kubeconfig, f.context, "moat"); err != nil {
+			return nil, err
+		}
+	}
 	var files *manifest.Result
 	if len(f.files) > 0 {
 		var err error
-		files, err = (&manifest.Loader{Stdin: cmd.InOrStdin()}).Load(f.files...)
+		files, err = f.loader(cmd, f.isLive()).Load(f.files...)
 		if err != nil {
 			return nil, err
 		}
 	}
+	placed := ""
+	if nsFrom != "" {
+		placed = fmt.Sprintf(" (objects without a namespace in %s, %s)", f.placeNS, nsFrom)
+	}
 	switch {
 	case f.isLive():
-		cfg, err := kubeconfig.Load(f.kubeconfig, f.context, "moat")
-		if err != nil {
-			return nil, err
-		}
 		snap, err := kubesource.List(ctx, cfg, kubesource.Options{})
 		if err != nil {
 			return nil, err
@@ -164,11 +197,11 @@ func (f *inputFlags) read(ctx context.Context, cmd *cobra.Command) (*loaded, err
 		desc := describeLive(f.context, snap)
 		if files != nil {
 			res = snapshot.Overlay(res, files)
-			desc += "; with " + strings.Join(f.files, ", ") + " layered on top"
+			desc += "; with " + strings.Join(f.files, ", ") + " layered on top" + placed
 		}
 		return &loaded{Result: res, Described: desc}, nil
 	case files != nil:
-		return &loaded{Result: files, Described: "files " + strings.Join(f.files, ", ")}, nil
+		return &loaded{Result: files, Described: "files " + strings.Join(f.files, ", ") + placed}, nil
 	case f.requireInput:
 		return nil, errors.New("no input: give manifests with -f FILE (or -f - for stdin), or read a cluster with --live, --kubeconfig or --context")
 	}
@@ -181,6 +214,16 @@ func (f *inputFlags) read(ctx context.Context, cmd *cobra.Command) (*loaded, err
 		Described: fmt.Sprintf("the embedded example %q (no -f and no live cluster given)", examples.Quickstart),
 		Example:   examples.Quickstart,
 	}, nil
+}
+
+// loader reads manifests (-f, diff's --after) as read decided: call it
+// after read. applied says the manifests stand for a kubectl apply (diff's
+// --after, -f layered on a live cluster): only there does -n refuse an
+// object naming another namespace, as kubectl apply -n does. -f files that
+// are the snapshot itself (a dump of every namespace) only have their
+// objects without a namespace placed.
+func (f *inputFlags) loader(cmd *cobra.Command, applied bool) *manifest.Loader {
+	return &manifest.Loader{Stdin: cmd.InOrStdin(), Namespace: f.placeNS, EnforceNamespace: f.enforceNS && applied}
 }
 
 // describeLive says which cluster was read and how much of it.

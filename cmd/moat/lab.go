@@ -83,6 +83,7 @@ func labCommand(use, short, flags string, run func(context.Context, *cobra.Comma
 	for _, g := range flags {
 		switch g {
 		case 'i':
+			f.in.noNamespaceFlag = true // the lab's copies are read again without it
 			f.in.register(cmd)
 		case 'm':
 			fl.StringArrayVar(&f.ports, "port", nil, "port to probe, N or N/PROTO (repeatable; default: every container port)")

@@ -11,7 +11,7 @@ import (
 
 func newMatrixCommand() *cobra.Command {
 	var (
-		in         inputFlags
+		in         = inputFlags{noNamespaceFlag: true} // -n filters here
 		ports      []string
 		peers      []string
 		namespaces []string

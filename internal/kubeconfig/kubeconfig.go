@@ -31,3 +31,17 @@ func Load(path, context, userAgent string) (*rest.Config, error) {
 	}
 	return cfg, nil
 }
+
+// Namespace is the namespace kubectl gives objects without one for path
+// and context (as in Load): the context's namespace, else the in-cluster
+// service account's, else "default".
+func Namespace(path, context string) (string, error) {
+	rules := clientcmd.NewDefaultClientConfigLoadingRules()
+	rules.ExplicitPath = path
+	overrides := &clientcmd.ConfigOverrides{CurrentContext: context}
+	ns, _, err := clientcmd.NewNonInteractiveDeferredLoadingClientConfig(rules, overrides).Namespace()
+	if err != nil {
+		return "", fmt.Errorf("namespace of the kubeconfig context: %w", err)
+	}
+	return ns, nil
+}
