@@ -1,7 +1,6 @@
 package matrix
 
 import (
-	"bytes"
 	"compress/gzip"
 	_ "embed"
 	"encoding/base64"
@@ -57,8 +56,15 @@ type htmlData struct {
 
 // WriteHTML prints the matrix as one self-contained page (no external
 // resources).
-func WriteHTML(w io.Writer, r *Result) error {
-	d, err := newHTMLData(r)
+func WriteHTML(w io.Writer, r *Result) error { return writeHTML(w, resultGrid{r}) }
+
+// WriteHTML prints the page of WriteHTML, judging each pair of classes
+// once: what it holds is the page's data (the compressed cells, the
+// distinct explanations), not the flows.
+func (m *Matrix) WriteHTML(w io.Writer) error { return writeHTML(w, m) }
+
+func writeHTML(w io.Writer, g grid) error {
+	d, err := newHTMLData(g)
 	if err != nil {
 		return err
 	}
@@ -72,29 +78,50 @@ func WriteHTML(w io.Writer, r *Result) error {
 		Data      template.JS
 		Endpoints int
 		Ports     string
-	}{template.JS(js), len(r.Endpoints), strings.Join(d.Ports, ", ")})
+	}{template.JS(js), len(g.labels()), strings.Join(d.Ports, ", ")})
 }
 
-func newHTMLData(r *Result) (*htmlData, error) {
+func newHTMLData(g grid) (*htmlData, error) {
 	d := &htmlData{}
-	for _, p := range r.Ports {
+	for _, p := range g.portList() {
 		d.Ports = append(d.Ports, p.String())
 	}
 	groups := map[string]int{}
-	for _, e := range r.Endpoints {
-		g, name := peerGroup, e
+	for _, e := range g.labels() {
+		gr, name := peerGroup, e
 		if ns, pod, ok := strings.Cut(e, "/"); ok {
-			g, name = ns, pod
+			gr, name = ns, pod
 		}
-		gi, ok := groups[g]
+		gi, ok := groups[gr]
 		if !ok {
 			gi = len(d.Groups)
-			groups[g] = gi
-			d.Groups = append(d.Groups, g)
+			groups[gr] = gi
+			d.Groups = append(d.Groups, gr)
 		}
 		d.Names = append(d.Names, name)
 		d.Group = append(d.Group, gi)
 	}
+	// Cell numbers are written as they are found, two bytes each; past
+	// 65,536 distinct cells (rare: each takes an explanation of its own)
+	// the cells are numbered again at four bytes.
+	for _, width := range []int{2, 4} {
+		cells, ok, err := htmlCells(g, d, width)
+		if err != nil {
+			return nil, err
+		}
+		if ok {
+			d.Width, d.Cells = width, cells
+			return d, nil
+		}
+	}
+	return nil, fmt.Errorf("matrix: more than 2^32 distinct cells")
+}
+
+// htmlCells numbers the distinct cells (d.Texts, d.Pairs) in the order
+// they appear and returns base64(gzip(cell numbers)); ok is false if a
+// number does not fit in width bytes.
+func htmlCells(g grid, d *htmlData, width int) (string, bool, error) {
+	d.Texts, d.Pairs = nil, nil
 	// Decisions repeat across the matrix: key them without formatting.
 	type textKey struct {
 		dir, reason, passed string
@@ -116,8 +143,7 @@ func newHTMLData(r *Result) (*htmlData, error) {
 		return i
 	}
 	pairs := map[[3]int]int{}
-	cells := make([]uint32, len(r.Flows))
-	for i, f := range r.Flows {
+	pairOf := func(f Flow) int {
 		allowed := 0
 		if f.Allowed {
 			allowed = 1
@@ -134,33 +160,53 @@ func newHTMLData(r *Result) (*htmlData, error) {
 			pairs[key] = pi
 			d.Pairs = append(d.Pairs, key)
 		}
-		cells[i] = uint32(pi)
+		return pi
 	}
-	d.Width = 2
-	if len(d.Pairs) > 1<<16 {
-		d.Width = 4
+	var z strings.Builder
+	b64 := base64.NewEncoder(base64.StdEncoding, &z)
+	zw, err := gzip.NewWriterLevel(b64, gzip.BestCompression)
+	if err != nil {
+		return "", false, err
 	}
-	raw := make([]byte, 0, len(cells)*d.Width)
-	for _, c := range cells {
-		if d.Width == 2 {
-			raw = binary.LittleEndian.AppendUint16(raw, uint16(c))
-		} else {
-			raw = binary.LittleEndian.AppendUint32(raw, c)
+	n := len(g.labels())
+	// known[k] is 1 + the pair number of the port's cells of key k.
+	known := make([]int32, g.keys())
+	raw := make([]byte, 0, n*width)
+	limit := 1 << (8 * width)
+	for pi := range g.portList() {
+		clear(known)
+		for i := range n {
+			raw = raw[:0]
+			for j := range n {
+				k, unique := g.key(pi, i, j)
+				c := int(known[k]) - 1
+				if c < 0 || unique {
+					c = pairOf(g.flow(pi, i, j))
+					if !unique {
+						known[k] = int32(c + 1)
+					}
+				}
+				if c >= limit || (width == 4 && c >= 1<<31-1) {
+					return "", false, nil
+				}
+				if width == 2 {
+					raw = binary.LittleEndian.AppendUint16(raw, uint16(c))
+				} else {
+					raw = binary.LittleEndian.AppendUint32(raw, uint32(c))
+				}
+			}
+			if _, err := zw.Write(raw); err != nil {
+				return "", false, err
+			}
 		}
 	}
-	var z bytes.Buffer
-	zw, err := gzip.NewWriterLevel(&z, gzip.BestCompression)
-	if err != nil {
-		return nil, err
-	}
-	if _, err := zw.Write(raw); err != nil {
-		return nil, err
-	}
 	if err := zw.Close(); err != nil {
-		return nil, err
+		return "", false, err
 	}
-	d.Cells = base64.StdEncoding.EncodeToString(z.Bytes())
-	return d, nil
+	if err := b64.Close(); err != nil {
+		return "", false, err
+	}
+	return z.String(), true, nil
 }
 
 func verdictWord(ok bool) string {

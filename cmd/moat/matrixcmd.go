@@ -16,9 +16,10 @@ func newMatrixCommand() *cobra.Command {
 		peers      []string
 		namespaces []string
 		output     string
+		maxEps     int
 	)
 	cmd := &cobra.Command{
-		Use:   "matrix [-f FILE... | --live] [--port N/PROTO]... [--peer IP]... [-n NAMESPACE]... [-o table|json|html]",
+		Use:   "matrix [-f FILE... | --live] [--port N/PROTO]... [--peer IP]... [-n NAMESPACE]... [-o table|json|html] [--max-endpoints N]",
 		Short: "Print the connectivity matrix of every pod (and peer) on every port",
 		Long: `matrix judges every ordered pair of endpoints - every pod of the input,
 host-network pods included, plus each --peer address - on every port: the
@@ -29,7 +30,13 @@ namespaces (the whole snapshot is still read: policies elsewhere decide too).
 self-contained page: a namespace-by-namespace summary with drill-down to
 pods, a filter, and each cell's explanation. Without -f and a live cluster,
 the embedded quickstart example is read with the ports and peers of its
-matrix.args.`,
+matrix.args.
+
+Cells are judged as they are printed, and endpoints the policies cannot
+tell apart are judged once, so memory grows with the endpoints, not with
+the cells. The output still grows with the square of the endpoints: past
+--max-endpoints (default 2000) matrix refuses, saying how large the output
+would be; narrow it with -n and --port, or pass --max-endpoints 0.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			opts, err := matrix.ParseOptions(ports, peers)
@@ -63,17 +70,20 @@ matrix.args.`,
 			if err != nil {
 				return err
 			}
-			res, err := matrix.Build(prog, opts)
+			m, err := matrix.New(prog, opts)
 			if err != nil {
+				return err
+			}
+			if err := checkMatrixSize(m, maxEps); err != nil {
 				return err
 			}
 			switch output {
 			case "json":
-				return matrix.WriteJSON(cmd.OutOrStdout(), res)
+				return m.WriteJSON(cmd.OutOrStdout())
 			case "html":
-				return matrix.WriteHTML(cmd.OutOrStdout(), res)
+				return m.WriteHTML(cmd.OutOrStdout())
 			}
-			return matrix.WriteTable(cmd.OutOrStdout(), res)
+			return m.WriteTable(cmd.OutOrStdout())
 		},
 	}
 	in.register(cmd)
@@ -81,8 +91,28 @@ matrix.args.`,
 	cmd.Flags().StringArrayVar(&peers, "peer", nil, "extra endpoint outside the pod network, an IP address (repeatable)")
 	cmd.Flags().StringSliceVarP(&namespaces, "namespace", "n", nil, "only the pods of these namespaces (repeatable or comma-separated; default: all)")
 	cmd.Flags().StringVarP(&output, "output", "o", "table", "table, json or html")
+	cmd.Flags().IntVar(&maxEps, "max-endpoints", defaultMaxEndpoints, "refuse a matrix of more endpoints (pods and peers) than this; 0: no limit")
 	_ = cmd.RegisterFlagCompletionFunc("output", cobra.FixedCompletions([]string{"table", "json", "html"}, cobra.ShellCompDirectiveNoFileComp))
 	return cmd
+}
+
+// defaultMaxEndpoints bounds what a bare `kubectl moat matrix` prints: 2,000
+// endpoints make a table of 4 million cells per port (about 20 MB of text
+// per port) and a JSON of several GB per port, more than anyone reads; a
+// whole cluster of 100,000 pods would be 10^10 cells per port. Refusing
+// with the sizes and the way to narrow it beats running for hours.
+const defaultMaxEndpoints = 2000
+
+// checkMatrixSize refuses a matrix of more than max endpoints (0: any).
+func checkMatrixSize(m *matrix.Matrix, limit int) error {
+	n := m.Endpoints()
+	if limit <= 0 || n <= limit {
+		return nil
+	}
+	cells := int64(n) * int64(n)
+	return fmt.Errorf("%d endpoints (in %d classes the policies tell apart) make %d cells on each of %d port(s), more than --max-endpoints %d allows: "+
+		"narrow the matrix with -n NAMESPACE (the policies of every namespace still apply) and --port N/PROTO, or pass --max-endpoints 0 to print it all",
+		n, m.Classes(), cells, len(m.Ports()), limit)
 }
 
 // describeArgs prints matrix options as flags.
