@@ -2,6 +2,7 @@ package main
 
 import (
 	"encoding/json"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
@@ -246,5 +247,43 @@ func TestFlagErrorsInWords(t *testing.T) {
 		if code != 1 || !strings.Contains(errOut, tc.want) || strings.Contains(errOut, "strconv") {
 			t.Errorf("%v: code %d, stderr %q, want 1 and %q", tc.args, code, errOut, tc.want)
 		}
+	}
+}
+
+// TestMatrixMaxEndpoints: past --max-endpoints (default 2000) matrix
+// refuses before judging anything, with the sizes and how to narrow it;
+// -n narrows it, and --max-endpoints 0 lifts the limit.
+func TestMatrixMaxEndpoints(t *testing.T) {
+	_, errOut, code := run(t, "", "matrix", "-n", "backend", "--port", "5432", "--peer", "203.0.113.10", "--max-endpoints", "2")
+	if code != 1 || !strings.Contains(errOut, "3 endpoints") || !strings.Contains(errOut, "-n NAMESPACE") || !strings.Contains(errOut, "--max-endpoints 0") {
+		t.Errorf("3 endpoints, --max-endpoints 2: code %d, stderr %q", code, errOut)
+	}
+	if _, errOut, code := run(t, "", "matrix", "-n", "backend", "--port", "5432", "--peer", "203.0.113.10", "--max-endpoints", "3"); code != 0 {
+		t.Errorf("3 endpoints, --max-endpoints 3: code %d, stderr %q", code, errOut)
+	}
+	// 2,001 pods in two namespaces: refused by default, printed for one
+	// namespace or without the limit.
+	var b strings.Builder
+	b.WriteString(`{"apiVersion":"v1","kind":"List","items":[`)
+	b.WriteString(`{"apiVersion":"v1","kind":"Namespace","metadata":{"name":"a"}},{"apiVersion":"v1","kind":"Namespace","metadata":{"name":"b"}}`)
+	for i := range 2001 {
+		ns := "a"
+		if i%2 == 1 {
+			ns = "b"
+		}
+		fmt.Fprintf(&b, `,{"apiVersion":"v1","kind":"Pod","metadata":{"name":"p%d","namespace":"%s"},"spec":{"containers":[{"name":"c","image":"x"}]},"status":{"phase":"Running","podIP":"10.1.%d.%d"}}`, i, ns, i/256, i%256)
+	}
+	b.WriteString(`]}`)
+	_, errOut, code = run(t, b.String(), "matrix", "-f", "-", "--port", "80")
+	if code != 1 || !strings.Contains(errOut, "2001 endpoints (in 1 classes the policies tell apart) make 4004001 cells on each of 1 port(s), more than --max-endpoints 2000") {
+		t.Errorf("2,001 pods by default: code %d, stderr %q", code, errOut)
+	}
+	out, errOut, code := run(t, b.String(), "matrix", "-f", "-", "--port", "80", "-n", "b")
+	if code != 0 || strings.Count(out, "\n") != 1002 {
+		t.Errorf("-n b: code %d, %d lines, stderr %q", code, strings.Count(out, "\n"), errOut)
+	}
+	out, errOut, code = run(t, b.String(), "matrix", "-f", "-", "--port", "80", "--max-endpoints", "0")
+	if code != 0 || strings.Count(out, "\n") != 2003 || strings.Count(out, "X") != 1 {
+		t.Errorf("--max-endpoints 0: code %d, %d lines, stderr %q", code, strings.Count(out, "\n"), errOut)
 	}
 }
