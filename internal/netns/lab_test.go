@@ -63,9 +63,9 @@ status:
 `
 )
 
-// spoofCluster: pod p of n1, ingress- and egress-isolated but for UDP
-// 9998 to and from the outside host C, in spoofLab's addresses.
-const spoofCluster = `apiVersion: v1
+// spoofNode is node n1 as spoofLab has it: its pod CIDRs and addresses
+// of both families.
+const spoofNode = `apiVersion: v1
 kind: Node
 metadata: {name: n1}
 spec: {podCIDRs: ["10.244.0.0/24", "fd00:244::/64"]}
@@ -73,7 +73,11 @@ status:
   addresses:
   - {type: InternalIP, address: 192.168.1.1}
   - {type: InternalIP, address: "fd00:1::1"}
-` + namespaceA + podPDual + `---
+`
+
+// spoofCluster: pod p of n1, ingress- and egress-isolated but for UDP
+// 9998 to and from the outside host C, in spoofLab's addresses.
+const spoofCluster = spoofNode + namespaceA + podPDual + `---
 apiVersion: networking.k8s.io/v1
 kind: NetworkPolicy
 metadata: {name: isolate, namespace: a}

@@ -263,15 +263,7 @@ func ifIndex(t *testing.T, name string) int {
 
 // orphanCluster: node n1 with pod CIDRs and its one pod p, no policy at
 // all: the spoof check is the only rule that can drop anything.
-const orphanCluster = `apiVersion: v1
-kind: Node
-metadata: {name: n1}
-spec: {podCIDRs: ["10.244.0.0/24", "fd00:244::/64"]}
-status:
-  addresses:
-  - {type: InternalIP, address: 192.168.1.1}
-  - {type: InternalIP, address: "fd00:1::1"}
-` + namespaceA + podPDual
+const orphanCluster = spoofNode + namespaceA + podPDual
 
 // TestOrphanTableUntilRemoved: a table no agent updates any more (the
 // agents were deleted, or a new agent image cannot start) keeps the pod
