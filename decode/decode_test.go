@@ -89,7 +89,7 @@ func TestListsAndOrder(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			var r Result
-			cont, err := r.DecodeListPage("t", strings.NewReader(tc.js))
+			cont, err := r.decodeJSON("t", strings.NewReader(tc.js))
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -361,5 +361,43 @@ func TestNestingBounded(t *testing.T) {
 				}
 			})
 		}
+	}
+}
+
+// A page of a list from the API server is one List of the kind asked for
+// with its items, or an error naming what it is: an empty body or a
+// Status answered with 200 (by a proxy in front of the server) is never
+// an empty list.
+func TestListPage(t *testing.T) {
+	for _, tc := range []struct {
+		name, js string
+		pods     int
+		cont     string
+		err      string
+	}{
+		{"page", `{"kind":"PodList","apiVersion":"v1","metadata":{"continue":"abc"},"items":[{"metadata":{"name":"a"}},{"metadata":{"name":"b"}}]}`, 2, "abc", ""},
+		{"empty list", `{"kind":"PodList","apiVersion":"v1","metadata":{},"items":[]}`, 0, "", ""},
+		{"empty body", "", 0, "", "cluster/pods: empty response, want a v1 PodList"},
+		{"blank body", " \n", 0, "", "cluster/pods: empty response, want a v1 PodList"},
+		{"a Status", `{"kind":"Status","apiVersion":"v1","metadata":{},"status":"Failure","message":"no","reason":"NotFound","code":404}`, 0, "", "cluster/pods: the response is a v1 Status, want a v1 PodList"},
+		{"another kind", `{"kind":"NetworkPolicyList","apiVersion":"networking.k8s.io/v1","metadata":{},"items":[]}`, 0, "", "the response is a networking.k8s.io/v1 NetworkPolicyList, want a v1 PodList"},
+		{"another version", `{"kind":"PodList","apiVersion":"v2","metadata":{},"items":[]}`, 0, "", "the response is a v2 PodList, want a v1 PodList"},
+		{"a generic List", `{"kind":"List","apiVersion":"v1","metadata":{},"items":[]}`, 0, "", "the response is a v1 List, want a v1 PodList"},
+		{"no items", `{"kind":"PodList","apiVersion":"v1","metadata":{}}`, 0, "", "the response is a v1 PodList without items"},
+		{"no kind", `{"items":[]}`, 0, "", "the response is an object without apiVersion and kind, want a v1 PodList"},
+		{"kind given twice", `{"kind":"PodList","kind":"PodList","apiVersion":"v1","items":[]}`, 0, "", "without items"},
+		{"two values", `{"kind":"PodList","apiVersion":"v1","items":[]} {"kind":"PodList","apiVersion":"v1","items":[]}`, 0, "", "more than one JSON value, want one v1 PodList"},
+		{"not JSON", `<html>`, 0, "", "cluster/pods#1: invalid JSON"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			var r Result
+			cont, err := r.DecodeListPage("cluster/pods", strings.NewReader(tc.js), "v1", "Pod")
+			if tc.err == "" && (err != nil || cont != tc.cont || len(r.Cluster.Pods) != tc.pods) {
+				t.Fatalf("err %v, continue %q, %d pods", err, cont, len(r.Cluster.Pods))
+			}
+			if tc.err != "" && (err == nil || !strings.Contains(err.Error(), tc.err)) {
+				t.Fatalf("err %v, want one containing %q", err, tc.err)
+			}
+		})
 	}
 }

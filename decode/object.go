@@ -121,11 +121,21 @@ type body interface {
 	finish(d *dec, o *Object)
 }
 
+// topDoc is what a document was: its apiVersion and kind as given, and
+// whether it was a List whose items were a list.
+type topDoc struct {
+	apiVersion, kind string
+	list             bool
+}
+
 // decoder decodes objects from one source after another.
 type decoder struct {
 	d dec
 	// cont is the metadata.continue of the last List read.
 	cont string
+	// top is what the last document read was (its header, and whether
+	// it was a List with items), for DecodeListPage to check.
+	top topDoc
 	// doc names the document being read; items the list items being read
 	// in it: they make the objects' Source.
 	doc   string
@@ -423,10 +433,14 @@ func (x *decoder) value(src source, inherit header, emit func(*Object)) error {
 		}
 		captured = append(captured, capturedMember{string(key), c})
 	}
+	if len(x.items) == 0 {
+		x.top = topDoc{apiVersion: h.apiVersion, kind: h.kind}
+	}
 	if h.haveKind && strings.HasSuffix(h.kind, "List") && h.bad == "" {
 		if lb, ok := b.(*listBody); ok {
 			x.cont = lb.cont
 		}
+		x.top.list = isList && len(x.items) == 0
 		return nil
 	}
 	if b == nil {

@@ -1,8 +1,10 @@
 package decode
 
 import (
+	"errors"
 	"fmt"
 	"io"
+	"strings"
 
 	"github.com/moat-net/moat/policy"
 )
@@ -99,12 +101,45 @@ func (r *Result) DecodeJSON(source string, in io.Reader) error {
 	return err
 }
 
-// DecodeListPage reads one page of a list from the API server (a
-// PodList, NetworkPolicyList...) and returns its metadata.continue, empty
-// on the last page. Items without apiVersion and kind take them from the
-// list's kind.
-func (r *Result) DecodeListPage(source string, in io.Reader) (cont string, err error) {
-	return r.decodeJSON(source, in)
+// DecodeListPage reads one page of a list from the API server and
+// returns its metadata.continue, empty on the last page. The page must be
+// one JSON object, a List of kind (a PodList for "Pod") in apiVersion
+// with an items list, empty or not: anything else (an empty body, a
+// Status, another kind, from a proxy or a gateway in front of the
+// server) is an error, never an empty list. Items without apiVersion and
+// kind take them from the list's kind.
+func (r *Result) DecodeListPage(source string, in io.Reader, apiVersion, kind string) (cont string, err error) {
+	x := r.decoder()
+	s := newScanner(in)
+	x.cont, x.top = "", topDoc{}
+	want := apiVersion + " " + kind + "List"
+	if _, ok, err := s.ws(); err != nil || !ok {
+		if err == nil {
+			err = errors.New("empty response")
+		}
+		return "", fmt.Errorf("%s: %w, want a %s", source, err, want)
+	}
+	name := source + "#1"
+	if err := x.document(s, name, header{}, func(o *Object) { r.Add(o) }); err != nil {
+		return "", fmt.Errorf("%s: %w", name, err)
+	}
+	if _, more, err := s.ws(); err != nil || more {
+		if err == nil {
+			err = errors.New("more than one JSON value")
+		}
+		return "", fmt.Errorf("%s: %w, want one %s", source, err, want)
+	}
+	switch t := x.top; {
+	case t.apiVersion != apiVersion || t.kind != kind+"List":
+		got := "a " + strings.TrimSpace(t.apiVersion+" "+t.kind)
+		if t.apiVersion == "" && t.kind == "" {
+			got = "an object without apiVersion and kind"
+		}
+		return "", fmt.Errorf("%s: the response is %s, want a %s", source, got, want)
+	case !t.list:
+		return "", fmt.Errorf("%s: the response is a %s without items", source, want)
+	}
+	return x.cont, nil
 }
 
 func (r *Result) decodeJSON(source string, in io.Reader) (string, error) {

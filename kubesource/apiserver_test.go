@@ -168,3 +168,21 @@ func crdWithNewerFields(t *testing.T) []byte {
 	}
 	return out
 }
+
+// A real API server without the ClusterNetworkPolicy CRD answers its list
+// with 404 (an empty body, no Status) and its discovery does not list the
+// group: the kind is not served, which is no error (the snapshot says so).
+func TestClusterNetworkPoliciesNotServed(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts a real kube-apiserver; runs without -short")
+	}
+	ctx := context.Background()
+	env := kubetest.Start(ctx, t)
+	snap, err := kubesource.List(ctx, env.Config(), kubesource.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(snap.NotServed) != 1 || snap.NotServed[0] != "ClusterNetworkPolicy" {
+		t.Errorf("not served: %v", snap.NotServed)
+	}
+}

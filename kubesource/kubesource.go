@@ -9,10 +9,14 @@ package kubesource
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
+	"slices"
 	"strconv"
+	"strings"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 
@@ -68,15 +72,21 @@ type Options struct {
 	// PageSize is the limit of each list request; 0 means
 	// DefaultPageSize.
 	PageSize int64
+	// MaxPages bounds the pages of one list; 0 means DefaultMaxPages.
+	MaxPages int
 }
 
 // List reads every object of Kinds from the server cfg points at, decoding
 // each page as it streams in (nothing of a page is kept once decoded). Any
 // failure other than an optional kind not being served is an error: a
-// snapshot missing some policies could widen access. When a continue token
-// expires between pages (410 Gone), List starts over with unpaginated
-// lists, as client-go's pager falls back to one full list, so the result
-// is still one consistent read of each kind.
+// snapshot missing some policies could widen access. A page that is not a
+// List of the kind is such a failure, and so is a list whose continue
+// tokens do not move on. An optional kind is not served only when its
+// list answers 404 and the API server's discovery does not list it (see
+// discovered); a 404 that discovery contradicts or cannot confirm is an
+// error. When a continue token expires between pages (410 Gone), List
+// starts over with unpaginated lists, as client-go's pager falls back to
+// one full list, so the result is still one consistent read of each kind.
 func List(ctx context.Context, cfg *rest.Config, opts Options) (*Snapshot, error) {
 	cs, err := kubernetes.NewForConfig(cfg)
 	if err != nil {
@@ -86,22 +96,34 @@ func List(ctx context.Context, cfg *rest.Config, opts Options) (*Snapshot, error
 	if size <= 0 {
 		size = DefaultPageSize
 	}
-	snap, err := list(ctx, cs.CoreV1().RESTClient(), cfg.Host, size)
+	maxPages := opts.MaxPages
+	if maxPages <= 0 {
+		maxPages = DefaultMaxPages
+	}
+	snap, err := list(ctx, cs.CoreV1().RESTClient(), cfg.Host, size, maxPages)
 	if apierrors.IsResourceExpired(err) || apierrors.IsGone(err) {
-		snap, err = list(ctx, cs.CoreV1().RESTClient(), cfg.Host, 0)
+		snap, err = list(ctx, cs.CoreV1().RESTClient(), cfg.Host, 0, maxPages)
 	}
 	return snap, err
 }
 
-// list reads every kind with pages of size objects (0: one request each).
-func list(ctx context.Context, rc rest.Interface, host string, size int64) (*Snapshot, error) {
+// list reads every kind with pages of size objects (0: one request each),
+// at most maxPages of them per kind.
+func list(ctx context.Context, rc rest.Interface, host string, size int64, maxPages int) (*Snapshot, error) {
 	snap := &Snapshot{Host: host, Result: &decode.Result{}, Count: map[string]int{}}
 	for _, k := range Kinds {
 		before := kept(snap.Result, k.Kind)
-		err := listPages(ctx, rc, snap.Result, k, size)
+		err := listPages(ctx, rc, snap.Result, k, size, maxPages)
 		if k.Optional && apierrors.IsNotFound(err) {
-			snap.NotServed = append(snap.NotServed, k.Kind)
-			continue
+			served, derr := discovered(ctx, rc, k)
+			if derr != nil {
+				return nil, fmt.Errorf("list %s from %s: %w; discovery: %w", k.Kind, host, err, derr)
+			}
+			if !served {
+				snap.NotServed = append(snap.NotServed, k.Kind)
+				continue
+			}
+			err = fmt.Errorf("%w, but discovery lists %s in %s", err, k.Resource, k.APIVersion)
 		}
 		if err != nil {
 			return nil, fmt.Errorf("list %s from %s: %w", k.Kind, host, err)
@@ -109,6 +131,51 @@ func list(ctx context.Context, rc rest.Interface, host string, size int64) (*Sna
 		snap.Count[k.Kind] = kept(snap.Result, k.Kind) - before
 	}
 	return snap, nil
+}
+
+// discovered asks API discovery whether the server serves k, after its
+// list answered 404: a 404 alone may come from something in front of the
+// server (an HTML page from a proxy that routes paths), and kube-apiserver
+// answers a group it does not serve with an empty 404, no Status. The
+// kind is served when the server's group list (/apis, an APIGroupList)
+// holds k's group version and that version's resource list holds k's
+// resource; an answer that is neither list is an error.
+func discovered(ctx context.Context, rc rest.Interface, k Kind) (bool, error) {
+	group, version, ok := strings.Cut(k.APIVersion, "/")
+	if !ok {
+		return true, nil // the core group is always served
+	}
+	var groups metav1.APIGroupList
+	if err := getJSON(ctx, rc, "/apis", "APIGroupList", &groups); err != nil {
+		return false, err
+	}
+	i := slices.IndexFunc(groups.Groups, func(g metav1.APIGroup) bool {
+		return g.Name == group && slices.ContainsFunc(g.Versions, func(v metav1.GroupVersionForDiscovery) bool { return v.Version == version })
+	})
+	if i < 0 {
+		return false, nil
+	}
+	var resources metav1.APIResourceList
+	if err := getJSON(ctx, rc, "/apis/"+k.APIVersion, "APIResourceList", &resources); err != nil {
+		return false, err
+	}
+	return slices.ContainsFunc(resources.APIResources, func(r metav1.APIResource) bool { return r.Name == k.Resource }), nil
+}
+
+// getJSON reads the discovery document at path, which must be of kind.
+func getJSON(ctx context.Context, rc rest.Interface, path, kind string, into any) error {
+	body, err := rc.Get().AbsPath(path).SetHeader("Accept", "application/json").DoRaw(ctx)
+	if err != nil {
+		return fmt.Errorf("%s: %w", path, err)
+	}
+	var tm metav1.TypeMeta
+	if json.Unmarshal(body, &tm) != nil || tm.Kind != kind {
+		return fmt.Errorf("%s: the response is not an %s", path, kind)
+	}
+	if err := json.Unmarshal(body, into); err != nil {
+		return fmt.Errorf("%s: %w", path, err)
+	}
+	return nil
 }
 
 // kept counts the decoded objects of one kind.
@@ -129,12 +196,22 @@ func kept(r *decode.Result, kind string) int {
 	return 0
 }
 
-// listPages streams one kind page by page into r. Items of a typed list
-// (PodList, ...) carry no kind of their own; the decoder takes it from the
+// DefaultMaxPages bounds how many pages one list may take (5 million
+// objects at the default page size): a server, or something in front of
+// it, that keeps answering with a continue token must not keep Moat
+// listing.
+const DefaultMaxPages = 10000
+
+// listPages streams one kind page by page into r. Every page must be a
+// List of the kind (a PodList...; see decode.Result.DecodeListPage), and
+// the continue tokens must move on: a token given twice, more than
+// maxPages pages, or a token on an unpaginated list is an error. Items of
+// a typed list carry no kind of their own; the decoder takes it from the
 // list. Diagnostics name the source "cluster/<resource>".
-func listPages(ctx context.Context, rc rest.Interface, r *decode.Result, k Kind, size int64) error {
+func listPages(ctx context.Context, rc rest.Interface, r *decode.Result, k Kind, size int64, maxPages int) error {
 	token := ""
-	for {
+	seen := map[string]bool{}
+	for page := 1; ; page++ {
 		req := rc.Get().AbsPath(k.Path).SetHeader("Accept", "application/json")
 		if size > 0 {
 			req = req.Param("limit", strconv.FormatInt(size, 10))
@@ -151,13 +228,21 @@ func listPages(ctx context.Context, rc rest.Interface, r *decode.Result, k Kind,
 		if err != nil {
 			return err
 		}
-		token, err = r.DecodeListPage("cluster/"+k.Resource, body)
+		token, err = r.DecodeListPage("cluster/"+k.Resource, body, k.APIVersion, k.Kind)
 		body.Close()
 		if err != nil {
 			return fmt.Errorf("decode list response: %w", err)
 		}
-		if token == "" || size == 0 {
+		switch {
+		case token == "":
 			return nil
+		case size == 0:
+			return fmt.Errorf("page %d: a continue token on a list asked for without a limit: the list may be incomplete", page)
+		case seen[token]:
+			return fmt.Errorf("page %d: the continue token of an earlier page again: the list does not progress", page)
+		case page == maxPages:
+			return fmt.Errorf("more than %d pages of %d", maxPages, size)
 		}
+		seen[token] = true
 	}
 }

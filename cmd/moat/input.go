@@ -236,7 +236,9 @@ func describeLive(context string, s *kubesource.Snapshot) string {
 	for _, k := range kubesource.Kinds {
 		n, ok := s.Count[k.Kind]
 		if !ok {
-			parts = append(parts, k.Resource+" not served")
+			// Its list answered 404 and discovery agrees (kubesource);
+			// moat-agent waits for the kind and stays not ready meanwhile.
+			parts = append(parts, k.Resource+" not served (moat-agent stays not ready without them)")
 			continue
 		}
 		parts = append(parts, fmt.Sprintf("%d %s", n, k.Resource))
