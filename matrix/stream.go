@@ -44,7 +44,8 @@ type grid interface {
 
 // Matrix is a connectivity matrix judged cell by cell as a writer asks:
 // memory grows with the endpoints and the square of their classes, not
-// with the cells printed.
+// with the cells printed. Its writers keep caches in it: one writer at a
+// time.
 type Matrix struct {
 	prog  *policy.Program
 	eps   []Endpoint
@@ -97,6 +98,19 @@ func (m *Matrix) Endpoints() int { return len(m.eps) }
 
 // Ports are the matrix's ports.
 func (m *Matrix) Ports() []PortProto { return m.ports }
+
+// TableSize is the size in bytes of what WriteTable prints, without
+// judging anything: the cost of a matrix, told before it is paid.
+func (m *Matrix) TableSize() int64 {
+	n := int64(len(m.eps))
+	width := 0
+	for _, l := range m.lbls {
+		width = max(width, len(l))
+	}
+	numW := int64(len(fmt.Sprint(n)))
+	perPort := int64(80) + (numW+2+int64(width)+n*(numW+1)+1)*(n+1)
+	return perPort * int64(len(m.ports))
+}
 
 // Classes is the number of classes of endpoints judged alike.
 func (m *Matrix) Classes() int { return len(m.cls.reps) }

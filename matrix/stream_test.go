@@ -39,6 +39,15 @@ func sameOutput(t *testing.T, name string, prog *policy.Program, opts matrix.Opt
 		{"json", func(b *bytes.Buffer) error { return matrix.WriteJSON(b, res) }, func(b *bytes.Buffer) error { return m.WriteJSON(b) }},
 		{"html", func(b *bytes.Buffer) error { return matrix.WriteHTML(b, res) }, func(b *bytes.Buffer) error { return m.WriteHTML(b) }},
 	}
+	var table bytes.Buffer
+	if err := m.WriteTable(&table); err != nil {
+		t.Fatal(err)
+	}
+	// TableSize tells the cost before it is paid: within the legend's
+	// length per port.
+	if est, got := m.TableSize(), int64(table.Len()); est < got-100*int64(len(m.Ports())) || est > got+100*int64(len(m.Ports())) {
+		t.Errorf("%s: TableSize %d, table of %d bytes", name, est, got)
+	}
 	for _, f := range formats {
 		var want, got bytes.Buffer
 		if err := f.old(&want); err != nil {

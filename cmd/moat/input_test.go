@@ -275,7 +275,7 @@ func TestMatrixMaxEndpoints(t *testing.T) {
 	}
 	b.WriteString(`]}`)
 	_, errOut, code = run(t, b.String(), "matrix", "-f", "-", "--port", "80")
-	if code != 1 || !strings.Contains(errOut, "2001 endpoints (in 2 classes the policies tell apart) make 4004001 cells on each of 1 port(s), more than --max-endpoints 2000") {
+	if code != 1 || !strings.Contains(errOut, "2001 endpoints (in 2 classes the policies tell apart) make 4004001 cells on each of 1 port(s), a table of about 20.1 MB, more than --max-endpoints 2000") {
 		t.Errorf("2,001 pods by default: code %d, stderr %q", code, errOut)
 	}
 	out, errOut, code := run(t, b.String(), "matrix", "-f", "-", "--port", "80", "-n", "b")

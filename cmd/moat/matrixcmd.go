@@ -110,9 +110,24 @@ func checkMatrixSize(m *matrix.Matrix, limit int) error {
 		return nil
 	}
 	cells := int64(n) * int64(n)
-	return fmt.Errorf("%d endpoints (in %d classes the policies tell apart) make %d cells on each of %d port(s), more than --max-endpoints %d allows: "+
+	return fmt.Errorf("%d endpoints (in %d classes the policies tell apart) make %d cells on each of %d port(s), a table of about %s, more than --max-endpoints %d allows: "+
 		"narrow the matrix with -n NAMESPACE (the policies of every namespace still apply) and --port N/PROTO, or pass --max-endpoints 0 to print it all",
-		n, m.Classes(), cells, len(m.Ports()), limit)
+		n, m.Classes(), cells, len(m.Ports()), humanBytes(m.TableSize()), limit)
+}
+
+// humanBytes is a size in the largest unit that keeps it at 1 or more.
+func humanBytes(b int64) string {
+	f, unit := float64(b), "bytes"
+	for _, u := range []string{"KB", "MB", "GB", "TB"} {
+		if f < 1000 {
+			break
+		}
+		f, unit = f/1000, u
+	}
+	if unit == "bytes" {
+		return fmt.Sprintf("%d bytes", b)
+	}
+	return fmt.Sprintf("%.1f %s", f, unit)
 }
 
 // describeArgs prints matrix options as flags.
