@@ -21,7 +21,9 @@ import (
 //     address space that the rules of both states can tell apart: the
 //     addresses every term of every rule either contains or not alike
 //     (inside a CIDR and outside its excepts, inside each except, outside
-//     everything), per family.
+//     everything), per family; the nodes' pod CIDRs divide it too, since
+//     a source inside one that no pod owns is dropped as forged towards
+//     that node (policy: forged sources).
 //
 // Addresses some endpoint already stands for (pods of either state, nodes,
 // --peer) are never picked, so an implied peer is always a bare address,
@@ -140,6 +142,13 @@ func addrClasses(before, after *policy.Program, taken []netip.Addr) []*addrClass
 				for _, r := range dp.Baseline {
 					addMatch(r.Match)
 				}
+			}
+		}
+	}
+	for _, p := range []*policy.Program{before, after} {
+		for _, n := range p.Nodes {
+			for _, c := range n.PodCIDRs {
+				sets[policy.NewAddrSet(policy.PrefixRange(c))] = len(sets)
 			}
 		}
 	}

@@ -1,6 +1,7 @@
 package flowdiff
 
 import (
+	"fmt"
 	"net/netip"
 	"slices"
 
@@ -87,7 +88,10 @@ func Compute(before, after *policy.Program, opts Options) *Result {
 
 // factsChanged reports whether an endpoint's own facts, which every flow
 // touching it depends on, differ between the states: a pod's addresses,
-// host network, node, its node's addresses, whether it is policed; for any
+// host network, node, its node's addresses and pod CIDRs (which decide
+// which sources reaching it are dropped as forged), whether it is policed;
+// for an address that is no pod's, whether a pod claims it and the node
+// it belongs to, with that node's addresses and pod CIDRs; for any
 // endpoint, whether one of its addresses is claimed by several pods.
 func (s *space) factsChanged(ep *endpoint) bool {
 	for _, a := range ep.addrs {
@@ -96,11 +100,17 @@ func (s *space) factsChanged(ep *endpoint) bool {
 		}
 	}
 	if !ep.pod {
+		for _, a := range ep.addrs {
+			if claimed(s.before, a) != claimed(s.after, a) || nodeFacts(s.before, a) != nodeFacts(s.after, a) {
+				return true
+			}
+		}
 		return false
 	}
 	b, a := &s.before.Pods[ep.podBefore], &s.after.Pods[ep.podAfter]
 	if !slices.Equal(b.IPs, a.IPs) || b.HostNetwork != a.HostNetwork || b.NodeName != a.NodeName ||
-		!slices.Equal(s.before.NodeAddrs(b.NodeName), s.after.NodeAddrs(a.NodeName)) {
+		!slices.Equal(s.before.NodeAddrs(b.NodeName), s.after.NodeAddrs(a.NodeName)) ||
+		!slices.Equal(s.before.PodCIDRs(b.NodeName), s.after.PodCIDRs(a.NodeName)) {
 		return true
 	}
 	return (s.before.Policies[ep.podBefore] == nil) != (s.after.Policies[ep.podAfter] == nil)
@@ -148,4 +158,21 @@ func (ix addrIndex) within(rs []policy.AddrRange) []int {
 	}
 	slices.Sort(out)
 	return slices.Compact(out)
+}
+
+// claimed reports whether a pod-network pod claims a, alone or with
+// others.
+func claimed(p *policy.Program, a netip.Addr) bool {
+	_, ok := p.PodByIP(a)
+	return ok || p.DuplicateAddr(a)
+}
+
+// nodeFacts describes the node that has address a, if any: its name,
+// addresses and pod CIDRs.
+func nodeFacts(p *policy.Program, a netip.Addr) string {
+	n, ok := p.NodeByIP(a)
+	if !ok {
+		return ""
+	}
+	return fmt.Sprint(p.Nodes[n].Name, p.Nodes[n].Addrs, p.Nodes[n].PodCIDRs)
 }

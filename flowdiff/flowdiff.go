@@ -18,8 +18,9 @@
 //
 // Compute does not judge the whole matrix. A flow's verdict depends only on
 // the source's compiled egress policy, the destination's compiled ingress
-// policy, and the two pods' own facts (addresses, host network, node and
-// its addresses, whether an address is claimed twice). So it compares, for
+// policy, and the two ends' own facts (addresses, host network, node with
+// its addresses and pod CIDRs, whether a pod claims an address, or
+// several). So it compares, for
 // every pod, its compiled policies in the two Programs - once per distinct
 // pair, as pods with the same selecting policies share them - and, where
 // they differ only in which addresses rules match, finds the remote

@@ -46,6 +46,10 @@ func TestDifferentialRandom(t *testing.T) {
 	cfg.SCTP = true
 	for r := 0; r < *rounds; r++ {
 		s := seed + int64(r)
+		// Every other cluster has pod CIDRs and a peer inside node-0's
+		// that no pod owns: node-0 drops its connections as forged, and
+		// the evaluator must say so.
+		cfg.PodCIDRs = s%2 == 1
 		sc := randcluster.Generate(s, cfg)
 		opts := policy.Options{DenyNodeLocal: s%3 == 0, IngressNetworksAndNodes: s%4 != 0}
 		bad, err := measureScenario(t, sc, opts, nil)

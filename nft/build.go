@@ -128,9 +128,22 @@ func newBuilder(node string, cache *buildCache) *builder {
 // are node-local (Program.NodeLocalAddrs), and the node's addresses a
 // pod claims, which are not.
 func (b *builder) nodeLocal(prog *policy.Program) {
+	b.rs.own = ownAddrs(prog, b.rs.node)
 	b.rs.nodeLocal = prog.NodeLocalAddrs(b.rs.node)
 	b.rs.hostLocal = !prog.Options.DenyNodeLocal
 	b.rs.nodeClaimed = nodeClaimed(prog, b.rs.node, b.rs.nodeLocal)
+}
+
+// ownAddrs lists, sorted, the addresses the Node's status gives it.
+func ownAddrs(prog *policy.Program, node string) []netip.Addr {
+	var out []netip.Addr
+	for _, a := range prog.NodeAddrs(node) {
+		if a = a.Unmap(); a.IsValid() {
+			out = append(out, a)
+		}
+	}
+	slices.SortFunc(out, netip.Addr.Compare)
+	return slices.Compact(out)
 }
 
 // nodeClaimed lists, sorted, the node's addresses that NodeLocalAddrs

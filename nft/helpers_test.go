@@ -61,10 +61,10 @@ func checkAgainstEvaluator(t *testing.T, prog *policy.Program, extra []netip.Add
 }
 
 // checkRulesets is checkAgainstEvaluator with each node's rules given
-// (built from a node-scoped Program, as moat-agent builds them). A new
-// connection from inside a crossed node's pod CIDRs that is no pod's is
-// expected dropped whatever the evaluator says: the anti-spoofing rules of
-// docs/agent.md, which judge the packet's source rather than policy.
+// (built from a node-scoped Program, as moat-agent builds them). An extra
+// address that is no pod's and no node's comes from outside the cluster
+// and crosses only the destination's node; one inside that node's pod
+// CIDRs is dropped there as forged, which the evaluator models too.
 func checkRulesets(t *testing.T, prog *policy.Program, rulesets map[string]*Ruleset, extra []netip.Addr, ports []Packet) int {
 	t.Helper()
 	type ep struct {
@@ -99,7 +99,6 @@ func checkRulesets(t *testing.T, prog *policy.Program, rulesets map[string]*Rule
 					if src.Pod >= 0 && src.Pod == dst.Pod {
 						sn, dn = "", ""
 					}
-					forged := src.Pod < 0 && (inPodCIDRs(prog, sn, sa) || inPodCIDRs(prog, dn, sa))
 					for _, pp := range ports {
 						v := prog.Evaluate(policy.Flow{Src: src, Dst: dst, Proto: pp.Proto, Port: pp.Port})
 						var crossed []*Ruleset
@@ -111,9 +110,9 @@ func checkRulesets(t *testing.T, prog *policy.Program, rulesets map[string]*Rule
 						}
 						got := PathAllows(Packet{Src: sa, Dst: da, Proto: pp.Proto, Port: pp.Port}, crossed...)
 						n++
-						if want := v.Allowed && !forged; got != want {
-							t.Errorf("%s (%s) -> %s (%s) %s/%d: rules say %v, want %v (evaluator %v, forged source %v; egress: %s; ingress: %s)",
-								s.label, sa, d.label, da, pp.Proto, pp.Port, got, want, v.Allowed, forged, v.Egress.Reason, v.Ingress.Reason)
+						if got != v.Allowed {
+							t.Errorf("%s (%s) -> %s (%s) %s/%d: rules say %v, the evaluator %v (egress: %s; ingress: %s)",
+								s.label, sa, d.label, da, pp.Proto, pp.Port, got, v.Allowed, v.Egress.Reason, v.Ingress.Reason)
 						}
 					}
 				}
@@ -121,19 +120,6 @@ func checkRulesets(t *testing.T, prog *policy.Program, rulesets map[string]*Rule
 		}
 	}
 	return n
-}
-
-// inPodCIDRs reports whether a is inside node's pod CIDRs ("" for no node).
-func inPodCIDRs(prog *policy.Program, node string, a netip.Addr) bool {
-	if node == "" {
-		return false
-	}
-	for _, c := range prog.PodCIDRs(node) {
-		if c.Contains(a) {
-			return true
-		}
-	}
-	return false
 }
 
 func readGolden(t *testing.T, path, got string) {

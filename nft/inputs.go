@@ -34,6 +34,8 @@ type buildInputs struct {
 	// from anywhere in the cluster (rare, and an input problem anyway).
 	rebuild       bool
 	denyNodeLocal bool
+	// own are Ruleset.own, the node's status addresses.
+	own []netip.Addr
 	// nodeAddrs are the node's node-local addresses
 	// (Program.NodeLocalAddrs).
 	nodeAddrs []netip.Addr
@@ -64,6 +66,7 @@ func readInputs(prog *policy.Program, node string) *buildInputs {
 		in.rebuild = true
 		return in
 	}
+	in.own = ownAddrs(prog, node)
 	in.nodeAddrs = prog.NodeLocalAddrs(node)
 	in.nodeClaimed = nodeClaimed(prog, node, in.nodeAddrs)
 	in.podNets = podNets(prog, node)
@@ -88,7 +91,7 @@ func (in *buildInputs) equal(o *buildInputs) bool {
 	if in == nil || o == nil || in.rebuild || o.rebuild {
 		return false
 	}
-	return in.denyNodeLocal == o.denyNodeLocal &&
+	return in.denyNodeLocal == o.denyNodeLocal && slices.Equal(in.own, o.own) &&
 		slices.Equal(in.nodeAddrs, o.nodeAddrs) && slices.Equal(in.nodeClaimed, o.nodeClaimed) &&
 		slices.Equal(in.podNets, o.podNets) && slices.Equal(in.podAddrs, o.podAddrs) &&
 		slices.EqualFunc(in.pods, o.pods, podInputs.equal)

@@ -36,9 +36,11 @@ func (rs *Ruleset) Allows(p Packet) bool {
 		// connections between routable addresses).
 		return false
 	}
-	if rs.spoofed(src) {
-		// The forward and input hooks' spoofRules (the output hook's
-		// node-local packets do not come from the pod CIDRs).
+	if rs.spoofed(src) && !contains(rs.own, src) {
+		// The forward and input hooks' spoofRules. A connection from
+		// one of the node's addresses is taken to start on the node
+		// (as the evaluator takes it), and the output hook does not
+		// check: a Node may list its gateway address in the pod CIDR.
 		return false
 	}
 	if contains(rs.nodeLocal, src) {

@@ -27,9 +27,11 @@ func randomPorts() []Packet {
 // TestRandomRulesAgreeWithEvaluator: for random clusters, what the
 // rendered rules of the crossed nodes do equals what the evaluator says,
 // for every flow. Every other cluster has pod CIDRs, some pods addresses
-// from another node's CIDR and a forged source; then the rules are built
-// from node-scoped Programs too, as moat-agent builds them. The kernel side
-// of the same comparison is lab's differential test.
+// from another node's CIDR, node addresses inside the CIDRs and a forged
+// source, which the evaluator and the rules must both drop where the
+// destination's node checks it; then the rules are built from node-scoped
+// Programs too, as moat-agent builds them. The kernel side of the same
+// comparison is lab's differential test.
 func TestRandomRulesAgreeWithEvaluator(t *testing.T) {
 	cfg := randcluster.Default()
 	cfg.SCTP = true
@@ -44,6 +46,9 @@ func TestRandomRulesAgreeWithEvaluator(t *testing.T) {
 			prog := compileYAMLOpts(t, string(y), opts)
 			extra := append([]netip.Addr{}, sc.Peers...)
 			extra = append(extra, randcluster.NodeAddr4(1), randcluster.NodeAddr6(1))
+			if cfg.PodCIDRs {
+				extra = append(extra, randcluster.GatewayAddr4(0))
+			}
 			failed := t.Failed()
 			checkAgainstEvaluator(t, prog, extra, randomPorts())
 			if cfg.PodCIDRs {

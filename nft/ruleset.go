@@ -158,6 +158,11 @@ type Ruleset struct {
 	// address is not policed, and a TCP packet that is new to conntrack
 	// but no SYN is dropped from or to them.
 	self []netip.Addr
+	// own lists the node's addresses (its Node's status.addresses), for
+	// Allows alone: a connection from one of them is taken to be the
+	// node's own, which the output hook does not check for forged
+	// sources, even when the address is inside the node's pod CIDRs.
+	own []netip.Addr
 	// nodeLocal lists the node's addresses whose traffic to local pods is
 	// allowed; empty when node-local traffic is policed.
 	nodeLocal []netip.Addr

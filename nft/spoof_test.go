@@ -71,3 +71,84 @@ func TestSpoofedSources(t *testing.T) {
 		t.Error("inputs equal although the pod CIDRs differ")
 	}
 }
+
+// forgedCluster: n1's pod CIDRs hold its pod x, a pod q of n2 (own IP
+// pools of the CNI) and n1's gateway address, which its Node lists; n2's
+// hold its pod y. x and y are isolated for ingress but from anywhere.
+const forgedCluster = `apiVersion: v1
+kind: Node
+metadata: {name: n1}
+spec: {podCIDRs: ["10.244.1.0/24", "fd00:244:1::/64"]}
+status: {addresses: [{type: InternalIP, address: 192.168.1.1}, {type: InternalIP, address: 10.244.1.1}]}
+---
+apiVersion: v1
+kind: Node
+metadata: {name: n2}
+spec: {podCIDRs: ["10.244.2.0/24"]}
+status: {addresses: [{type: InternalIP, address: 192.168.1.2}]}
+---
+apiVersion: v1
+kind: Namespace
+metadata: {name: a}
+---
+apiVersion: v1
+kind: Pod
+metadata: {name: x, namespace: a}
+spec: {nodeName: n1}
+status: {podIPs: [{ip: 10.244.1.5}, {ip: "fd00:244:1::5"}]}
+---
+apiVersion: v1
+kind: Pod
+metadata: {name: "y", namespace: a}
+spec: {nodeName: n2}
+status: {podIP: 10.244.2.5}
+---
+apiVersion: v1
+kind: Pod
+metadata: {name: q, namespace: a}
+spec: {nodeName: n2}
+status: {podIP: 10.244.1.9}
+---
+apiVersion: v1
+kind: Pod
+metadata: {name: h, namespace: a}
+spec: {nodeName: n1, hostNetwork: true}
+status: {podIP: 192.168.1.1}
+---
+apiVersion: networking.k8s.io/v1
+kind: NetworkPolicy
+metadata: {name: in, namespace: a}
+spec:
+  podSelector: {}
+  policyTypes: [Ingress]
+  ingress: [{from: [{ipBlock: {cidr: 0.0.0.0/0}}, {ipBlock: {cidr: "::/0"}}]}]
+`
+
+// TestForgedSourcesAgreeWithEvaluator: the evaluator denies what the
+// destination node's anti-spoofing rules drop (review 7 F6: it allowed
+// an unowned source in the pod CIDRs as "outside the pod network"), and
+// allows what they let through: sources in another node's CIDRs, pods'
+// addresses, and the node's own address inside its CIDRs (the output
+// hook does not check it, with node-local traffic allowed or not).
+func TestForgedSourcesAgreeWithEvaluator(t *testing.T) {
+	extra := []netip.Addr{netip.MustParseAddr("10.244.1.77"), netip.MustParseAddr("fd00:244:1::77"), netip.MustParseAddr("10.244.2.77"),
+		netip.MustParseAddr("10.244.1.1"), netip.MustParseAddr("192.168.1.1"), netip.MustParseAddr("192.168.1.2"), netip.MustParseAddr("203.0.113.1")}
+	for _, opts := range []policy.Options{{}, {DenyNodeLocal: true}} {
+		prog := compileYAMLOpts(t, forgedCluster, opts)
+		if n := checkAgainstEvaluator(t, prog, extra, []Packet{{Proto: policy.ProtoTCP, Port: 80}}); n == 0 {
+			t.Fatal("no flows compared")
+		}
+		x, _ := prog.PodByKey("a/x")
+		for src, want := range map[string]bool{"10.244.1.77": false, "fd00:244:1::77": false, "10.244.2.77": true, "10.244.1.1": true, "10.244.1.9": true} {
+			dst := "10.244.1.5"
+			if netip.MustParseAddr(src).Is6() {
+				dst = "fd00:244:1::5"
+			}
+			s, _ := prog.ParseEndpoint(src)
+			f := policy.Flow{Src: s, Dst: policy.Endpoint{Pod: x, Addr: netip.MustParseAddr(dst)}, Proto: policy.ProtoTCP, Port: 80}
+			if got := prog.Allowed(f); got != want {
+				t.Errorf("DenyNodeLocal=%v: %s to a/x allowed=%v, want %v", opts.DenyNodeLocal, src, got, want)
+			}
+		}
+	}
+}

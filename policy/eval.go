@@ -59,7 +59,7 @@ type Verdict struct {
 // on the size of the cluster.
 func (p *Program) Evaluate(f Flow) Verdict {
 	e, i := p.judgeBoth(f)
-	v := Verdict{Egress: p.explain(e, f.Src, Egress), Ingress: p.explain(i, f.Dst, Ingress)}
+	v := Verdict{Egress: p.explain(e, f, Egress), Ingress: p.explain(i, f, Ingress)}
 	v.Allowed = v.Egress.Allowed && v.Ingress.Allowed
 	return v
 }
@@ -86,8 +86,11 @@ type outcome struct {
 	self    bool
 	// duplicate: an end's address is claimed by several pods.
 	duplicate bool
-	node      string // node-local: the node's name
-	quiet     bool   // default allow with no rule at all for this pod
+	// forged: the destination's node drops the source as forged
+	// (forgedAt); node names that node.
+	forged bool
+	node   string // node-local or forged: the node's name
+	quiet  bool   // default allow with no rule at all for this pod
 }
 
 func (p *Program) judgeBoth(f Flow) (outcome, outcome) {
@@ -100,7 +103,57 @@ func (p *Program) judgeBoth(f Flow) (outcome, outcome) {
 		return o, o
 	}
 	pods := p.evalPods()
+	if f.Src.Pod < 0 || pods[f.Src.Pod].dirs[Egress] == nil {
+		// The source is no policed pod (judge's first two cases): it
+		// may be one the agent takes for forged. A policed pod's
+		// address is a pod's, never forged, so pod-to-pod verdicts do
+		// not look.
+		if n, _, ok := p.forgedAt(f.Src, f.Dst); ok {
+			o := outcome{tier: TierNotPoliced, forged: true, node: p.Nodes[n].Name}
+			return o, o
+		}
+	}
 	return p.judge(pods, f.Src, f.Dst, f, Egress), p.judge(pods, f.Dst, f.Src, f, Ingress)
+}
+
+// forgedAt finds the node whose anti-spoofing rules drop a new connection
+// from src to dst before any policy (docs/agent.md, "Forged sources"):
+// the node that holds the destination (a pod of it, host-network or not,
+// or one of its addresses) drops, in its forward and input hooks, a
+// source inside its own spec.podCIDRs that no pod-network pod claims, on
+// any node. A bare address is taken to come from outside the cluster, so
+// only the destination's node checks it; a source in another node's pod
+// CIDRs is that node's business, and it sees the packet only when the
+// packet comes from one of its pods (then it drops it too). The node's own
+// packets (from its addresses or its host-network pods) leave through the
+// output hook, which does not check, so they are never forged at it. It
+// returns the node's index and the pod CIDR that contains the source.
+func (p *Program) forgedAt(src, dst Endpoint) (int, netip.Prefix, bool) {
+	s := src.Addr.Unmap()
+	if src.Pod >= 0 && !p.Pods[src.Pod].HostNetwork || p.podClaims(s) {
+		return 0, netip.Prefix{}, false // a pod-network pod's address
+	}
+	var dn string
+	if dst.Pod >= 0 {
+		dn = p.Pods[dst.Pod].NodeName
+	} else if i, ok := p.nodeByIP[dst.Addr.Unmap()]; ok {
+		dn = p.Nodes[i].Name
+	}
+	i, ok := p.nodeIndex[dn]
+	if !ok {
+		return 0, netip.Prefix{}, false // outside the cluster, or an unknown node
+	}
+	n := &p.Nodes[i]
+	for _, c := range n.PodCIDRs {
+		if !c.Contains(s) {
+			continue
+		}
+		if src.Pod >= 0 && p.Pods[src.Pod].NodeName == dn || slices.Contains(n.Addrs, s) {
+			return 0, netip.Prefix{}, false // the node's own packet
+		}
+		return i, c, true
+	}
+	return 0, netip.Prefix{}, false
 }
 
 // nodeLocal reports whether remote is an address of the node the pod runs
@@ -210,8 +263,12 @@ func ruleDesc(r *Rule) string {
 	return desc
 }
 
-// explain puts an outcome into words.
-func (p *Program) explain(o outcome, local Endpoint, dir Direction) Decision {
+// explain puts the outcome of one direction of f into words.
+func (p *Program) explain(o outcome, f Flow, dir Direction) Decision {
+	local := f.Src
+	if dir == Ingress {
+		local = f.Dst
+	}
 	d := Decision{Allowed: o.allowed, Tier: o.tier}
 	for _, r := range o.passed[:o.npassed] {
 		d.Passed = append(d.Passed, ruleDesc(r))
@@ -219,6 +276,10 @@ func (p *Program) explain(o outcome, local Endpoint, dir Direction) Decision {
 	switch {
 	case o.duplicate:
 		d.Reason = "an address of this flow is claimed by more than one pod: denied, since its traffic cannot be attributed"
+	case o.forged:
+		_, cidr, _ := p.forgedAt(f.Src, f.Dst)
+		d.Reason = fmt.Sprintf("the source %s is in node %s's pod CIDR %s but no pod owns it: node %s, which holds the destination, drops it as a forged source before any policy",
+			f.Src.Addr.Unmap(), o.node, cidr, o.node)
 	case o.self:
 		d.Reason = "a pod's traffic to itself is not policed"
 	case o.tier == TierNotPoliced:
@@ -267,7 +328,28 @@ func (p *Program) notPolicedReason(e Endpoint, dir Direction) string {
 	if n, ok := p.NodeByIP(e.Addr); ok {
 		return fmt.Sprintf("the %s is node %s: not policed", end, p.Nodes[n].Name)
 	}
+	if n, c, ok := p.inPodCIDRs(e.Addr); ok && !p.podClaims(e.Addr.Unmap()) {
+		if dir == Egress {
+			// forgedAt found no drop: the destination is on another node
+			// (or none), which does not check sources in n's pod CIDRs.
+			return fmt.Sprintf("the source %s is in node %s's pod CIDR %s but no pod owns it: not policed (only node %s drops it as forged, and the destination is not there)", e.Addr.Unmap(), n, c, n)
+		}
+		return fmt.Sprintf("the destination %s is in node %s's pod CIDR %s but no pod owns it: not policed", e.Addr.Unmap(), n, c)
+	}
 	return fmt.Sprintf("the %s is outside the pod network: not policed", end)
+}
+
+// inPodCIDRs finds a node whose pod CIDRs contain a, the first by name.
+func (p *Program) inPodCIDRs(a netip.Addr) (string, netip.Prefix, bool) {
+	a = a.Unmap()
+	for i := range p.Nodes {
+		for _, c := range p.Nodes[i].PodCIDRs {
+			if c.Contains(a) {
+				return p.Nodes[i].Name, c, true
+			}
+		}
+	}
+	return "", netip.Prefix{}, false
 }
 
 // ParseEndpoint resolves "namespace/pod" or an IP address. An address that

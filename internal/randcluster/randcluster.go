@@ -71,10 +71,12 @@ type Config struct {
 	SCTP                 bool
 	IPv6                 bool
 	MaxRulesPerDirection int
-	// PodCIDRs gives each node spec.podCIDRs (its pods' /24 and /64),
-	// some pods an address from another node's CIDR (a CNI with IP pools
-	// of its own), and, with ExternalPeers, a peer inside node-0's CIDRs
-	// that is no pod: the source the agent's anti-spoofing rules drop.
+	// PodCIDRs gives each node spec.podCIDRs (its pods' /24 and /64) and
+	// its gateway address in the /24 among its status addresses
+	// (GatewayAddr4), some pods an address from another node's CIDR (a
+	// CNI with IP pools of its own), and, with ExternalPeers, a peer
+	// inside node-0's CIDRs that is no pod: the source the agent's
+	// anti-spoofing rules drop on node-0.
 	PodCIDRs bool
 }
 
@@ -125,6 +127,12 @@ func podAddr4(node, i int) netip.Addr {
 func podAddr6(node, i int) netip.Addr {
 	return netip.AddrFrom16([16]byte{0xfd, 0x00, 0, 0x78, 7: byte(node), 15: byte(10 + i)})
 }
+
+// GatewayAddr4 is node i's address inside its IPv4 pod CIDR
+// (Config.PodCIDRs), where a bridge or ptp CNI puts the node's gateway
+// address; a Node rarely lists it, but one that does must not have its
+// own connections taken for forged ones.
+func GatewayAddr4(i int) netip.Addr { return netip.AddrFrom4([4]byte{10, 77, byte(i), 1}) }
 
 // Peer4 and Peer6 are the external peers.
 var (
@@ -188,6 +196,7 @@ func (g *gen) nodes() {
 				n.Spec.PodCIDRs = append(n.Spec.PodCIDRs, netip.PrefixFrom(podAddr6(i, 0), 64).Masked().String())
 			}
 			n.Spec.PodCIDR = n.Spec.PodCIDRs[0]
+			n.Status.Addresses = append(n.Status.Addresses, corev1.NodeAddress{Type: corev1.NodeInternalIP, Address: GatewayAddr4(i).String()})
 		}
 		g.add("Node", n.Name, n)
 	}

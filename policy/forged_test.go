@@ -1,0 +1,129 @@
+package policy_test
+
+import (
+	"net/netip"
+	"slices"
+	"strings"
+	"testing"
+
+	"github.com/moat-net/moat/manifest"
+	"github.com/moat-net/moat/policy"
+)
+
+// forgedCluster has pod CIDRs: n1 10.1.1.0/24 and fd00::1:0/112, n2
+// 10.1.2.0/24, whose Node lists its gateway 10.1.2.1 among its addresses.
+// Pod a/q runs on n2 with an address from n1's CIDR (a CNI with IP pools
+// of its own). a/x is ingress-isolated except from pods and nodes.
+const forgedCluster = `
+apiVersion: v1
+kind: Node
+metadata: {name: n1}
+spec: {podCIDRs: [10.1.1.0/24, "fd00::1:0/112"]}
+status: {addresses: [{type: InternalIP, address: 10.0.0.1}]}
+---
+apiVersion: v1
+kind: Node
+metadata: {name: n2}
+spec: {podCIDRs: [10.1.2.0/24]}
+status: {addresses: [{type: InternalIP, address: 10.0.0.2}, {type: InternalIP, address: 10.1.2.1}]}
+---
+apiVersion: v1
+kind: Namespace
+metadata: {name: a}
+---
+apiVersion: v1
+kind: Pod
+metadata: {name: x, namespace: a}
+spec: {nodeName: n1, containers: [{name: c}]}
+status: {podIPs: [{ip: 10.1.1.1}, {ip: "fd00::1:1"}]}
+---
+apiVersion: v1
+kind: Pod
+metadata: {name: "y", namespace: a}
+spec: {nodeName: n2, containers: [{name: c}]}
+status: {podIP: 10.1.2.10}
+---
+apiVersion: v1
+kind: Pod
+metadata: {name: q, namespace: a}
+spec: {nodeName: n2, containers: [{name: c}]}
+status: {podIP: 10.1.1.50}
+---
+apiVersion: v1
+kind: Pod
+metadata: {name: h, namespace: a}
+spec: {nodeName: n1, hostNetwork: true, containers: [{name: c}]}
+status: {podIP: 10.0.0.1}
+`
+
+// TestForgedSources: a new connection from an address inside the pod CIDRs
+// of the node that holds the destination, which no pod owns, is denied
+// before any policy, as that node's anti-spoofing rules drop it
+// (docs/agent.md); the review found explain calling it "outside the pod
+// network: not policed". Sources in another node's CIDRs, pods' addresses
+// and the nodes' own are not.
+func TestForgedSources(t *testing.T) {
+	const np = `
+apiVersion: networking.k8s.io/v1
+kind: NetworkPolicy
+metadata: {name: x-in, namespace: a}
+spec:
+  podSelector: {}
+  policyTypes: [Ingress]
+  ingress: [{from: [{ipBlock: {cidr: 0.0.0.0/0}}, {ipBlock: {cidr: "::/0"}}]}]
+`
+	notPol := policy.TierNotPoliced
+	cases := []flowCase{
+		{name: "unowned source in the destination node's CIDR", from: "10.1.1.99", to: "a/x", port: 80, allowed: false, egress: notPol, ingress: notPol,
+			reasonHas: "the source 10.1.1.99 is in node n1's pod CIDR 10.1.1.0/24 but no pod owns it: node n1, which holds the destination, drops it as a forged source"},
+		{name: "IPv6", from: "fd00::1:99", to: "fd00::1:1", port: 80, allowed: false, reasonHas: "node n1's pod CIDR fd00::1:0/112"},
+		{name: "to the node itself (input hook)", from: "10.1.1.99", to: "10.0.0.1", port: 22, allowed: false, reasonHas: "forged"},
+		{name: "to a host-network pod of the node", from: "10.1.1.99", to: "a/h", port: 9100, allowed: false, reasonHas: "forged"},
+		{name: "another node's CIDR: only that node checks", from: "10.1.1.99", to: "a/y", port: 80, allowed: true, egress: notPol,
+			reasonHas: "only node n1 drops it as forged, and the destination is not there"},
+		{name: "a pod of another node with an address in the CIDR", from: "a/q", to: "a/x", port: 80, allowed: true, ingress: policy.TierNetworkPolicy},
+		{name: "a pod's own address", from: "a/y", to: "a/x", port: 80, allowed: true},
+		{name: "the node's gateway address, listed in its status, to its pods", from: "10.1.2.1", to: "a/y", port: 80, allowed: true, ingress: policy.TierNodeLocal},
+		{name: "the node's gateway address to another node's pod", from: "10.1.2.1", to: "a/x", port: 80, allowed: true, ingress: policy.TierNetworkPolicy},
+		{name: "the node's gateway address to itself", from: "10.1.2.1", to: "10.0.0.2", port: 80, allowed: true},
+		{name: "a host-network pod of the node", from: "a/h", to: "a/x", port: 80, allowed: true},
+		{name: "outside the pod CIDRs", from: "192.0.2.7", to: "a/x", port: 80, allowed: true, reasonHas: "outside the pod network"},
+		{name: "an unowned destination is not dropped", from: "a/x", to: "10.1.1.99", port: 80, allowed: true,
+			reasonHas: "the destination 10.1.1.99 is in node n1's pod CIDR 10.1.1.0/24 but no pod owns it: not policed"},
+	}
+	for _, opts := range []policy.Options{{}, {DenyNodeLocal: true}} {
+		prog := compileWith(t, forgedCluster+"---\n"+np, opts)
+		c := slices.Clone(cases)
+		if opts.DenyNodeLocal {
+			c[7].ingress = policy.TierNetworkPolicy // judged, and allowed, by x-in
+		}
+		runFlows(t, prog, c)
+	}
+}
+
+// TestForgedVerdictAllocatesNothing: the Allowed hot path stays free of
+// allocations for forged sources too.
+func TestForgedVerdictAllocatesNothing(t *testing.T) {
+	prog := compileWith(t, forgedCluster, policy.Options{})
+	x, _ := prog.PodByKey("a/x")
+	f := policy.Flow{Src: policy.Endpoint{Pod: -1, Addr: netip.MustParseAddr("10.1.1.99")}, Dst: policy.Endpoint{Pod: x, Addr: netip.MustParseAddr("10.1.1.1")}, Proto: policy.ProtoTCP, Port: 80}
+	if prog.Allowed(f) {
+		t.Fatal("forged source allowed")
+	}
+	if n := testing.AllocsPerRun(100, func() { prog.Allowed(f) }); n != 0 {
+		t.Errorf("Allowed allocates %v times per forged flow", n)
+	}
+}
+
+// compileWith compiles manifests without the semantics base cluster.
+func compileWith(t *testing.T, y string, opts policy.Options) *policy.Program {
+	t.Helper()
+	res, err := (&manifest.Loader{Stdin: strings.NewReader(y)}).Load("-")
+	if err != nil {
+		t.Fatalf("load: %v", err)
+	}
+	if len(res.Dropped) > 0 {
+		t.Fatalf("dropped objects: %v %v", res.Dropped, res.Diagnostics)
+	}
+	return policy.Compile(&res.Cluster, opts)
+}
