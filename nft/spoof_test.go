@@ -152,3 +152,53 @@ func TestForgedSourcesAgreeWithEvaluator(t *testing.T) {
 		}
 	}
 }
+
+// nodeClaimCluster: node n2's status lists pod a/x's address; pods of
+// namespace b may reach nodes only.
+const nodeClaimCluster = `apiVersion: v1
+kind: Node
+metadata: {name: n1}
+status: {addresses: [{type: InternalIP, address: 192.168.1.1}]}
+---
+apiVersion: v1
+kind: Node
+metadata: {name: n2}
+status: {addresses: [{type: InternalIP, address: 192.168.1.2}, {type: ExternalIP, address: 10.244.1.5}]}
+---
+apiVersion: v1
+kind: Pod
+metadata: {name: x, namespace: a}
+spec: {nodeName: n1}
+status: {podIP: 10.244.1.5}
+---
+apiVersion: v1
+kind: Pod
+metadata: {name: z, namespace: b}
+spec: {nodeName: n1}
+status: {podIP: 10.244.1.6}
+---
+apiVersion: policy.networking.k8s.io/v1alpha2
+kind: ClusterNetworkPolicy
+metadata: {name: only-nodes}
+spec:
+  tier: Admin
+  priority: 1
+  subject: {namespaces: {matchLabels: {kubernetes.io/metadata.name: b}}}
+  egress:
+  - {name: to-nodes, action: Accept, to: [{nodes: {}}]}
+  - {name: deny-rest, action: Deny, to: [{networks: ["0.0.0.0/0"]}]}
+`
+
+// TestNodePeerLeavesOutPodAddresses: the rules' `nodes` set, like the
+// evaluator, leaves out a node address a pod-network pod claims (review 7
+// F11), so b/z reaches node n2's other address but not pod a/x.
+func TestNodePeerLeavesOutPodAddresses(t *testing.T) {
+	prog := compileYAML(t, nodeClaimCluster)
+	rs := Build(prog, "n1")
+	for dst, want := range map[string]bool{"192.168.1.2": true, "10.244.1.5": false} {
+		if got := rs.Allows(Packet{Src: netip.MustParseAddr("10.244.1.6"), Dst: netip.MustParseAddr(dst), Proto: policy.ProtoTCP, Port: 80}); got != want {
+			t.Errorf("b/z to %s: rules allow=%v, want %v", dst, got, want)
+		}
+	}
+	checkAgainstEvaluator(t, prog, []netip.Addr{netip.MustParseAddr("192.168.1.2")}, []Packet{{Proto: policy.ProtoTCP, Port: 80}})
+}

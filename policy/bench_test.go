@@ -178,7 +178,8 @@ var scale30k = clustergen.Config{Nodes: 300, Namespaces: 3000, Pods: 30000, Netw
 // new Program published, at 30,000 pods (issue 8's workload shape): a pod
 // relabelled (its app changes, so it leaves and joins selector peers and
 // classes), a pod added then deleted, a NetworkPolicy added then deleted,
-// a ClusterNetworkPolicy added then deleted, a namespace relabelled. It
+// a ClusterNetworkPolicy added then deleted, a pod given a node's address
+// then its own again, a namespace relabelled. It
 // reports the median and the 99th percentile of one change, and what it
 // allocates, for the whole cluster and scoped to one node (as moat-agent
 // compiles, where nearly every change is of a pod elsewhere).
@@ -234,6 +235,15 @@ func benchIncremental(b *testing.B, node string) {
 			} else {
 				comp.DeleteClusterNetworkPolicy(cnp.Name)
 			}
+		}},
+		{"pod-takes-node-address", func(i int) {
+			// A pod takes a node's address and gives it back: the nodes
+			// peers leave it out meanwhile (nodeClaimsChanged).
+			p := *cluster.Pods[(i/2*7919)%len(cluster.Pods)]
+			if i%2 == 0 {
+				p.IPs = []netip.Addr{cluster.Nodes[(i/2)%len(cluster.Nodes)].Addrs[0]}
+			}
+			comp.UpsertPod(&p)
 		}},
 		{"namespace-relabel", func(i int) {
 			ns := cluster.Namespaces[(i*31)%len(cluster.Namespaces)]

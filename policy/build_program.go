@@ -453,6 +453,10 @@ func (s *state) nodeDiags() []Diagnostic {
 			out = append(out, Diagnostic{Severity: SeverityWarning, Object: "Node " + name, Field: "status.addresses", Message: "node has no IP address: `nodes` peers select nothing on it"})
 		}
 		for _, a := range n.Addrs {
+			if pods := s.ipOwners.of(a.Unmap()); len(pods) > 0 {
+				out = append(out, Diagnostic{Severity: SeverityWarning, Object: "Node " + name, Field: "status.addresses",
+					Message: fmt.Sprintf("address %s is also pod %s's: left out of `nodes` peers and not node-local, its traffic is judged as the pod's", a, strings.Join(claimants(pods), ", pod "))})
+			}
 			if other, dup := owner[a.Unmap()]; dup {
 				out = append(out, Diagnostic{Severity: SeverityWarning, Object: "Node " + name, Field: "status.addresses", Message: fmt.Sprintf("address %s also belongs to node %s", a, other)})
 				continue

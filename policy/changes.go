@@ -99,14 +99,48 @@ func (s *state) deleteNamespace(name string) {
 }
 
 func (s *state) upsertNode(n Node) {
+	if old := s.nodes[n.Name]; old != nil {
+		s.countNodeAddrs(old, -1)
+	}
 	s.nodes[n.Name] = &n
+	s.countNodeAddrs(&n, 1)
 	s.nodesChanged()
 }
 
 func (s *state) deleteNode(name string) {
-	if _, ok := s.nodes[name]; ok {
+	if n, ok := s.nodes[name]; ok {
+		s.countNodeAddrs(n, -1)
 		delete(s.nodes, name)
 		s.nodesChanged()
+	}
+}
+
+// countNodeAddrs adds d to the count of nodes that list each of n's
+// addresses (state.nodeAddrRefs).
+func (s *state) countNodeAddrs(n *Node, d int32) {
+	for _, a := range n.Addrs {
+		a = a.Unmap()
+		if c := s.nodeAddrRefs[a] + d; c > 0 {
+			s.nodeAddrRefs[a] = c
+		} else {
+			delete(s.nodeAddrRefs, a)
+		}
+	}
+}
+
+// nodeClaimsChanged re-resolves the nodes peers when a pod took or
+// released (d.addrs) an address some Node lists: nodeAddrs leaves out the
+// addresses pods claim. It costs one map lookup per changed address
+// otherwise.
+func (s *state) nodeClaimsChanged() {
+	if len(s.nodeAddrRefs) == 0 {
+		return
+	}
+	for a := range s.dirty.addrs {
+		if s.nodeAddrRefs[a] > 0 {
+			s.refreshNodePeers()
+			return
+		}
 	}
 }
 
@@ -114,6 +148,12 @@ func (s *state) deleteNode(name string) {
 func (s *state) nodesChanged() {
 	s.dirty.nodes = true
 	s.dirty.diags = true
+	s.refreshNodePeers()
+}
+
+// refreshNodePeers re-resolves the resolved nodes peers, marking those
+// whose addresses changed.
+func (s *state) refreshNodePeers() {
 	for _, pe := range s.peers {
 		if pe.kind == peerNodes && pe.resolved {
 			if addrs := s.nodeAddrs(pe.node); !slices.Equal(addrs.Ranges(), pe.addrs.Ranges()) {

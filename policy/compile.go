@@ -68,6 +68,7 @@ func (s *state) loadNodes(nodes []Node) {
 		}
 		n := n
 		s.nodes[n.Name] = &n
+		s.countNodeAddrs(&n, 1)
 	}
 	s.dirty.nodes = true
 }

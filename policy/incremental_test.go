@@ -123,6 +123,26 @@ var mutators = []mutator{
 		comp.UpsertNode(*n)
 		return "change node " + n.Name
 	},
+	// A pod takes a node's address, or a node a pod's: `nodes` peers
+	// leave such an address out while a pod-network pod claims it.
+	func(r *rand.Rand, c *policy.Cluster, comp *policy.Compiler, _ *policy.Cluster) string {
+		i := r.IntN(len(c.Pods))
+		n := &c.Nodes[r.IntN(len(c.Nodes))]
+		if r.IntN(2) == 0 || len(c.Pods[i].IPs) == 0 {
+			if len(n.Addrs) == 0 {
+				return "nothing"
+			}
+			p := *c.Pods[i]
+			p.IPs = []netip.Addr{n.Addrs[r.IntN(len(n.Addrs))]}
+			p.HostNetwork = false
+			c.Pods[i] = &p
+			comp.UpsertPod(&p)
+			return "pod " + p.Key() + " takes node " + n.Name + "'s address"
+		}
+		n.Addrs = append(slices.Clone(n.Addrs), c.Pods[i].IPs[0])
+		comp.UpsertNode(*n)
+		return "node " + n.Name + " lists pod " + c.Pods[i].Key() + "'s address"
+	},
 	// Add, replace, touch or delete a NetworkPolicy. A deleted one joins
 	// the spares, so that its rules come back later (a policy deleted and
 	// applied again, or copied elsewhere) while the pods have changed.

@@ -110,13 +110,21 @@ func (a u128) next() u128 {
 	return u128{a.hi, a.lo + 1}
 }
 
-// nodeAddrs is the set of addresses of the nodes a selector selects.
+// nodeAddrs is the set of addresses of the nodes a selector selects,
+// less those a pod-network pod claims: a packet's source cannot tell the
+// node from the pod, which is judged as the pod (as NodeLocalAddrs leaves
+// such an address out), and a Node that lists a pod's address, a forged
+// status of a compromised node among them, must not make `nodes` peers
+// match that pod. nodeDiags warns of each. A pod taking or releasing such
+// an address refreshes the peers (publish: nodeClaimsChanged).
 func (s *state) nodeAddrs(sel labels.Selector) *AddrSet {
 	var addrs []AddrRange
 	for _, n := range s.nodes {
 		if sel.Matches(labels.Set(n.Labels)) {
 			for _, a := range n.Addrs {
-				addrs = append(addrs, AddrRange{a, a})
+				if a = a.Unmap(); s.ipOwners.count(a) == 0 {
+					addrs = append(addrs, AddrRange{a, a})
+				}
 			}
 		}
 	}

@@ -10,6 +10,7 @@ import (
 // changed class, and one copy of the Program's per-pod slices.
 func (s *state) publish() *Program {
 	d := &s.dirty
+	s.nodeClaimsChanged()
 	s.settlePeers()
 	s.refreshTiers()
 	s.refreshPeers()

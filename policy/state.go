@@ -40,6 +40,10 @@ type state struct {
 	addrsOdd *roaring.Bitmap
 
 	nodes map[string]*Node
+	// nodeAddrRefs counts the nodes that list each address: a pod's
+	// change of address refreshes the nodes peers only when it touches
+	// one (nodeClaimsChanged).
+	nodeAddrRefs map[netip.Addr]int32
 
 	nps      []*npState // input order; nil where deleted
 	cnps     []*cnpState
@@ -181,6 +185,7 @@ func newState(opts Options) *state {
 		namespaces:    map[string]*nsState{},
 		ipOwners:      newAddrOwners(0),
 		nodes:         map[string]*Node{},
+		nodeAddrRefs:  map[netip.Addr]int32{},
 		cnpsByID:      map[uint32]*cnpState{},
 		podSels:       map[string]*podSel{},
 		nsSels:        map[string]*nsSel{},
