@@ -133,6 +133,17 @@ func TestPluginReadsLiveClusterByDefault(t *testing.T) {
 	if code != 0 || !strings.Contains(out, "ok:") {
 		t.Errorf("plugin with --live=false: code %d, out %q, stderr %q", code, out, errOut)
 	}
+	// lab up and apply read files only: given -f, they take it (here a
+	// missing file, so that no lab is built); without, they say to pass -f.
+	for _, sub := range []string{"up", "apply"} {
+		_, errOut, code = runAs(t, true, "", "lab", sub, "-f", "no-such-file.yaml")
+		if code != 1 || !strings.Contains(errOut, "no-such-file.yaml") || strings.Contains(errOut, "files only") {
+			t.Errorf("plugin lab %s -f: code %d, stderr %q", sub, code, errOut)
+		}
+	}
+	if _, errOut, code = runAs(t, true, "", "lab", "up"); code != 1 || !strings.Contains(errOut, "pass it with -f") {
+		t.Errorf("plugin lab up: code %d, stderr %q", code, errOut)
+	}
 	out, _, _ = runAs(t, true, "", "--help")
 	if !strings.Contains(out, "kubectl moat") {
 		t.Errorf("plugin help does not say kubectl moat:\n%s", out)

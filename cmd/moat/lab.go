@@ -41,16 +41,22 @@ disagree, 1 error. -o json adds "measured", "predicted", "agree", "outcome".`
 	serve := labCommand("serve --lab NAME", "Answer on every port of a running lab (the process lab up starts)", "n", labServe)
 	serve.Hidden = true
 	_ = serve.MarkFlagRequired("lab")
-	c.AddCommand(run, clean, serve,
-		labCommand("up -f FILE... [--port N/PROTO]... [--peer IP]...",
-			"Build a lab that stays up (explore it with ip netns exec; change it with lab apply)", "imc", labUp),
-		labCommand("apply [--lab NAME] -f FILE...",
-			"Program a running lab with changed policies or labels (the pods and addresses must stay)", "in", labApply),
+	up := labCommand("up -f FILE... [--port N/PROTO]... [--peer IP]...",
+		"Build a lab that stays up (explore it with ip netns exec; change it with lab apply)", "imc", labUp)
+	apply := labCommand("apply [--lab NAME] -f FILE...",
+		"Program a running lab with changed policies or labels (the pods and addresses must stay)", "in", labApply)
+	up.Annotations = map[string]string{filesOnly: "true"}
+	apply.Annotations = map[string]string{filesOnly: "true"}
+	c.AddCommand(run, clean, serve, up, apply,
 		labCommand("probe [--lab NAME] [-o table|json]",
 			"Measure every flow of a running lab and compare with the evaluator (exit 0 agree, 3 disagree)", "pn", labProbe),
 		labCommand("down [--lab NAME]", "Tear a running lab down", "n", labDown))
 	return c
 }
+
+// filesOnly marks the commands that read files only (see snapshot): as
+// the kubectl plugin, they do not read the live cluster when given -f.
+const filesOnly = "moat.files-only"
 
 // labFlags are the lab commands' flags.
 type labFlags struct {

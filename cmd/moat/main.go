@@ -94,6 +94,11 @@ func newRootCommand(plugin bool) *cobra.Command {
 		root.Short += " (kubectl plugin: reads the current context's cluster unless --live=false)"
 		root.PersistentPreRunE = func(cmd *cobra.Command, _ []string) error {
 			if fl := cmd.Flags().Lookup("live"); fl != nil && !fl.Changed {
+				// lab up and apply keep a copy of their input, which
+				// works for files only: given -f, that is their input.
+				if cmd.Annotations[filesOnly] != "" && cmd.Flags().Changed("filename") {
+					return nil
+				}
 				return fl.Value.Set("true")
 			}
 			return nil
