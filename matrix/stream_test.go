@@ -90,6 +90,12 @@ func TestMatrixMatchesBuildOnExamples(t *testing.T) {
 	}
 }
 
+// TestMatrixEmpty: no endpoints is an empty table and "flows": null, as
+// Build's Result prints them.
+func TestMatrixEmpty(t *testing.T) {
+	sameOutput(t, "empty", policy.Compile(&policy.Cluster{}, policy.Options{}), matrix.Options{Ports: []matrix.PortProto{{Port: 80, Protocol: policy.ProtoTCP}}})
+}
+
 // TestMatrixMatchesBuildOnRandomClusters: the lab's random clusters are
 // small and adversarial (dual stack, host-network pods, ipBlocks with
 // excepts, named ports, node peers, external peers, duplicate pod
@@ -116,7 +122,12 @@ func TestMatrixMatchesBuildOnRandomClusters(t *testing.T) {
 		}
 		for _, deny := range []bool{false, true} {
 			prog := policy.Compile(&res.Cluster, policy.Options{IngressNetworksAndNodes: true, DenyNodeLocal: deny})
-			m := sameOutput(t, sc.Docs[0].Name, prog, matrix.Options{Peers: peers, Ports: []matrix.PortProto{{Port: 80, Protocol: policy.ProtoTCP}, {Port: 53, Protocol: policy.ProtoUDP}, {Port: 8080, Protocol: policy.ProtoTCP}}})
+			opts := matrix.Options{Peers: peers, Ports: []matrix.PortProto{{Port: 80, Protocol: policy.ProtoTCP}, {Port: 53, Protocol: policy.ProtoUDP}, {Port: 8080, Protocol: policy.ProtoTCP}}}
+			if deny && len(prog.Pods) > 0 {
+				// -n: classes of the pods kept, policies of all.
+				opts.Namespaces = []string{prog.Pods[len(prog.Pods)-1].Namespace}
+			}
+			m := sameOutput(t, sc.Docs[0].Name, prog, opts)
 			if m.Classes() < m.Endpoints() {
 				shared++
 			}
