@@ -488,6 +488,11 @@ func (h *header) read(src source, name string, inherit header) error {
 	switch {
 	case h.inherited && v != *cur:
 		h.bad = fmt.Sprintf("%s: %q in a list of %s %s", name, v, inherit.apiVersion, inherit.kind)
+	case *have && !h.inherited && v != *cur:
+		// Named by the first value, the message giving both: which one
+		// the author meant is not known.
+		h.bad = fmt.Sprintf("%s: duplicate field, given as %q and as %q", name, *cur, v)
+		return nil
 	case *have && !h.inherited:
 		h.bad = name + ": duplicate field"
 	}

@@ -3,6 +3,7 @@ package decode
 import (
 	"encoding/json"
 	"slices"
+	"strings"
 	"testing"
 
 	"k8s.io/apimachinery/pkg/util/validation/field"
@@ -109,6 +110,25 @@ func TestDuplicateFieldNamesTheField(t *testing.T) {
 		errs := r.Cluster.NetworkPolicies[0].Invalid()
 		if len(errs) != 1 || errs[0].Type != field.ErrorTypeDuplicate || errs[0].Field+": "+errs[0].ErrorBody() != tc.want {
 			t.Errorf("got %v, want %q", errs, tc.want)
+		}
+	}
+}
+
+// An apiVersion or kind given twice drops the object; when the two
+// differ, the object is named by the first and the message gives both
+// (review 9 F9: it was named by the last alone).
+func TestDuplicateKindNamesBoth(t *testing.T) {
+	for _, tc := range []struct{ doc, want string }{
+		{`{"apiVersion":"networking.k8s.io/v1","kind":"NetworkPolicy","kind":"Pod","metadata":{"name":"p","namespace":"a"},"spec":{"podSelector":{}}}`,
+			`NetworkPolicy a/p: kind: duplicate field, given as "NetworkPolicy" and as "Pod": object not loaded`},
+		{`{"apiVersion":"networking.k8s.io/v1","kind":"NetworkPolicy","kind":"NetworkPolicy","metadata":{"name":"p","namespace":"a"},"spec":{"podSelector":{}}}`,
+			`NetworkPolicy a/p: kind: duplicate field: object not loaded`},
+		{`{"apiVersion":"networking.k8s.io/v1","apiVersion":"v1","kind":"NetworkPolicy","metadata":{"name":"p","namespace":"a"},"spec":{"podSelector":{}}}`,
+			`NetworkPolicy a/p: apiVersion: duplicate field, given as "networking.k8s.io/v1" and as "v1": object not loaded`},
+	} {
+		r := decodeString(t, tc.doc)
+		if got := diagStrings(r.Diagnostics); len(r.Dropped) != 1 || !strings.HasPrefix(got, tc.want) {
+			t.Errorf("dropped %v, diagnostics %q; want %q", r.Dropped, got, tc.want)
 		}
 	}
 }
