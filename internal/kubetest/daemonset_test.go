@@ -83,6 +83,13 @@ func TestAgentDaemonSetIsLeastPrivilege(t *testing.T) {
 	}) {
 		t.Error("NODE_NAME is not taken from spec.nodeName")
 	}
+	// The Lease Role follows kustomize's namespace override; the agent
+	// must look for the Lease where it runs, not in moat-system.
+	if !slices.ContainsFunc(c.Env, func(e corev1.EnvVar) bool {
+		return e.Name == "POD_NAMESPACE" && e.ValueFrom != nil && e.ValueFrom.FieldRef != nil && e.ValueFrom.FieldRef.FieldPath == "metadata.namespace"
+	}) {
+		t.Error("POD_NAMESPACE is not taken from metadata.namespace: with a namespace override the agents look for their Lease in moat-system (403)")
+	}
 	for _, a := range c.Args {
 		name, _, _ := strings.Cut(a, "=")
 		if !slices.Contains(agentFlags, name) {
