@@ -305,9 +305,11 @@ func TestAgentNeverProgramsFromIncompleteCaches(t *testing.T) {
 }
 
 // TestAgentKeepsRulesWhenNftFails: a failing transaction leaves the last
-// rules, turns /readyz off, retries with backoff and recovers.
+// rules, turns /readyz off, retries with backoff and recovers. The failure
+// is the node's: one Event on the Node, none on the ClusterNetworkPolicies
+// (one per policy per failing node would be a storm at scale).
 func TestAgentKeepsRulesWhenNftFails(t *testing.T) {
-	c := clusterXY(t, fixture.YAML(t, npAllowYtoX))
+	c := clusterXY(t, fixture.YAML(t, npAllowYtoX), fixture.YAML(t, cnpHead+`spec: {tier: Admin, priority: 5, subject: {namespaces: {matchLabels: {selects: nothing}}}, ingress: [{action: Deny, from: [{namespaces: {}}]}]}`))
 	dp := newTestDP("n1")
 	a := startReady(t, c, Config{}, dp)
 	before := dp.fake.Dump()
@@ -349,6 +351,17 @@ func TestAgentKeepsRulesWhenNftFails(t *testing.T) {
 		got, _ := dp.allows("10.0.0.2", "10.0.0.1", 81)
 		return a.Ready() == nil && got, "not recovered"
 	})
+	// Events are sent in order: the streak's Node Event above was
+	// followed by any others long before the recovery.
+	evs, err := c.kube.CoreV1().Events("").List(context.Background(), metav1.ListOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, e := range evs.Items {
+		if e.Reason == EventNodeSyncFailed && e.InvolvedObject.Kind != "Node" {
+			t.Errorf("NodeSyncFailed Event on %s %s: a node's failure belongs to the Node only", e.InvolvedObject.Kind, e.InvolvedObject.Name)
+		}
+	}
 }
 
 func TestAgentInputProblems(t *testing.T) {

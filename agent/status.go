@@ -47,7 +47,7 @@ const (
 	// no pod.
 	EventPolicyProblem = "PolicyProblem"
 	// EventNodeSyncFailed: a node could not program its rules (the previous
-	// ones stay in force); on each ClusterNetworkPolicy and on the Node.
+	// ones stay in force); on the Node only.
 	EventNodeSyncFailed = "NodeSyncFailed"
 )
 
@@ -406,14 +406,13 @@ func (w *statusWriter) reportNPs(p *published) {
 }
 
 // nodeFailed reports that this node could not program its rules: a Warning
-// Event on the Node and on every ClusterNetworkPolicy, once per failure
-// streak (any agent, not only the leader: the failure is this node's).
+// Event on the Node, once per failure streak (any agent, not only the
+// leader: the failure is this node's). Not on the ClusterNetworkPolicies:
+// a failure common to many nodes (a kernel without a needed nft feature on
+// a node pool) would make nodes × policies Events, and `kubectl describe`
+// of a policy would list every failing node; the Node Event, the
+// moat_agent_syncs_total error count and /readyz say where it failed.
 func (w *statusWriter) nodeFailed(err error) {
 	msg := fmt.Sprintf("node %s could not program its nftables rules; the previous rules stay in force: %v", w.a.cfg.NodeName, err)
 	w.event(&corev1.ObjectReference{Kind: "Node", APIVersion: "v1", Name: w.a.cfg.NodeName, UID: types.UID(w.a.cfg.NodeName)}, corev1.EventTypeWarning, EventNodeSyncFailed, msg)
-	if p := w.latest.Load(); p != nil {
-		for _, c := range p.policies.cnps {
-			w.event(cnpRef(c), corev1.EventTypeWarning, EventNodeSyncFailed, msg)
-		}
-	}
 }
