@@ -108,7 +108,12 @@ type Agent struct {
 	compiled        compiled
 	problemsScanned time.Time
 	problemsDirty   bool
-	lastWarnings    []string
+	// noIPSince: when the scans first saw each pod of this node
+	// ("namespace/name") scheduled without an IP; othersNoIP: other
+	// nodes' pods without an IP already logged at -v=2.
+	noIPSince    map[string]time.Time
+	othersNoIP   map[string]bool
+	lastWarnings []string
 	// linksErr is the last sync's error resolving the pods' interfaces
 	// ("" for none; see reportLinks).
 	linksErr string
@@ -135,13 +140,15 @@ func New(cfg Config, clients Clients, dp Dataplane) (*Agent, error) {
 		return nil, errors.New("agent needs a dataplane")
 	}
 	a := &Agent{
-		cfg:       cfg,
-		clients:   clients,
-		dp:        dp,
-		log:       klog.Background().WithName("moat-agent").WithValues("node", cfg.NodeName),
-		metrics:   newMetrics(),
-		reported:  map[string]string{},
-		labelSets: newLabelSets(),
+		cfg:        cfg,
+		clients:    clients,
+		dp:         dp,
+		log:        klog.Background().WithName("moat-agent").WithValues("node", cfg.NodeName),
+		metrics:    newMetrics(),
+		reported:   map[string]string{},
+		noIPSince:  map[string]time.Time{},
+		othersNoIP: map[string]bool{},
+		labelSets:  newLabelSets(),
 	}
 	// Failed syncs back off exponentially (100 ms to 30 s); the bucket
 	// bounds retries of any kind to 10/s with bursts of 50.
@@ -379,8 +386,15 @@ func (a *Agent) sync(ctx context.Context) error {
 	if a.problemsDirty {
 		// At most every problemScanGap; a later sync catches up.
 		if wait := problemScanGap - time.Since(a.problemsScanned); full || wait <= 0 {
-			a.reportProblems(a.scanProblems(prog), res.Warnings)
+			problems, recheck := a.scanProblems(prog)
+			a.reportProblems(problems, res.Warnings)
 			a.problemsScanned, a.problemsDirty = time.Now(), false
+			if recheck > 0 {
+				// A pod of this node without an IP will have lasted
+				// long enough to report then, if nothing else scans.
+				a.problemsDirty = true
+				a.queue.AddAfter(syncKey, recheck)
+			}
 		} else {
 			a.queue.AddAfter(syncKey, wait)
 		}

@@ -382,7 +382,7 @@ spec: {podSelector: {}, ingress: "everything"}
 `),
 	)
 	dp := newTestDP("n1")
-	a := startReady(t, c, Config{AllowNodeLocal: true}, dp) // pod_claims_node_address needs node-local traffic
+	a := startReady(t, c, Config{AllowNodeLocal: true, PodWithoutIPAfter: -1}, dp) // pod_claims_node_address needs node-local traffic
 	for problem, want := range map[string]string{
 		problemPodWithoutIP:      "1",
 		problemDuplicatePodIP:    "1",
@@ -403,6 +403,34 @@ spec: {podSelector: {}, ingress: "everything"}
 	if v := testutilValue(t, a, "moat_agent_policies", `kind="NetworkPolicy",state="failed_closed"`); v != "1" {
 		t.Errorf("failed-closed NetworkPolicies = %s, want 1", v)
 	}
+}
+
+// TestPodWithoutIPOnlyOwnAndLasting: a pod scheduled without an IP is an
+// input problem only on its own node's agent, and only once it has lasted
+// PodWithoutIPAfter (every pod is in that state while its sandbox starts;
+// reporting each at once made every agent log every starting pod of the
+// cluster at -v=0 and flapped the gauge on every rollout). The scan that
+// finds the pod due comes by itself: nothing changes in the cluster after
+// the start.
+func TestPodWithoutIPOnlyOwnAndLasting(t *testing.T) {
+	objs := func() []runtime.Object {
+		return []runtime.Object{
+			fixture.Namespace("a", nil),
+			fixture.Node("n1", nil, "192.168.0.1"),
+			fixture.Node("n2", nil, "192.168.0.2"),
+			fixture.Pod("a", "starting-here", "n1", nil, nil),
+			fixture.Pod("a", "starting-there", "n2", nil, nil),
+		}
+	}
+	a := startReady(t, newFakeCluster(t, objs()...), Config{}, newTestDP("n1"))
+	if got := testutilValue(t, a, "moat_agent_input_problems", `problem="`+problemPodWithoutIP+`"`); got != "0" {
+		t.Errorf("default (60 s): pod_without_ip = %s right after the start, want 0", got)
+	}
+	a = startReady(t, newFakeCluster(t, objs()...), Config{PodWithoutIPAfter: 50 * time.Millisecond}, newTestDP("n1"))
+	fixture.Eventually(t, 10*time.Second, "the own pod reported once it lasted", func() (bool, string) {
+		got := testutilValue(t, a, "moat_agent_input_problems", `problem="`+problemPodWithoutIP+`"`)
+		return got == "1", fixture.Explain("pod_without_ip = %s, want 1 (the pod on n1 only)", got)
+	})
 }
 
 // testutilValue returns the value of one series from /metrics ("" if

@@ -35,6 +35,13 @@ type Config struct {
 	LeaderElection LeaderElection
 	// SyncTimeout bounds one nftables transaction (default 1 minute).
 	SyncTimeout time.Duration
+	// PodWithoutIPAfter is how long a pod of this node may be scheduled
+	// without an IP before it is reported as pod_without_ip (default 60
+	// s; negative: at once). Every pod passes through that state for a
+	// few seconds while its sandbox starts, which is no problem; other
+	// nodes' pods are never reported (only logged at -v=2), since this
+	// agent can do nothing about them.
+	PodWithoutIPAfter time.Duration
 }
 
 // LeaderElection configures the status writer's Lease.
@@ -69,6 +76,9 @@ func (c *Config) complete() error {
 	}
 	if c.SyncTimeout <= 0 {
 		c.SyncTimeout = time.Minute
+	}
+	if c.PodWithoutIPAfter == 0 {
+		c.PodWithoutIPAfter = time.Minute
 	}
 	le := &c.LeaderElection
 	if le.Namespace == "" {

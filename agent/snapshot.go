@@ -4,6 +4,7 @@ import (
 	"net/netip"
 	"slices"
 	"strings"
+	"time"
 
 	"github.com/moat-net/moat/policy"
 )
@@ -80,8 +81,18 @@ func (a *Agent) takeSnapshot() *snapshot {
 // them again meant a map of every pod's address at each scan): of the
 // claimants, the first by namespace/name is the owner and the others
 // have the problem.
-func (a *Agent) scanProblems(prog *policy.Program) map[string]problem {
+//
+// A pod of this node scheduled without an IP is a problem only once it has
+// lasted Config.PodWithoutIPAfter (every pod is in that state while its
+// sandbox starts); recheck is then how long until the next such pod is
+// due, 0 when none waits. Other nodes' pods without an IP are logged once
+// at -v=2, not counted: this agent can do nothing about them, and every
+// rollout anywhere would flap the gauge.
+func (a *Agent) scanProblems(prog *policy.Program) (_ map[string]problem, recheck time.Duration) {
 	problems := map[string]problem{}
+	now := time.Now()
+	noIP := map[string]time.Time{}
+	othersNoIP := map[string]bool{}
 	for _, o := range a.inf.nodes.GetStore().List() {
 		n, ok := o.(*cachedNode)
 		if !ok {
@@ -105,12 +116,31 @@ func (a *Agent) scanProblems(prog *policy.Program) map[string]problem {
 		switch {
 		case len(p.diags()) > 0:
 			problems["Pod "+p.Key()] = problem{problemInvalidPodField, diagMessages(p.diags())}
+		case len(p.IPs) == 0 && !p.HostNetwork && p.NodeName != "" && p.NodeName != a.cfg.NodeName:
+			key := p.Key()
+			othersNoIP[key] = true
+			if !a.othersNoIP[key] {
+				a.log.V(2).Info("Pod of another node has no IP yet", "object", "Pod "+key, "podNode", p.NodeName)
+			}
 		case len(p.IPs) == 0 && !p.HostNetwork && p.NodeName != "":
 			// Unscheduled pods have no IP yet by design; a scheduled one
 			// without an IP is worth knowing about once it lasts.
-			problems["Pod "+p.Key()] = problem{problemPodWithoutIP, "pod has no IP in status.podIPs: it is not policed and matches no peer until it has one"}
+			key := p.Key()
+			since, ok := a.noIPSince[key]
+			if !ok {
+				since = now
+			}
+			noIP[key] = since
+			if left := a.cfg.PodWithoutIPAfter - now.Sub(since); left > 0 {
+				if recheck == 0 || left < recheck {
+					recheck = left
+				}
+				continue
+			}
+			problems["Pod "+key] = problem{problemPodWithoutIP, "pod has had no IP in status.podIPs for " + a.cfg.PodWithoutIPAfter.String() + " or more: it is not policed and matches no peer until it has one"}
 		}
 	}
+	a.noIPSince, a.othersNoIP = noIP, othersNoIP
 	for _, ip := range prog.DuplicateAddrs() {
 		claimants := prog.Claimants(ip)
 		for _, key := range claimants[1:] {
@@ -131,7 +161,7 @@ func (a *Agent) scanProblems(prog *policy.Program) map[string]problem {
 			}
 		}
 	}
-	return problems
+	return problems, recheck
 }
 
 func diagMessages(ds []policy.Diagnostic) string {
