@@ -34,7 +34,23 @@ type NetlinkConntrack struct {
 // namespaces: ~10 ms at 262,144 buckets, however few entries the
 // namespace holds), so one dump of both families comes first, and only a
 // family where some flow is denied is dumped again to delete.
+//
+// Each packet carries Local for a source the namespace holds as its own
+// address, read once per call: a connection the node started from an
+// address its Node does not list (a gateway on the pod network) is judged
+// as the output hook judged it, not as forged. When the addresses cannot
+// be read nothing is deleted: cutting the node's own connections is worse
+// than keeping a denied one until the next try.
 func (c NetlinkConntrack) Delete(ctx context.Context, deny func(Packet) bool) (int, error) {
+	local, err := c.localAddrs()
+	if err != nil {
+		return 0, fmt.Errorf("conntrack: the node's addresses: %w", err)
+	}
+	judge := deny
+	deny = func(p Packet) bool {
+		_, p.Local = local[p.Src]
+		return judge(p)
+	}
 	families := []netlink.InetFamily{netlink.InetFamily(netlink.FAMILY_V4), netlink.InetFamily(netlink.FAMILY_V6)}
 	if flows, err := c.list(0); err == nil {
 		families = deniedFamilies(flows, deny)
@@ -59,6 +75,27 @@ func (c NetlinkConntrack) Delete(ctx context.Context, deny func(Packet) bool) (i
 		}
 	}
 	return total, errors.Join(errs...)
+}
+
+// localAddrs are the addresses of every interface of the namespace.
+func (c NetlinkConntrack) localAddrs() (map[netip.Addr]struct{}, error) {
+	var addrs []netlink.Addr
+	var err error
+	if c.Handle != nil {
+		addrs, err = c.Handle.AddrList(nil, netlink.FAMILY_ALL)
+	} else {
+		addrs, err = netlink.AddrList(nil, netlink.FAMILY_ALL)
+	}
+	if err != nil {
+		return nil, err
+	}
+	out := make(map[netip.Addr]struct{}, len(addrs))
+	for _, a := range addrs {
+		if ip, ok := netip.AddrFromSlice(a.IP); ok {
+			out[ip.Unmap()] = struct{}{}
+		}
+	}
+	return out, nil
 }
 
 // list dumps the conntrack table of one family, 0 for all.

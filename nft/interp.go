@@ -18,6 +18,14 @@ type Packet struct {
 	// when the node itself sent it. Only the check of sources on pod
 	// interfaces reads it (podLinkRules).
 	InIf int
+	// Local: the source is an address the node's kernel holds as its own
+	// (its gateway on the pod network, a secondary address), which the
+	// Node need not list in its status. Such a connection started on the
+	// node and met only the output hook, whose exemption asks the kernel
+	// (fib saddr type local). The conntrack cleanup sets it from the
+	// namespace's addresses; a Packet without it is judged by the Node's
+	// status addresses alone.
+	Local bool
 }
 
 // Allows reports whether this node's rules let the first packet of a new
@@ -29,6 +37,12 @@ func (rs *Ruleset) Allows(p Packet) bool {
 	src, dst := p.Src.Unmap(), p.Dst.Unmap()
 	if src == dst && contains(rs.self, src) {
 		return true
+	}
+	if p.Local && rs.hostLocal && !contains(rs.nodeLocal, src) && !contains(rs.nodeClaimed, src) {
+		// outputRules' last exemption: the node's own address, not one a
+		// pod claims. The forward and input hooks' checks do not meet
+		// a packet the node sends.
+		return rs.ingress[dst] != conflictChain
 	}
 	if rs.forgedOn(p.InIf, src) && !(src.Is6() && (src.IsLinkLocalUnicast() || src.IsUnspecified())) {
 		// podLinkRules. The sources the input hook exempts are dropped

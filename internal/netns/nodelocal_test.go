@@ -1,6 +1,7 @@
 package netns
 
 import (
+	"context"
 	"io"
 	"net"
 	"strings"
@@ -317,5 +318,98 @@ func TestHelperExpectationIsJudged(t *testing.T) {
 	}
 	if dropped(t, dp, nft.ReasonIsolation) == 0 {
 		t.Errorf("no isolation drop counted for the data connection (dial: %v)", dataErr)
+	}
+}
+
+// TestCutKeepsNodeConnections: with --cut-denied-established, a sync that
+// isolates a pod removes the established connections its rules now deny,
+// but not those the node itself started from its gateway address (which
+// the output hook lets through as node-local though the Node's status
+// does not list it). The cut used to judge them by the status addresses
+// alone: as forged sources in the pod CIDR.
+func TestCutKeepsNodeConnections(t *testing.T) {
+	testenv.RequirePrivileged(t)
+	if !netnstest.Isolate(t) {
+		return
+	}
+	l := newSpoofLab(t, "moat-cut-")
+	open := spoofNode + namespaceA + podPDual
+	isolated := open + `---
+apiVersion: networking.k8s.io/v1
+kind: NetworkPolicy
+metadata: {name: isolate, namespace: a}
+spec:
+  podSelector: {}
+  policyTypes: [Ingress]
+`
+	var ln net.Listener
+	if err := l.p.Do(func() error {
+		var err error
+		ln, err = net.Listen("tcp", ":7000")
+		return err
+	}); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { ln.Close() })
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			go func() { defer c.Close(); _, _ = io.Copy(c, c) }()
+		}
+	}()
+	dp, err := l.r.Dataplane(nft.Options{Node: "n1", CutDenied: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	if _, err := dp.Sync(ctx, compile(t, open, policy.Options{})); err != nil {
+		t.Fatal(err)
+	}
+	dial := func(ns *NS, src string) net.Conn {
+		t.Helper()
+		var c net.Conn
+		if err := ns.Do(func() error {
+			d := net.Dialer{LocalAddr: net.TCPAddrFromAddrPort(ap(src + ":0")), Timeout: 5 * time.Second}
+			var err error
+			c, err = d.Dial("tcp", "10.244.0.5:7000")
+			return err
+		}); err != nil {
+			t.Fatalf("dial from %s: %v", src, err)
+		}
+		t.Cleanup(func() { c.Close() })
+		return c
+	}
+	echo := func(c net.Conn, msg string, d time.Duration) error {
+		_ = c.SetDeadline(time.Now().Add(d))
+		if _, err := io.WriteString(c, msg); err != nil {
+			return err
+		}
+		buf := make([]byte, len(msg))
+		_, err := io.ReadFull(c, buf)
+		return err
+	}
+	gw, outside := dial(l.r, "10.244.0.1"), dial(l.c, "192.168.1.2")
+	for _, c := range []net.Conn{gw, outside} {
+		if err := echo(c, "before", 5*time.Second); err != nil {
+			t.Fatalf("%s: no echo before the pod is isolated: %v", c.LocalAddr(), err)
+		}
+	}
+	res, err := dp.Sync(ctx, compile(t, isolated, policy.Options{}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.ConntrackDeleted == 0 {
+		t.Error("the isolating sync removed no conntrack entry")
+	}
+	if err := echo(gw, "after", 5*time.Second); err != nil {
+		t.Errorf("the node's connection from its gateway address was cut: %v", err)
+	}
+	// The outside host's next segment is no SYN, and new to conntrack:
+	// dropped, so its echo never comes.
+	if err := echo(outside, "after", 2*time.Second); err == nil {
+		t.Error("the outside host's connection to the isolated pod survived the cut")
 	}
 }
