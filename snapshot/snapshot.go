@@ -1,11 +1,28 @@
 // Package snapshot stacks the sources of one cluster snapshot: a base (a
 // live cluster, or manifest files) with manifest files layered on top as
-// proposed changes, and deletions. Layering works on whole objects: an
-// object of the upper layer replaces the object of the lower layer with the
-// same kind, namespace and name (the way `kubectl apply` replaces it in a
-// cluster), objects only in the upper layer are added, and nothing is
-// merged field by field. Whatever the lower layer reported about a replaced
-// object (diagnostics, a failed decode) goes with it.
+// proposed changes, and deletions.
+//
+// Layering models kubectl apply for what policy reads. A policy
+// (NetworkPolicy, ClusterNetworkPolicy) of the upper layer replaces the
+// lower layer's of the same kind, namespace and name whole: its manifest is
+// all of its spec. A Namespace, Pod or Node of the upper layer that the
+// lower layer has is merged into it as apply merges a manifest into a live
+// object: its labels are set (added or changed) and the lower layer's other
+// labels are kept, since apply keeps labels it did not set (kubectl label,
+// controllers); status, which apply never writes, is kept (a pod's IPs, a
+// node's addresses) unless the manifest has one; so are the pod's node,
+// ports and host network when the manifest leaves them out (they are
+// immutable). One thing apply does is not modelled: it removes a label an
+// earlier apply of the same manifest set (kubectl's
+// last-applied-configuration, or server-side apply's managed fields) when
+// the manifest no longer has it; labels kept this way draw a warning that
+// names them. Objects only in the upper layer are added. Whatever the
+// lower layer reported about an object the upper layer sets (diagnostics,
+// a failed decode) goes with it.
+//
+// Deleting a Namespace deletes its Pods and NetworkPolicies too, and
+// deleting a Node its Pods, as Kubernetes' namespace controller and pod
+// garbage collector do.
 package snapshot
 
 import (
@@ -97,11 +114,12 @@ func cnpRef(cnp policy.ClusterNetworkPolicy) Ref {
 	return Ref{Kind: "ClusterNetworkPolicy", Name: cnp.Name}
 }
 
-// Overlay returns lower with upper layered on top: each object of upper
-// replaces lower's object of the same kind, namespace and name, or is
-// added. Objects upper could not decode (its Dropped list) replace lower's
-// too, so the result still refuses to judge traffic. Neither argument is
-// changed.
+// Overlay returns lower with upper layered on top (see the package
+// comment): each policy of upper replaces lower's of the same kind,
+// namespace and name, each Namespace, Pod and Node of upper is merged into
+// lower's as kubectl apply would, and the rest of upper is added. Objects
+// upper could not decode (its Dropped list) replace lower's too, so the
+// result still refuses to judge traffic. Neither argument is changed.
 func Overlay(lower, upper *manifest.Result) *manifest.Result {
 	replaced := map[string]bool{}
 	for _, r := range Refs(&upper.Cluster) {
@@ -111,16 +129,109 @@ func Overlay(lower, upper *manifest.Result) *manifest.Result {
 		replaced[d] = true
 	}
 	out := without(lower, replaced)
-	c := &out.Cluster
-	c.Namespaces = append(c.Namespaces, upper.Cluster.Namespaces...)
-	c.Nodes = append(c.Nodes, upper.Cluster.Nodes...)
-	c.Pods = append(c.Pods, upper.Cluster.Pods...)
-	c.NetworkPolicies = append(c.NetworkPolicies, upper.Cluster.NetworkPolicies...)
-	c.ClusterNetworkPolicies = append(c.ClusterNetworkPolicies, upper.Cluster.ClusterNetworkPolicies...)
+	c, lc, uc := &out.Cluster, &lower.Cluster, &upper.Cluster
+	var kept []policy.Diagnostic
+	namespaces := map[string]*policy.Namespace{}
+	for i := range lc.Namespaces {
+		namespaces[lc.Namespaces[i].Name] = &lc.Namespaces[i]
+	}
+	for _, n := range uc.Namespaces {
+		if l, ok := namespaces[n.Name]; ok {
+			var d *policy.Diagnostic
+			n.Labels, d = applyLabels(Ref{Kind: "Namespace", Name: n.Name}, l.Labels, n.Labels)
+			kept = appendDiag(kept, d)
+		}
+		c.Namespaces = append(c.Namespaces, n)
+	}
+	nodes := map[string]*policy.Node{}
+	for i := range lc.Nodes {
+		nodes[lc.Nodes[i].Name] = &lc.Nodes[i]
+	}
+	for _, n := range uc.Nodes {
+		if l, ok := nodes[n.Name]; ok {
+			var d *policy.Diagnostic
+			n.Labels, d = applyLabels(Ref{Kind: "Node", Name: n.Name}, l.Labels, n.Labels)
+			kept = appendDiag(kept, d)
+			if len(n.Addrs) == 0 {
+				n.Addrs = l.Addrs
+			}
+			if len(n.PodCIDRs) == 0 {
+				n.PodCIDRs = l.PodCIDRs
+			}
+		}
+		c.Nodes = append(c.Nodes, n)
+	}
+	pods := map[string]*policy.Pod{}
+	for _, p := range lc.Pods {
+		pods[p.Key()] = p
+	}
+	for _, up := range uc.Pods {
+		if l, ok := pods[up.Key()]; ok {
+			p := *up
+			var d *policy.Diagnostic
+			p.Labels, d = applyLabels(Ref{Kind: "Pod", Namespace: p.Namespace, Name: p.Name}, l.Labels, p.Labels)
+			kept = appendDiag(kept, d)
+			if len(p.IPs) == 0 {
+				p.IPs = l.IPs
+			}
+			if p.NodeName == "" {
+				p.NodeName = l.NodeName
+			}
+			if len(p.Ports) == 0 {
+				p.Ports = l.Ports
+			}
+			p.HostNetwork = p.HostNetwork || l.HostNetwork
+			up = &p
+		}
+		c.Pods = append(c.Pods, up)
+	}
+	c.NetworkPolicies = append(c.NetworkPolicies, uc.NetworkPolicies...)
+	c.ClusterNetworkPolicies = append(c.ClusterNetworkPolicies, uc.ClusterNetworkPolicies...)
 	out.Diagnostics = append(out.Diagnostics, upper.Diagnostics...)
+	out.Diagnostics = append(out.Diagnostics, kept...)
 	out.Dropped = append(out.Dropped, upper.Dropped...)
 	out.Skipped = append(out.Skipped, upper.Skipped...)
 	return out
+}
+
+func appendDiag(ds []policy.Diagnostic, d *policy.Diagnostic) []policy.Diagnostic {
+	if d == nil {
+		return ds
+	}
+	return append(ds, *d)
+}
+
+// applyLabels is the labels of an object after apply of a manifest with
+// set: set's values over live's, live's other labels kept. Keeping them
+// is what apply does with labels it did not set; for one an earlier apply
+// of this manifest set, it removes it, which the returned warning (nil
+// when nothing was kept) says is not modelled.
+func applyLabels(r Ref, live, set map[string]string) (map[string]string, *policy.Diagnostic) {
+	var keptKeys []string
+	for k := range live {
+		if _, ok := set[k]; !ok && k != "kubernetes.io/metadata.name" {
+			keptKeys = append(keptKeys, k)
+		}
+	}
+	if len(keptKeys) == 0 && len(live) == 0 {
+		return set, nil
+	}
+	out := make(map[string]string, len(live)+len(set))
+	for k, v := range live {
+		out[k] = v
+	}
+	for k, v := range set {
+		out[k] = v
+	}
+	if len(keptKeys) == 0 {
+		return out, nil
+	}
+	slices.Sort(keptKeys)
+	for i, k := range keptKeys {
+		keptKeys[i] = k + "=" + live[k]
+	}
+	return out, &policy.Diagnostic{Severity: policy.SeverityWarning, Object: r.String(), Field: "metadata.labels",
+		Message: "labels " + strings.Join(keptKeys, ", ") + " kept from the current state: the manifest does not set them, and kubectl apply keeps labels it did not set (one an earlier apply of this manifest set is removed by apply: not modelled, so check them)"}
 }
 
 // Delete returns res without the objects refs name. Naming an object res
@@ -138,9 +249,61 @@ func Delete(res *manifest.Result, refs []Ref) (*manifest.Result, error) {
 		if !have[r.String()] {
 			return nil, fmt.Errorf("delete %s: no such object", r)
 		}
+	}
+	for _, r := range Cascade(res, refs) {
 		gone[r.String()] = true
 	}
 	return without(res, gone), nil
+}
+
+// Cascade returns refs with what deleting them deletes too, as Kubernetes
+// would: a Namespace's Pods and NetworkPolicies (the namespace
+// controller), a Node's Pods (the pod garbage collector). Keeping them
+// would model a state a cluster cannot reach: a namespace's pods without
+// its labels, pods on no node.
+func Cascade(res *manifest.Result, refs []Ref) []Ref {
+	out := slices.Clone(refs)
+	namespaces, nodes := map[string]bool{}, map[string]bool{}
+	for _, r := range refs {
+		switch r.Kind {
+		case "Namespace":
+			namespaces[r.Name] = true
+		case "Node":
+			nodes[r.Name] = true
+		}
+	}
+	if len(namespaces) == 0 && len(nodes) == 0 {
+		return out
+	}
+	named := map[string]bool{}
+	for _, r := range refs {
+		named[r.String()] = true
+	}
+	add := func(r Ref) {
+		if !named[r.String()] {
+			named[r.String()] = true
+			out = append(out, r)
+		}
+	}
+	for _, p := range res.Cluster.Pods {
+		if namespaces[p.Namespace] || (p.NodeName != "" && nodes[p.NodeName]) {
+			add(Ref{Kind: "Pod", Namespace: p.Namespace, Name: p.Name})
+		}
+	}
+	for _, np := range res.Cluster.NetworkPolicies {
+		if namespaces[np.Namespace] {
+			add(npRef(np))
+		}
+	}
+	for _, d := range res.Dropped {
+		// An object of the namespace that could not be loaded goes too.
+		if kind, rest, ok := strings.Cut(d, " "); ok && (kind == "Pod" || kind == "NetworkPolicy") {
+			if ns, name, ok := strings.Cut(rest, "/"); ok && namespaces[ns] {
+				add(Ref{Kind: kind, Namespace: ns, Name: name})
+			}
+		}
+	}
+	return out
 }
 
 // PrunePolicies returns the policy objects (NetworkPolicies and

@@ -31,10 +31,14 @@ func newDiffCommand() *cobra.Command {
 		Short: "List every flow whose verdict a proposed change turns, with both explanations (exit 3 if any)",
 		Long: `diff compares the current state (-f files, or a live cluster with -f layered
 on top) with the proposed state: the current state with the --after files
-layered on top (an object with the same kind, namespace and name replaces the
-current one whole; new objects are added), without the objects named by
---delete (KIND/NAMESPACE/NAME or KIND/NAME; kubectl's short names work), and,
-with --prune, without every NetworkPolicy and ClusterNetworkPolicy the
+layered on top as kubectl apply would (a policy with the same kind,
+namespace and name replaces the current one whole; a Namespace, Pod or Node
+is merged into the current one: its labels set, the others kept, the
+current status - pod IPs, node addresses - kept unless the manifest has
+one; new objects are added; see "moat diff --after" in the README), without
+the objects named by --delete (KIND/NAMESPACE/NAME or KIND/NAME; kubectl's
+short names work; a Namespace takes its Pods and NetworkPolicies with it, a
+Node its Pods, as in Kubernetes), and, with --prune, without every NetworkPolicy and ClusterNetworkPolicy the
 --after files do not define (compare two complete policy sets, such as two
 revisions of a GitOps repository).
 
@@ -163,6 +167,7 @@ func proposed(loader *manifest.Loader, cur *manifest.Result, after []string, ref
 	}
 	if len(refs) > 0 {
 		var err error
+		withContents := snapshot.Cascade(next, refs)
 		if next, err = snapshot.Delete(next, refs); err != nil {
 			return nil, "", err
 		}
@@ -170,7 +175,17 @@ func proposed(loader *manifest.Loader, cur *manifest.Result, after []string, ref
 		for _, r := range refs {
 			names = append(names, r.String())
 		}
-		says = append(says, "deleting "+strings.Join(names, ", "))
+		say := "deleting " + strings.Join(names, ", ")
+		if extra := withContents[len(refs):]; len(extra) > 0 {
+			pods := 0
+			for _, r := range extra {
+				if r.Kind == "Pod" {
+					pods++
+				}
+			}
+			say += fmt.Sprintf(" (and, as Kubernetes deletes them with it, the %d Pod(s) and %d NetworkPolicy(ies) in it)", pods, len(extra)-pods)
+		}
+		says = append(says, say)
 	}
 	return next, strings.Join(says, "; "), nil
 }

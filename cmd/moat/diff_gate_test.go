@@ -144,3 +144,48 @@ func TestDiffGateNamespaceFlag(t *testing.T) {
 		t.Errorf("explain -n: code %d, stderr %q, out %q", code, errOut, out)
 	}
 }
+
+// Review 9 F4: --after replaced a live Namespace or Pod whole. Now it is
+// merged as kubectl apply merges it: labels the manifest does not mention
+// stay (with a warning naming them), and a pod keeps its status.
+func TestDiffGateMergesAsApply(t *testing.T) {
+	// The repository's Namespace manifest without the team=web label that
+	// api-from-web selects on: apply keeps the label, nothing changes.
+	out, errOut, code := run(t, "apiVersion: v1\nkind: Namespace\nmetadata: {name: frontend, labels: {owner: web-team}}\n", "diff", "-f", quickstart, "--after", "-")
+	if code != 0 || !strings.HasPrefix(out, "0 of ") {
+		t.Errorf("namespace manifest without team: code %d, stderr %q, out:\n%s", code, errOut, out)
+	}
+	if !strings.Contains(errOut, "warning: Namespace frontend: metadata.labels: labels team=web kept from the current state") {
+		t.Errorf("kept labels not named: %q", errOut)
+	}
+	// A Pod manifest (spec only, as in a repository) keeps the running
+	// pod's address, so the policy opening it to everyone is judged.
+	const podAndPolicy = `apiVersion: v1
+kind: Pod
+metadata: {name: db, namespace: backend, labels: {app: db}}
+spec: {containers: [{name: db, image: postgres}]}
+---
+apiVersion: networking.k8s.io/v1
+kind: NetworkPolicy
+metadata: {name: db-open, namespace: backend}
+spec:
+  podSelector: {matchLabels: {app: db}}
+  ingress: [{}]
+`
+	out, errOut, code = run(t, podAndPolicy, "diff", "-f", quickstart, "--after", "-")
+	if code != exitChanged || strings.Contains(out, "pods removed") || !strings.Contains(out, "backend/db-open ingress rule 0 allows it") {
+		t.Errorf("pod manifest: code %d, stderr %q, out:\n%s", code, errOut, out)
+	}
+}
+
+// Review 9 F8: --delete ns/X kept X's pods, minus their namespace's
+// labels, a state Kubernetes cannot reach.
+func TestDiffGateDeleteNamespaceCascades(t *testing.T) {
+	out, errOut, code := run(t, "", "diff", "-f", quickstart, "--delete", "ns/frontend")
+	if !strings.Contains(out, "pods removed (flows not compared): frontend/web") || strings.Contains(out, "frontend/web  backend/api") {
+		t.Errorf("code %d, stderr %q, out:\n%s", code, errOut, out)
+	}
+	if !strings.Contains(errOut, "deleting Namespace frontend (and, as Kubernetes deletes them with it, the 1 Pod(s) and 0 NetworkPolicy(ies) in it)") {
+		t.Errorf("stderr %q", errOut)
+	}
+}

@@ -39,8 +39,9 @@ import (
 // cluster (kubectl's rules: --kubeconfig, $KUBECONFIG, ~/.kube/config,
 // --context, else the in-cluster service account), listed page by page and
 // decoded as strictly as files; -f files are then layered on top as
-// proposed changes (an object with the same kind, namespace and name
-// replaces the live one; see package snapshot). Without a live source the
+// proposed changes (a policy with the same kind, namespace and name
+// replaces the live one, a Namespace, Pod or Node is merged into it as
+// kubectl apply would; see package snapshot). Without a live source the
 // -f files are the snapshot. With neither, commands that allow it read the
 // embedded quickstart example, and say so; check refuses.
 type inputFlags struct {
@@ -77,7 +78,7 @@ type inputFlags struct {
 // command turns --live on unless it is given.)
 func (f *inputFlags) register(cmd *cobra.Command) {
 	fl := cmd.Flags()
-	fl.StringArrayVarP(&f.files, "filename", "f", nil, "manifest file, directory (recursive) or - for stdin; repeatable. With a live source, layered on top of the cluster (same kind/namespace/name replaces)")
+	fl.StringArrayVarP(&f.files, "filename", "f", nil, "manifest file, directory (recursive) or - for stdin; repeatable. With a live source, layered on top of the cluster as kubectl apply would (see moat diff --help)")
 	fl.BoolVar(&f.live, "live", false, "read the live cluster (kubeconfig as kubectl finds it, or the in-cluster service account)")
 	fl.StringVar(&f.kubeconfig, "kubeconfig", "", "kubeconfig file of the live cluster (implies --live)")
 	fl.StringVar(&f.context, "context", "", "kubeconfig context of the live cluster (implies --live)")
