@@ -26,7 +26,7 @@ var ErrTableMissing = errors.New("table inet " + Table + " is missing from nftab
 // nobody has committed since and the table cannot have changed. Otherwise
 // (another writer committed, as kube-proxy does often) it reads the drop
 // counters, one netlink dump, and the table is missing when any counter
-// of the last ruleset is: every ruleset has the four fixed ones, and a
+// of the last ruleset is: every ruleset has the six fixed ones, and a
 // counter is only deleted with the rules that use it. It does not notice
 // edits that keep the counters (`nft flush table` empties the chains but
 // keeps them); a checked resync (--resync) repairs those.
