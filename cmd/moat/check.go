@@ -16,7 +16,9 @@ func newCheckCommand() *cobra.Command {
 		Short: "Validate manifests or a live cluster's policies as the API server and the CRDs would, listing every violation",
 		Long: `check validates NetworkPolicies (networking.k8s.io/v1, with endPort) and
 ClusterNetworkPolicies (policy.networking.k8s.io/v1alpha2, experimental channel)
-and prints every violation as "<Kind> <namespace/name>: <field path>: <message>".
+and prints every violation as "<Kind> <namespace/name>: <field path>: <message>"
+(at most 20 findings of one object and 1,000 in all, then a count; -v prints
+every one).
 Unknown fields are errors. The input is required: -f files, a live cluster
 (--live, --kubeconfig, --context), or both (the files layered on the cluster,
 to check a change before it lands). AdminNetworkPolicy and
@@ -32,16 +34,30 @@ Exit status: 0 valid, 1 invalid or no input.`,
 			res := l.Result
 			prog := policy.Compile(&res.Cluster, in.policyOptions())
 			out := cmd.OutOrStdout()
-			errs := 0
+			errs, shown, hidden := 0, 0, 0
+			perObject := map[string]int{}
 			for _, list := range [][]policy.Diagnostic{res.Diagnostics, prog.Diagnostics} {
 				for _, d := range list {
-					if d.Severity == policy.SeverityError || notEnforcedKind(d) {
+					isErr := d.Severity == policy.SeverityError || notEnforcedKind(d)
+					if isErr {
 						errs++
+					}
+					// Findings are bounded unless -v: a file of a few
+					// kilobytes could otherwise print megabytes.
+					if perObject[d.Object]++; !in.verbose && (perObject[d.Object] > maxFindingsPerObject || shown == maxFindings) {
+						hidden++
+						continue
+					}
+					shown++
+					if isErr {
 						fmt.Fprintln(out, d)
 					} else {
 						fmt.Fprintln(cmd.ErrOrStderr(), "warning:", d)
 					}
 				}
+			}
+			if hidden > 0 {
+				fmt.Fprintf(out, "... and %d more findings (shown: at most %d per object, %d in all; -v lists every one)\n", hidden, maxFindingsPerObject, maxFindings)
 			}
 			if in.verbose {
 				for _, s := range res.Skipped {
@@ -58,6 +74,15 @@ Exit status: 0 valid, 1 invalid or no input.`,
 	in.register(cmd)
 	return cmd
 }
+
+// check prints at most maxFindingsPerObject findings of one object and
+// maxFindings in all unless -v, then counts the rest: enough to fix a
+// file and go on, without output that grows many times faster than the
+// input.
+const (
+	maxFindingsPerObject = 20
+	maxFindings          = 1000
+)
 
 // notEnforcedKind: a policy of a kind Moat reads no rule of (decoding
 // warns of it). check counts it as an error, since a pipeline gated on

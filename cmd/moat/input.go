@@ -313,7 +313,7 @@ func (f *inputFlags) compileLoaded(cmd *cobra.Command, res *manifest.Result) (*p
 		}
 	}
 	if warnings > maxWarnings && !f.verbose {
-		fmt.Fprintf(stderr, "... and %d more warnings: -v prints them all, moat check lists every finding\n", warnings-maxWarnings)
+		fmt.Fprintf(stderr, "... and %d more warnings: -v prints them all, as does moat check -v\n", warnings-maxWarnings)
 	}
 	if len(res.Dropped) > 0 {
 		return nil, fmt.Errorf("%d object(s) could not be loaded (see above): refusing to judge traffic without them", len(res.Dropped))

@@ -298,3 +298,37 @@ func TestMatrixMaxEndpoints(t *testing.T) {
 		t.Errorf("--max-endpoints 0: code %d, %d lines, stderr %q", code, strings.Count(out, "\n"), errOut)
 	}
 }
+
+// moat check prints at most maxFindingsPerObject findings of one object
+// and maxFindings in all, then a count, unless -v: its output stays within
+// a small multiple of its input (review 9 F2: 60 KB printed 113 MB).
+func TestCheckFindingsBounded(t *testing.T) {
+	var b strings.Builder
+	b.WriteString(`{"apiVersion":"networking.k8s.io/v1","kind":"NetworkPolicy","metadata":{"name":"p","namespace":"a"},"spec":{"podSelector":{}`)
+	for i := range 30 {
+		fmt.Fprintf(&b, `,"u%d":0`, i)
+	}
+	b.WriteString("}}\n")
+	out, _, code := run(t, b.String(), "check", "-f", "-")
+	if code != 1 || strings.Count(out, "NetworkPolicy a/p: spec.u") != maxFindingsPerObject || !strings.HasSuffix(out, "\n... and 10 more findings (shown: at most 20 per object, 1000 in all; -v lists every one)\n") {
+		t.Errorf("one object: code %d, out:\n%s", code, out)
+	}
+	b.WriteString(`{"apiVersion":"v1","kind":"List","items":[`)
+	for i := range 1500 {
+		if i > 0 {
+			b.WriteString(",")
+		}
+		fmt.Fprintf(&b, `{"metadata":{"name":"x%d"}}`, i)
+	}
+	b.WriteString("]}\n")
+	out, errOut, code := run(t, b.String(), "check", "-f", "-")
+	lines := strings.Split(strings.TrimSpace(out), "\n")
+	if code != 1 || !strings.Contains(errOut, "1530 error(s)") || len(lines) != maxFindings+1 ||
+		lines[len(lines)-1] != "... and 530 more findings (shown: at most 20 per object, 1000 in all; -v lists every one)" {
+		t.Errorf("code %d, stderr %q, %d lines, last %q", code, errOut, len(lines), lines[len(lines)-1])
+	}
+	out, _, code = run(t, b.String(), "check", "-v", "-f", "-")
+	if code != 1 || strings.Count(out, "\n") != 1530 {
+		t.Errorf("-v: code %d, %d lines", code, strings.Count(out, "\n"))
+	}
+}
