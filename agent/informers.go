@@ -10,6 +10,7 @@ import (
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/util/validation/field"
 	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/client-go/tools/cache"
 
@@ -185,17 +186,26 @@ func (a *Agent) dynamicInformer(gvr schema.GroupVersionResource) cache.SharedInd
 // subresource keeps metadata.generation, and the agent writes CNP status
 // itself) but compare the decoded spec, not only the generation: after a
 // CRD schema change an object may come again, same generation, decoded
-// differently.
+// differently. What decoding refused counts too: the compiler fails
+// closed on it, and it may change while the spec decodes the same (the
+// refused part is left out of the spec).
 func npChanged(old, cur any) bool {
 	a, ok1 := old.(*decodedNP)
 	b, ok2 := cur.(*decodedNP)
 	return !ok1 || !ok2 || a.Generation != b.Generation || a.UID != b.UID ||
-		!slices.Equal(a.UnknownFields(), b.UnknownFields()) || !equality.Semantic.DeepEqual(a.Spec, b.Spec)
+		!slices.Equal(a.UnknownFields(), b.UnknownFields()) || !sameErrors(a.Invalid(), b.Invalid()) ||
+		!equality.Semantic.DeepEqual(a.Spec, b.Spec)
 }
 
 func cnpChanged(old, cur any) bool {
 	a, ok1 := old.(*decodedCNP)
 	b, ok2 := cur.(*decodedCNP)
 	return !ok1 || !ok2 || a.Generation != b.Generation || a.UID != b.UID ||
-		!slices.Equal(a.UnknownFields, b.UnknownFields) || !equality.Semantic.DeepEqual(a.Spec, b.Spec)
+		!slices.Equal(a.UnknownFields, b.UnknownFields) || !sameErrors(a.Invalid, b.Invalid) ||
+		!equality.Semantic.DeepEqual(a.Spec, b.Spec)
+}
+
+// sameErrors reports whether two lists of decoding problems say the same.
+func sameErrors(a, b field.ErrorList) bool {
+	return slices.EqualFunc(a, b, func(x, y *field.Error) bool { return x.Error() == y.Error() })
 }
