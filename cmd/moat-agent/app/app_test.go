@@ -37,7 +37,7 @@ func TestHelpDocumentsEveryFlag(t *testing.T) {
 	for _, flag := range []string{
 		"--node-name", "--kubeconfig", "--metrics-bind-address", "--health-bind-address",
 		"--allow-node-local", "--cut-denied-established", "--feature-gates", "--resync",
-		"--leader-elect", "--leader-election-namespace", "--netns", "--v", "--logging-format", "--context", "--profiling", "--cleanup",
+		"--leader-elect", "--leader-election-namespace", "--netns", "--v", "--logging-format", "--context", "--profiling", "--cleanup", "--leader-elect-lease-duration", "--leader-elect-renew-deadline", "--leader-elect-retry-period",
 	} {
 		i := strings.Index(out, flag+" ")
 		if i < 0 {
@@ -72,6 +72,7 @@ func TestBadFlags(t *testing.T) {
 		{[]string{"--node-name=n1", "--kubeconfig=/nonexistent/kubeconfig", "--metrics-bind-address=", "--health-bind-address="}, "/nonexistent/kubeconfig"},
 		{[]string{"--node-name=n1", "--metrics-bind-address=9470"}, "--metrics-bind-address=9470: want host:port"},
 		{[]string{"--node-name=n1", "--logging-format=xml"}, "xml"},
+		{[]string{"--node-name=n1", "--leader-elect-retry-period=30s"}, "want 0 < retry period < renew deadline < lease duration"},
 		{[]string{"extra"}, "unknown command"},
 	} {
 		t.Run(strings.Join(tc.args, " "), func(t *testing.T) {

@@ -31,6 +31,14 @@ type Options struct {
 	Resync                                time.Duration
 	LeaderElect                           bool
 	LeaderElectionNamespace               string
+	// LeaseDuration, RenewDeadline and RetryPeriod time the election as
+	// client-go's leaderelection (and kube-controller-manager's flags of
+	// the same names). Every candidate that does not lead reads the
+	// Lease every RetryPeriod (up to 1.2 times it): at thousands of
+	// nodes that is the election's cost to the API server
+	// (docs/scale.md), which a longer period lowers at the price of a
+	// slower change of status writer.
+	LeaseDuration, RenewDeadline, RetryPeriod time.Duration
 	// NetNS programs nftables in this network namespace instead of the
 	// agent's own (labs and tests: one agent per simulated node).
 	NetNS string
@@ -57,6 +65,9 @@ func New() (*Options, error) {
 		AllowNodeLocal:          true,
 		Resync:                  5 * time.Minute,
 		LeaderElect:             true,
+		LeaseDuration:           15 * time.Second,
+		RenewDeadline:           10 * time.Second,
+		RetryPeriod:             2 * time.Second,
 		LeaderElectionNamespace: envOr("POD_NAMESPACE", agent.DefaultLeaseNamespace),
 		Common:                  c,
 	}, nil
@@ -91,6 +102,9 @@ func (o *Options) Flags() cliflag.NamedFlagSets {
 	fs = fss.FlagSet("leader election")
 	fs.BoolVar(&o.LeaderElect, "leader-elect", o.LeaderElect, "Take part in the election of the one agent that writes ClusterNetworkPolicy status and policy Events")
 	fs.StringVar(&o.LeaderElectionNamespace, "leader-election-namespace", o.LeaderElectionNamespace, "Namespace of the status writer's Lease (the POD_NAMESPACE environment variable, when set, is the default)")
+	fs.DurationVar(&o.LeaseDuration, "leader-elect-lease-duration", o.LeaseDuration, "How long the other agents wait after the status writer's last renewal before one of them takes the Lease")
+	fs.DurationVar(&o.RenewDeadline, "leader-elect-renew-deadline", o.RenewDeadline, "How long the status writer keeps retrying to renew the Lease before it stops writing; less than --leader-elect-lease-duration")
+	fs.DurationVar(&o.RetryPeriod, "leader-elect-retry-period", o.RetryPeriod, "How often every agent that does not lead reads the Lease (up to 1.2 times this), and the status writer renews it; less than --leader-elect-renew-deadline. Each agent costs the API server one Lease GET per period: at thousands of nodes, raise it (docs/scale.md)")
 
 	o.AddLoggingFlags(&fss)
 	return fss
@@ -124,6 +138,9 @@ func (o *Options) Validate() error {
 	if o.LeaderElect && o.LeaderElectionNamespace == "" {
 		errs = append(errs, errors.New("--leader-election-namespace is empty"))
 	}
+	if o.LeaderElect && (o.RetryPeriod <= 0 || o.RetryPeriod >= o.RenewDeadline || o.RenewDeadline >= o.LeaseDuration) {
+		errs = append(errs, fmt.Errorf("--leader-elect-retry-period=%s, --leader-elect-renew-deadline=%s, --leader-elect-lease-duration=%s: want 0 < retry period < renew deadline < lease duration", o.RetryPeriod, o.RenewDeadline, o.LeaseDuration))
+	}
 	if err := o.ValidateLogging(); err != nil {
 		errs = append(errs, err)
 	}
@@ -137,6 +154,9 @@ func (o *Options) Config() agent.Config {
 		AllowNodeLocal: o.AllowNodeLocal,
 		Resync:         o.Resync,
 		Features:       o.Features,
-		LeaderElection: agent.LeaderElection{Enabled: o.LeaderElect, Namespace: o.LeaderElectionNamespace},
+		LeaderElection: agent.LeaderElection{
+			Enabled: o.LeaderElect, Namespace: o.LeaderElectionNamespace,
+			LeaseDuration: o.LeaseDuration, RenewDeadline: o.RenewDeadline, RetryPeriod: o.RetryPeriod,
+		},
 	}
 }

@@ -20,6 +20,8 @@ func TestValidate(t *testing.T) {
 		{"health off", func(o *Options) { o.HealthBindAddress = "" }, nil},
 		{"no lease namespace", func(o *Options) { o.LeaderElectionNamespace = "" }, []string{"--leader-election-namespace"}},
 		{"no lease namespace without election", func(o *Options) { o.LeaderElectionNamespace, o.LeaderElect = "", false }, nil},
+		{"retry period not below renew deadline", func(o *Options) { o.RetryPeriod = 10 * time.Second }, []string{"--leader-elect-retry-period=10s"}},
+		{"election timing ignored without election", func(o *Options) { o.LeaderElect, o.RetryPeriod = false, time.Hour }, nil},
 		{"profiling without metrics", func(o *Options) { o.Profiling, o.MetricsBindAddress = true, "" }, []string{"--profiling needs --metrics-bind-address"}},
 		{"bad log format", func(o *Options) { o.Logging.Format = "xml" }, []string{"xml"}},
 		{"every problem at once", func(o *Options) { o.NodeName, o.HealthBindAddress = "", "x" }, []string{"--node-name", "--health-bind-address=x"}},
@@ -60,6 +62,7 @@ func TestFlagsFillConfig(t *testing.T) {
 	fss := o.Flags()
 	args := map[string]string{
 		"allow-node-local": "false", "resync": "30s", "leader-elect": "false", "feature-gates": "IngressNetworksAndNodes=true",
+		"leader-elect-lease-duration": "2m", "leader-elect-renew-deadline": "90s", "leader-elect-retry-period": "30s",
 	}
 	for name, v := range args {
 		found := false
@@ -78,6 +81,9 @@ func TestFlagsFillConfig(t *testing.T) {
 	c := o.Config()
 	if c.NodeName != "from-env" || c.AllowNodeLocal || c.Resync != 30*time.Second || c.LeaderElection.Enabled || c.LeaderElection.Namespace != "ns-from-env" {
 		t.Errorf("Config() = %+v", c)
+	}
+	if le := c.LeaderElection; le.LeaseDuration != 2*time.Minute || le.RenewDeadline != 90*time.Second || le.RetryPeriod != 30*time.Second {
+		t.Errorf("Config().LeaderElection = %+v, want the --leader-elect-* durations", le)
 	}
 	if !c.Features.Enabled("IngressNetworksAndNodes") {
 		t.Error("--feature-gates did not reach Config().Features")
