@@ -292,6 +292,7 @@ func (b *podBody) finish(d *dec, o *Object) {
 	}
 	pod, diags := policy.PodFromAPI(&b.pod)
 	o.Pod = &pod
+	o.LastApplied = lastAppliedLabels(&b.pod.ObjectMeta)
 	for _, x := range diags {
 		x.Source = o.Source
 		o.Diagnostics = append(o.Diagnostics, x)
@@ -331,6 +332,7 @@ func (b *nodeBody) finish(d *dec, o *Object) {
 	}
 	node, diags := policy.NodeFromAPI(&b.node)
 	o.Node = &node
+	o.LastApplied = lastAppliedLabels(&b.node.ObjectMeta)
 	for _, x := range diags {
 		x.Source = o.Source
 		o.Diagnostics = append(o.Diagnostics, x)
@@ -355,6 +357,7 @@ func (b *namespaceBody) finish(_ *dec, o *Object) {
 	}
 	ns := policy.NamespaceFromAPI(&corev1.Namespace{ObjectMeta: b.id.meta})
 	o.Namespace = &ns
+	o.LastApplied = lastAppliedLabels(&b.id.meta)
 }
 
 // policyBody holds what both policy kinds share: strict top-level members.

@@ -1,6 +1,7 @@
 package decode
 
 import (
+	"encoding/json"
 	"time"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -12,8 +13,14 @@ import (
 // its size costs parsing only.
 var metaSchema = schema{fields: []string{"name", "namespace", "uid", "resourceVersion", "generation", "labels"}}
 
-// inventoryMetaSchema is what pods, nodes and namespaces need.
-var inventoryMetaSchema = schema{fields: []string{"name", "namespace", "labels"}}
+// inventoryMetaSchema is what pods, nodes and namespaces need: of their
+// annotations, kubectl's last-applied-configuration only.
+var inventoryMetaSchema = schema{fields: []string{"name", "namespace", "labels", "annotations"}}
+
+// lastAppliedKey is the annotation client-side kubectl apply keeps the
+// applied manifest in: the labels it names are those a later apply of a
+// manifest without them removes.
+const lastAppliedKey = "kubectl.kubernetes.io/last-applied-configuration"
 
 // meta reads metadata: of a policy (labels false) its identity and
 // versions, which the agent reports status against; of other objects
@@ -30,8 +37,10 @@ func (d *dec) meta(m *metav1.ObjectMeta, labels bool) error {
 				return d.str(&m.Name)
 			case 1:
 				return d.str(&m.Namespace)
+			case 2:
+				return d.stringMap(&m.Labels)
 			}
-			return d.stringMap(&m.Labels)
+			return d.lastApplied(m)
 		})
 		return err
 	}
@@ -147,4 +156,62 @@ func (d *dec) conditions(dst *[]metav1.Condition) error {
 		})
 		return err
 	})
+}
+
+// lastApplied reads, of annotations, kubectl's last-applied-configuration
+// into m.Annotations and skips the rest unread. Annotations are not
+// Moat's business: a value of the wrong type is skipped, not a problem.
+func (d *dec) lastApplied(m *metav1.ObjectMeta) error {
+	if k, err := d.src.peek(); err != nil || k != kObject {
+		if err != nil {
+			return err
+		}
+		return d.src.skip()
+	}
+	if err := d.src.enterObject(); err != nil {
+		return err
+	}
+	for {
+		key, ok, err := d.src.key()
+		if err != nil || !ok {
+			return err
+		}
+		k, err := d.src.peek()
+		if err != nil {
+			return err
+		}
+		if string(key) != lastAppliedKey || k != kString {
+			if err := d.src.skip(); err != nil {
+				return err
+			}
+			continue
+		}
+		v, err := d.src.str()
+		if err != nil {
+			return err
+		}
+		m.Annotations = map[string]string{lastAppliedKey: v}
+	}
+}
+
+// lastAppliedLabels is the set of labels the last-applied-configuration
+// in m names, nil when there is none (or it cannot be read).
+func lastAppliedLabels(m *metav1.ObjectMeta) map[string]bool {
+	v, ok := m.Annotations[lastAppliedKey]
+	if !ok {
+		return nil
+	}
+	var applied struct {
+		Metadata struct {
+			Labels map[string]json.RawMessage `json:"labels"`
+		} `json:"metadata"`
+	}
+	if json.Unmarshal([]byte(v), &applied) != nil {
+		return nil
+	}
+	out := make(map[string]bool, len(applied.Metadata.Labels))
+	for k := range applied.Metadata.Labels {
+		out[k] = true
+	}
+	return out
 }

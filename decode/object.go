@@ -24,6 +24,11 @@ type Object struct {
 	// namespace read without a problem (nothing keeps it; Result still
 	// names it if it turns out to be a duplicate).
 	Source string
+	// LastApplied, for a Namespace, Pod or Node, is the set of labels its
+	// kubectl.kubernetes.io/last-applied-configuration annotation names
+	// (those client-side kubectl apply removes when a manifest no longer
+	// sets them), nil without the annotation.
+	LastApplied map[string]bool
 	// Exactly one of these is set when the object was read.
 	Namespace            *policy.Namespace
 	Pod                  *policy.Pod

@@ -28,6 +28,11 @@ type Result struct {
 	// <why>".
 	Skipped []string
 
+	// LastApplied holds, by Ref, the labels that the
+	// last-applied-configuration of a Namespace, Pod or Node names (see
+	// Object.LastApplied): package snapshot models apply with it.
+	LastApplied map[string]map[string]bool
+
 	// Namespace is where namespaced objects (Pod, NetworkPolicy) without
 	// metadata.namespace are put, as kubectl apply puts them in the
 	// namespace of -n or of the kubeconfig context; "" means "default".
@@ -74,6 +79,12 @@ func (r *Result) Add(o *Object) {
 		loc = location{doc: o.Source, item: -1} // made by the caller
 	}
 	r.seen[o.Ref] = loc
+	if o.LastApplied != nil {
+		if r.LastApplied == nil {
+			r.LastApplied = map[string]map[string]bool{}
+		}
+		r.LastApplied[o.Ref] = o.LastApplied
+	}
 	c := &r.Cluster
 	switch {
 	case o.Namespace != nil:

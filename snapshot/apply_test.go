@@ -118,3 +118,34 @@ spec: {podSelector: {}}
 		t.Errorf("after deleting node n1: %+v", got.Cluster)
 	}
 }
+
+// A label that the live object's last-applied-configuration names and the
+// manifest no longer sets is removed, as client-side kubectl apply
+// removes it; the others are kept without a warning (known not to be
+// apply's).
+func TestOverlayLastApplied(t *testing.T) {
+	lower := load(t, `apiVersion: v1
+kind: Namespace
+metadata:
+  name: a
+  labels: {team: x, env: prod, owner: o}
+  annotations:
+    kubectl.kubernetes.io/last-applied-configuration: '{"apiVersion":"v1","kind":"Namespace","metadata":{"labels":{"team":"x","env":"prod"},"name":"a"}}'
+    other: ignored
+`)
+	upper := load(t, "apiVersion: v1\nkind: Namespace\nmetadata: {name: a, labels: {team: w}}\n")
+	got := Overlay(lower, upper)
+	if len(got.Cluster.Namespaces) != 1 || !maps.Equal(got.Cluster.Namespaces[0].Labels, map[string]string{"team": "w", "owner": "o"}) {
+		t.Errorf("namespace %+v", got.Cluster.Namespaces)
+	}
+	for _, d := range got.Diagnostics {
+		t.Errorf("unexpected diagnostic %v", d)
+	}
+	// Deleting, pruning and layering again keep what is known.
+	if l := got.LastApplied["Namespace a"]; l != nil {
+		t.Errorf("the manifest carried no annotation, yet %v", l)
+	}
+	if d, err := Delete(lower, nil); err != nil || !d.LastApplied["Namespace a"]["env"] {
+		t.Errorf("Delete lost last-applied: %v, %v", d.LastApplied, err)
+	}
+}

@@ -12,11 +12,12 @@
 // controllers); status, which apply never writes, is kept (a pod's IPs, a
 // node's addresses) unless the manifest has one; so are the pod's node,
 // ports and host network when the manifest leaves them out (they are
-// immutable). One thing apply does is not modelled: it removes a label an
-// earlier apply of the same manifest set (kubectl's
-// last-applied-configuration, or server-side apply's managed fields) when
-// the manifest no longer has it; labels kept this way draw a warning that
-// names them. Objects only in the upper layer are added. Whatever the
+// immutable). A label that the live object's
+// kubectl.kubernetes.io/last-applied-configuration names and the manifest
+// no longer sets is removed, as client-side apply removes it. Without that
+// annotation, which labels an earlier apply set is unknown (server-side
+// apply's managed fields are not read): the labels kept then draw a
+// warning that names them. Objects only in the upper layer are added. Whatever the
 // lower layer reported about an object the upper layer sets (diagnostics,
 // a failed decode) goes with it.
 //
@@ -138,7 +139,8 @@ func Overlay(lower, upper *manifest.Result) *manifest.Result {
 	for _, n := range uc.Namespaces {
 		if l, ok := namespaces[n.Name]; ok {
 			var d *policy.Diagnostic
-			n.Labels, d = applyLabels(Ref{Kind: "Namespace", Name: n.Name}, l.Labels, n.Labels)
+			r := Ref{Kind: "Namespace", Name: n.Name}
+			n.Labels, d = applyLabels(r, l.Labels, n.Labels, lower.LastApplied[r.String()])
 			kept = appendDiag(kept, d)
 		}
 		c.Namespaces = append(c.Namespaces, n)
@@ -150,7 +152,8 @@ func Overlay(lower, upper *manifest.Result) *manifest.Result {
 	for _, n := range uc.Nodes {
 		if l, ok := nodes[n.Name]; ok {
 			var d *policy.Diagnostic
-			n.Labels, d = applyLabels(Ref{Kind: "Node", Name: n.Name}, l.Labels, n.Labels)
+			r := Ref{Kind: "Node", Name: n.Name}
+			n.Labels, d = applyLabels(r, l.Labels, n.Labels, lower.LastApplied[r.String()])
 			kept = appendDiag(kept, d)
 			if len(n.Addrs) == 0 {
 				n.Addrs = l.Addrs
@@ -169,7 +172,8 @@ func Overlay(lower, upper *manifest.Result) *manifest.Result {
 		if l, ok := pods[up.Key()]; ok {
 			p := *up
 			var d *policy.Diagnostic
-			p.Labels, d = applyLabels(Ref{Kind: "Pod", Namespace: p.Namespace, Name: p.Name}, l.Labels, p.Labels)
+			r := Ref{Kind: "Pod", Namespace: p.Namespace, Name: p.Name}
+			p.Labels, d = applyLabels(r, l.Labels, p.Labels, lower.LastApplied[r.String()])
 			kept = appendDiag(kept, d)
 			if len(p.IPs) == 0 {
 				p.IPs = l.IPs
@@ -191,6 +195,12 @@ func Overlay(lower, upper *manifest.Result) *manifest.Result {
 	out.Diagnostics = append(out.Diagnostics, kept...)
 	out.Dropped = append(out.Dropped, upper.Dropped...)
 	out.Skipped = append(out.Skipped, upper.Skipped...)
+	for r, l := range upper.LastApplied {
+		if out.LastApplied == nil {
+			out.LastApplied = map[string]map[string]bool{}
+		}
+		out.LastApplied[r] = l
+	}
 	return out
 }
 
@@ -202,28 +212,32 @@ func appendDiag(ds []policy.Diagnostic, d *policy.Diagnostic) []policy.Diagnosti
 }
 
 // applyLabels is the labels of an object after apply of a manifest with
-// set: set's values over live's, live's other labels kept. Keeping them
-// is what apply does with labels it did not set; for one an earlier apply
-// of this manifest set, it removes it, which the returned warning (nil
-// when nothing was kept) says is not modelled.
-func applyLabels(r Ref, live, set map[string]string) (map[string]string, *policy.Diagnostic) {
+// set: set's values over live's, live's other labels kept, as apply keeps
+// labels it did not set, except those the live object's
+// last-applied-configuration names (applied): an earlier apply set them,
+// so apply removes them. Without that annotation (applied nil), which
+// labels an earlier apply set is unknown (server-side apply's managed
+// fields are not read): the kept ones are named in the returned warning.
+func applyLabels(r Ref, live, set map[string]string, applied map[string]bool) (map[string]string, *policy.Diagnostic) {
 	var keptKeys []string
-	for k := range live {
-		if _, ok := set[k]; !ok && k != "kubernetes.io/metadata.name" {
-			keptKeys = append(keptKeys, k)
-		}
-	}
-	if len(keptKeys) == 0 && len(live) == 0 {
-		return set, nil
-	}
 	out := make(map[string]string, len(live)+len(set))
 	for k, v := range live {
+		if _, ok := set[k]; ok {
+			continue
+		}
+		if applied[k] {
+			continue // set by an earlier apply, no longer: apply removes it
+		}
 		out[k] = v
+		if k != "kubernetes.io/metadata.name" {
+			keptKeys = append(keptKeys, k)
+		}
 	}
 	for k, v := range set {
 		out[k] = v
 	}
-	if len(keptKeys) == 0 {
+	if len(keptKeys) == 0 || applied != nil {
+		// Known not to be apply's: kept, as apply keeps them.
 		return out, nil
 	}
 	slices.Sort(keptKeys)
@@ -372,5 +386,13 @@ func without(res *manifest.Result, gone map[string]bool) *manifest.Result {
 		}
 	}
 	out.Skipped = slices.Clone(res.Skipped)
+	for r, l := range res.LastApplied {
+		if !gone[r] {
+			if out.LastApplied == nil {
+				out.LastApplied = map[string]map[string]bool{}
+			}
+			out.LastApplied[r] = l
+		}
+	}
 	return out
 }
