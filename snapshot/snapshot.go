@@ -245,7 +245,7 @@ func applyLabels(r Ref, live, set map[string]string, applied map[string]bool) (m
 		keptKeys[i] = k + "=" + live[k]
 	}
 	return out, &policy.Diagnostic{Severity: policy.SeverityWarning, Object: r.String(), Field: "metadata.labels",
-		Message: "labels " + strings.Join(keptKeys, ", ") + " kept from the current state: the manifest does not set them, and kubectl apply keeps labels it did not set (one an earlier apply of this manifest set is removed by apply: not modelled, so check them)"}
+		Message: "labels " + strings.Join(keptKeys, ", ") + " kept from the current state: the manifest does not set them and kubectl apply keeps labels it did not set, but the object has no kubectl.kubernetes.io/last-applied-configuration to tell whether an earlier apply set them (apply would remove those): check them"}
 }
 
 // Delete returns res without the objects refs name. Naming an object res
