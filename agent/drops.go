@@ -65,6 +65,9 @@ type drops struct {
 type dropSeries struct {
 	labels         []string
 	packets, bytes uint64
+	// fixed: one of the ruleset's fixed drops (no policy's), exported
+	// at zero too.
+	fixed bool
 }
 
 // dropMetric is one of a series' two metrics as a scrape writes it.
@@ -185,6 +188,13 @@ func (d *drops) Collect(ch chan<- prometheus.Metric) {
 	d.mu.Unlock()
 	for i := range series {
 		s := &series[i]
+		if s.packets == 0 && !s.fixed {
+			// A policy rule's series appears with its first drop: a
+			// node exports its rules' counters, ~1,600 series at the
+			// 30,000-pod benchmark, nearly all zero, millions across a
+			// large cluster's nodes.
+			continue
+		}
 		ch <- dropMetric{d.packets, s, s.packets}
 		ch <- dropMetric{d.bytes, s, s.bytes}
 	}
@@ -202,7 +212,7 @@ func seriesOf(cs []nft.DropCounter) []dropSeries {
 		if !ok {
 			i = len(out)
 			index[k] = i
-			out = append(out, dropSeries{labels: l})
+			out = append(out, dropSeries{labels: l, fixed: len(c.Policies) == 0})
 		}
 		out[i].packets += c.Packets
 		out[i].bytes += c.Bytes

@@ -56,6 +56,10 @@ func TestDropsCollectAndKeepLastReading(t *testing.T) {
 		// series that would break the scrape.
 		{Name: "c-2", Policies: []policy.PolicyRef{{Kind: "ClusterNetworkPolicy", Name: "g"}}, Direction: "egress", Rule: 0, Reason: nft.ReasonDeny, Packets: 1, Bytes: 60},
 		{Name: "drop-invalid", Rule: -1, Reason: nft.ReasonInvalid, Packets: 7, Bytes: 400},
+		// A fixed drop that counted nothing is exported; a policy
+		// rule's that counted nothing is not.
+		{Name: "drop-not-syn", Rule: -1, Reason: nft.ReasonNotSYN},
+		{Name: "c-3", Policies: []policy.PolicyRef{{Kind: "ClusterNetworkPolicy", Name: "quiet"}}, Direction: "ingress", Rule: 2, Reason: nft.ReasonDeny},
 	}}
 	reg := prometheus.NewRegistry()
 	d := newDrops(stub, reg, klog.Background())
@@ -63,10 +67,12 @@ func TestDropsCollectAndKeepLastReading(t *testing.T) {
 	d.read(ctx)
 	want := map[string]float64{
 		`direction="",kind="",name="",namespace="",reason="invalid",rule=""`:                          7,
+		`direction="",kind="",name="",namespace="",reason="not_syn",rule=""`:                          0,
 		`direction="egress",kind="ClusterNetworkPolicy",name="g",namespace="",reason="deny",rule="0"`: 4,
 	}
 	wantBytes := map[string]float64{
 		`direction="",kind="",name="",namespace="",reason="invalid",rule=""`:                          400,
+		`direction="",kind="",name="",namespace="",reason="not_syn",rule=""`:                          0,
 		`direction="egress",kind="ClusterNetworkPolicy",name="g",namespace="",reason="deny",rule="0"`: 240,
 	}
 	check := func(step string) {
@@ -89,6 +95,10 @@ func TestDropsCollectAndKeepLastReading(t *testing.T) {
 	}
 	// A rule that goes takes its series with it.
 	stub.err, stub.cs = nil, stub.cs[2:]
+	// (c-3 counts now: its series appears.)
+	stub.cs[2].Packets, stub.cs[2].Bytes = 1, 80
+	want[`direction="ingress",kind="ClusterNetworkPolicy",name="quiet",namespace="",reason="deny",rule="2"`] = 1
+	wantBytes[`direction="ingress",kind="ClusterNetworkPolicy",name="quiet",namespace="",reason="deny",rule="2"`] = 80
 	d.read(ctx)
 	delete(want, `direction="egress",kind="ClusterNetworkPolicy",name="g",namespace="",reason="deny",rule="0"`)
 	delete(wantBytes, `direction="egress",kind="ClusterNetworkPolicy",name="g",namespace="",reason="deny",rule="0"`)
