@@ -113,35 +113,10 @@ type addrClass struct {
 // the same peers share one *AddrSet, so it reads each distinct set once.
 func addrClasses(before, after *policy.Program, taken []netip.Addr) []*addrClass {
 	sets := map[*policy.AddrSet]int{}
-	dirs := map[*policy.DirPolicy]bool{}
-	addMatch := func(m policy.Match) {
-		for _, t := range m {
-			if _, ok := sets[t.Addrs]; !ok && !t.Addrs.Empty() {
-				sets[t.Addrs] = len(sets)
-			}
-		}
-	}
 	for _, p := range []*policy.Program{before, after} {
-		for _, pp := range p.Policies {
-			if pp == nil {
-				continue
-			}
-			for _, dp := range []*policy.DirPolicy{pp.Ingress, pp.Egress} {
-				if dp == nil || dirs[dp] {
-					continue
-				}
-				dirs[dp] = true
-				for _, r := range dp.Admin {
-					addMatch(r.Match)
-				}
-				if dp.NP != nil {
-					for _, r := range dp.NP.Rules {
-						addMatch(r.Match)
-					}
-				}
-				for _, r := range dp.Baseline {
-					addMatch(r.Match)
-				}
+		for s := range p.RuleAddrSets() {
+			if _, ok := sets[s]; !ok && !s.Empty() {
+				sets[s] = len(sets)
 			}
 		}
 	}

@@ -183,36 +183,11 @@ func membership(p *policy.Program, addrs []netip.Addr) ([]hash128, error) {
 // compiled policy, once each (terms naming the same peers share one).
 func ruleAddrSets(p *policy.Program) []*policy.AddrSet {
 	seen := map[*policy.AddrSet]bool{}
-	dirs := map[*policy.DirPolicy]bool{}
 	var out []*policy.AddrSet
-	add := func(m policy.Match) {
-		for _, t := range m {
-			if t.Addrs != nil && !seen[t.Addrs] {
-				seen[t.Addrs] = true
-				out = append(out, t.Addrs)
-			}
-		}
-	}
-	for _, pp := range p.Policies {
-		if pp == nil {
-			continue
-		}
-		for _, dp := range []*policy.DirPolicy{pp.Ingress, pp.Egress} {
-			if dp == nil || dirs[dp] {
-				continue
-			}
-			dirs[dp] = true
-			for _, r := range dp.Admin {
-				add(r.Match)
-			}
-			if dp.NP != nil {
-				for _, r := range dp.NP.Rules {
-					add(r.Match)
-				}
-			}
-			for _, r := range dp.Baseline {
-				add(r.Match)
-			}
+	for s := range p.RuleAddrSets() {
+		if s != nil && !seen[s] {
+			seen[s] = true
+			out = append(out, s)
 		}
 	}
 	return out

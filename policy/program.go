@@ -2,6 +2,7 @@ package policy
 
 import (
 	"fmt"
+	"iter"
 	"net/netip"
 	"slices"
 	"sync"
@@ -365,6 +366,63 @@ func (p *Program) PodAddrsIn(nets []netip.Prefix) []netip.Addr {
 	}
 	slices.SortFunc(out, netip.Addr.Compare)
 	return slices.Compact(out)
+}
+
+// RuleAddrSets yields the address set of every term of every rule the
+// Program's pods are judged by, visiting each DirPolicy once (pods of a
+// class share theirs). Terms with the same peers share one set, which
+// then comes once per term: callers that need the distinct sets keep
+// those they have seen. The CLI partitions addresses by these sets
+// (matrix classes, moat diff's address classes).
+func (p *Program) RuleAddrSets() iter.Seq[*AddrSet] {
+	return func(yield func(*AddrSet) bool) {
+		dirs := map[*DirPolicy]bool{}
+		for _, pp := range p.Policies {
+			if pp == nil {
+				continue
+			}
+			for _, dp := range []*DirPolicy{pp.Ingress, pp.Egress} {
+				if dp == nil || dirs[dp] {
+					continue
+				}
+				dirs[dp] = true
+				if !yieldMatches(yield, dp) {
+					return
+				}
+			}
+		}
+	}
+}
+
+// yieldMatches yields the address sets of a DirPolicy's terms, tier by
+// tier; false when yield asked to stop.
+func yieldMatches(yield func(*AddrSet) bool, dp *DirPolicy) bool {
+	terms := func(m Match) bool {
+		for _, t := range m {
+			if !yield(t.Addrs) {
+				return false
+			}
+		}
+		return true
+	}
+	for _, r := range dp.Admin {
+		if !terms(r.Match) {
+			return false
+		}
+	}
+	if dp.NP != nil {
+		for _, r := range dp.NP.Rules {
+			if !terms(r.Match) {
+				return false
+			}
+		}
+	}
+	for _, r := range dp.Baseline {
+		if !terms(r.Match) {
+			return false
+		}
+	}
+	return true
 }
 
 // DuplicateAddr reports whether more than one pod claims the address.
