@@ -149,17 +149,26 @@ func DefaultPorts(p *policy.Program) []PortProto {
 	return out
 }
 
-// Build evaluates every ordered pair of endpoints (self included) on every
-// port, and a dual-stack pair over both families.
-func Build(p *policy.Program, opts Options) (*Result, error) {
+// axes are a matrix's ports and endpoints: opts' or the Program's.
+func axes(p *policy.Program, opts Options) ([]PortProto, []Endpoint, error) {
 	ports := opts.Ports
 	if len(ports) == 0 {
 		ports = DefaultPorts(p)
 	}
 	if len(ports) == 0 {
-		return nil, fmt.Errorf("no ports: the input declares no container ports, pass --port")
+		return nil, nil, fmt.Errorf("no ports: the input declares no container ports, pass --port")
 	}
 	eps, err := filterNamespaces(p, Endpoints(p, opts.Peers), opts.Namespaces)
+	if err != nil {
+		return nil, nil, err
+	}
+	return ports, eps, nil
+}
+
+// Build evaluates every ordered pair of endpoints (self included) on every
+// port, and a dual-stack pair over both families.
+func Build(p *policy.Program, opts Options) (*Result, error) {
+	ports, eps, err := axes(p, opts)
 	if err != nil {
 		return nil, err
 	}

@@ -71,14 +71,7 @@ const rowCache = 16
 // New prepares the matrix of a Program: its endpoints, ports and classes.
 // Nothing is judged until a writer prints it.
 func New(p *policy.Program, opts Options) (*Matrix, error) {
-	ports := opts.Ports
-	if len(ports) == 0 {
-		ports = DefaultPorts(p)
-	}
-	if len(ports) == 0 {
-		return nil, fmt.Errorf("no ports: the input declares no container ports, pass --port")
-	}
-	eps, err := filterNamespaces(p, Endpoints(p, opts.Peers), opts.Namespaces)
+	ports, eps, err := axes(p, opts)
 	if err != nil {
 		return nil, err
 	}
