@@ -92,7 +92,12 @@ func (s *state) refreshNamed() {
 	}
 	subjects := map[[2]string]*roaring.Bitmap{}
 	nsPods := map[string]*roaring.Bitmap{}
-	podSels := map[string]*roaring.Bitmap{}
+	podSels := subjectMemo{pods: map[string]*roaring.Bitmap{}, uses: map[string]int{}}
+	for p := range d.namedPolicies {
+		if np, ok := p.(*npState); ok {
+			podSels.uses[np.subjKey]++
+		}
+	}
 	for p := range d.namedPolicies {
 		var before []Diagnostic
 		switch p := p.(type) {
@@ -150,7 +155,7 @@ func (s *state) fromPods(pods *roaring.Bitmap) subjectPods {
 	}}
 }
 
-func (s *state) npSelection(np *npState, podSels map[string]*roaring.Bitmap) subjectPods {
+func (s *state) npSelection(np *npState, podSels subjectMemo) subjectPods {
 	if s.scoped() {
 		return s.fromPods(s.npSubjectPods(np, podSels))
 	}
@@ -163,7 +168,7 @@ func (s *state) npSelection(np *npState, podSels map[string]*roaring.Bitmap) sub
 	})
 }
 
-func (s *state) npNamedDiags(np *npState, podSels map[string]*roaring.Bitmap) []Diagnostic {
+func (s *state) npNamedDiags(np *npState, podSels subjectMemo) []Diagnostic {
 	var out []Diagnostic
 	var subject *subjectPods
 	for _, n := range np.namedPorts {
@@ -241,17 +246,33 @@ func (s *state) cnpNamedDiags(c *cnpState, subjects map[[2]string]*roaring.Bitma
 // matched one by one against a selector (npSubjectPods).
 const smallNamespace = 64
 
-// npSubjectPods lists the pod-network pods a NetworkPolicy selects; memo
-// holds the pods (anywhere) of pod selectors already evaluated. In a
-// small namespace, as most are, its pods are matched one by one: the
-// selector's pods cluster-wide, a bitmap of thousands, cost more to make
-// than the few matches, and named-port warnings are redone for the
-// policies of every relabelled pod's namespace.
-func (s *state) npSubjectPods(np *npState, memo map[string]*roaring.Bitmap) *roaring.Bitmap {
+// sharedSubject is how many of the policies one refresh of named-port
+// warnings checks must share a pod selector for it to be evaluated once,
+// cluster-wide, rather than matched against each namespace's pods
+// (npSubjectPods): a full compile checks every policy, and tens of
+// thousands of them share a few selectors.
+const sharedSubject = 16
+
+// subjectMemo holds, for one refresh of named-port warnings, the pods
+// (anywhere) of the pod selectors already evaluated, and how many of the
+// policies to check use each selector (by subjKey).
+type subjectMemo struct {
+	pods map[string]*roaring.Bitmap
+	uses map[string]int
+}
+
+// npSubjectPods lists the pod-network pods a NetworkPolicy selects. In a
+// small namespace, as most are, its pods are matched one by one, unless
+// the selector is already evaluated or many policies of this refresh
+// share it: the selector's pods cluster-wide, a bitmap of thousands, cost
+// more to make than the few matches, and named-port warnings are redone
+// for the policies of every relabelled pod's namespace.
+func (s *state) npSubjectPods(np *npState, m subjectMemo) *roaring.Bitmap {
 	if isEverything(np.subject) {
 		return np.ns.pods
 	}
-	if _, done := memo[np.subjKey]; !done && np.ns.pods.GetCardinality() <= smallNamespace {
+	memo := m.pods
+	if _, done := memo[np.subjKey]; !done && m.uses[np.subjKey] < sharedSubject && np.ns.pods.GetCardinality() <= smallNamespace {
 		out := roaring.New()
 		it := np.ns.pods.Iterator()
 		for it.HasNext() {
