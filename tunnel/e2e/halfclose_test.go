@@ -19,25 +19,11 @@ import (
 // answerAtEOF is a backend that reads its client to EOF, then answers how
 // many bytes it got and closes.
 func answerAtEOF(t *testing.T) net.Listener {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { ln.Close() })
-	go func() {
-		for {
-			c, err := ln.Accept()
-			if err != nil {
-				return
-			}
-			go func() {
-				defer c.Close()
-				b, _ := io.ReadAll(c)
-				fmt.Fprintf(c, "got %d bytes", len(b))
-			}()
-		}
-	}()
-	return ln
+	return serveTCP(t, "tcp", "127.0.0.1:0", func(c net.Conn) {
+		defer c.Close()
+		b, _ := io.ReadAll(c)
+		fmt.Fprintf(c, "got %d bytes", len(b))
+	})
 }
 
 // halfCloseExchange sends msg, shuts down c's write side and returns

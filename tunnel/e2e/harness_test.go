@@ -300,6 +300,13 @@ func payload(w io.Writer, seed uint64, n int64) ([32]byte, error) {
 // until EOF.
 func startBackend(t testing.TB, network, addr string) net.Listener {
 	t.Helper()
+	return serveTCP(t, network, addr, serveBackend)
+}
+
+// serveTCP listens on addr and runs serve on each connection it accepts
+// (serve closes it), until the test ends.
+func serveTCP(t testing.TB, network, addr string, serve func(net.Conn)) net.Listener {
+	t.Helper()
 	ln, err := net.Listen(network, addr)
 	if err != nil {
 		t.Fatal(err)
@@ -311,7 +318,7 @@ func startBackend(t testing.TB, network, addr string) net.Listener {
 			if err != nil {
 				return
 			}
-			go serveBackend(c)
+			go serve(c)
 		}
 	}()
 	return ln

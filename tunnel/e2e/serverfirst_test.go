@@ -25,32 +25,18 @@ import (
 // anything, then waits for the client to close.
 func bannerBackend(t *testing.T, size int64) net.Listener {
 	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { ln.Close() })
-	go func() {
-		for {
-			c, err := ln.Accept()
-			if err != nil {
-				return
+	return serveTCP(t, "tcp", "127.0.0.1:0", func(c net.Conn) {
+		defer c.Close()
+		if size == 0 {
+			io.WriteString(c, "220 banner\r\n")
+		} else {
+			bw := bufio.NewWriterSize(c, 64<<10)
+			if _, err := payload(bw, 77, size); err == nil {
+				bw.Flush()
 			}
-			go func() {
-				defer c.Close()
-				if size == 0 {
-					io.WriteString(c, "220 banner\r\n")
-				} else {
-					bw := bufio.NewWriterSize(c, 64<<10)
-					if _, err := payload(bw, 77, size); err == nil {
-						bw.Flush()
-					}
-				}
-				io.Copy(io.Discard, c)
-			}()
 		}
-	}()
-	return ln
+		io.Copy(io.Discard, c)
+	})
 }
 
 func readBanner(c net.Conn) error {
