@@ -14,7 +14,7 @@
 // and a policy change opens or closes undeclared ports as well. So every
 // (address, protocol, port) falls in a class judged by one probe, and no
 // change can hide between probes. Pods only one state has are listed as
-// added or removed.
+// added or removed, and count as a change (Changed).
 //
 // Compute does not judge the whole matrix. A flow's verdict depends only on
 // the source's compiled egress policy, the destination's compiled ingress
@@ -285,6 +285,16 @@ func verdict(p *policy.Program, pair [2]policy.Endpoint, ok bool, pp matrix.Port
 		return policy.Verdict{Egress: no, Ingress: no}
 	}
 	return p.Evaluate(policy.Flow{Src: pair[0], Dst: pair[1], Proto: pp.Protocol, Port: pp.Port})
+}
+
+// Changed reports whether the proposed state changes traffic: some flow
+// changes verdict, or a pod (with an address) is added or removed. A pod
+// only one state has is not compared flow by flow, but every flow to and
+// from it appears or disappears: a gate (`moat diff`'s exit status 3)
+// must not call that "no change" (a deleted namespace cuts its clients
+// off; a new pod is reachable, or not, by what the policies say).
+func (r *Result) Changed() bool {
+	return len(r.Changes) > 0 || len(r.AddedPods) > 0 || len(r.RemovedPods) > 0
 }
 
 // ChangedFlows counts the flows with a change: a dual-stack flow whose

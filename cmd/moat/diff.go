@@ -1,6 +1,7 @@
 package main
 
 import (
+	"errors"
 	"fmt"
 	"slices"
 	"strings"
@@ -14,8 +15,9 @@ import (
 	"github.com/moat-net/moat/snapshot"
 )
 
-// exitChanged is the status of a diff in which some flow changes verdict,
-// as kubectl diff exits 1 on differences (moat's 1 is an error).
+// exitChanged is the status of a diff in which some flow changes verdict
+// or a pod is added or removed, as kubectl diff exits 1 on differences
+// (moat's 1 is an error).
 const exitChanged = 3
 
 func newDiffCommand() *cobra.Command {
@@ -71,8 +73,14 @@ Each line gives the verdicts before and after and the explanation of each
 direction that changed. Only the flows a change can affect are judged, so
 a small change in a large cluster is quick.
 
-Exit status: 0 when no verdict changes, 3 when some does, 1 on error - to
-gate CI and GitOps pipelines as kubectl diff does.`,
+Pods only one state has (with an address: --delete ns/X removes X's pods,
+an --after Pod with a status adds one) are listed as added or removed,
+not compared flow by flow: their flows appear or disappear whole.
+
+Exit status: 0 when no verdict changes and no pod is added or removed, 3
+when a verdict changes or a pod is added or removed (every flow to and
+from it appears or disappears), 1 on error - to gate CI and GitOps
+pipelines as kubectl diff does.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			mopts, err := matrix.ParseOptions(ports, peers)
@@ -131,8 +139,8 @@ gate CI and GitOps pipelines as kubectl diff does.`,
 			if err != nil {
 				return err
 			}
-			if len(res.Changes) > 0 {
-				return &exitError{exitChanged, fmt.Errorf("%d flow(s) change verdict", res.ChangedFlows())}
+			if res.Changed() {
+				return &exitError{exitChanged, errors.New(changeSummary(res))}
 			}
 			return nil
 		},
@@ -188,4 +196,17 @@ func proposed(loader *manifest.Loader, cur *manifest.Result, after []string, ref
 		says = append(says, say)
 	}
 	return next, strings.Join(says, "; "), nil
+}
+
+// changeSummary is the error line of a diff that changes traffic: the
+// changed flows, then the pods added and removed that made it a change.
+func changeSummary(res *flowdiff.Result) string {
+	parts := []string{fmt.Sprintf("%d flow(s) change verdict", res.ChangedFlows())}
+	if n := len(res.AddedPods); n > 0 {
+		parts = append(parts, fmt.Sprintf("%d pod(s) added", n))
+	}
+	if n := len(res.RemovedPods); n > 0 {
+		parts = append(parts, fmt.Sprintf("%d pod(s) removed", n))
+	}
+	return strings.Join(parts, ", ")
 }

@@ -189,3 +189,30 @@ func TestDiffGateDeleteNamespaceCascades(t *testing.T) {
 		t.Errorf("stderr %q", errOut)
 	}
 }
+
+// Pods only one state has are a change: --delete of a namespace whose pod
+// no policy judges anew still cuts every flow to and from it, and a new
+// pod is reachable by what the policies say. Listed but exit 0 before.
+func TestDiffGateAddedOrRemovedPodIsAChange(t *testing.T) {
+	out, errOut, code := run(t, "", "diff", "-f", quickstart, "--delete", "ns/frontend")
+	if code != exitChanged || !strings.Contains(out, "pods removed (flows not compared): frontend/web") || !strings.Contains(errOut, "1 pod(s) removed") {
+		t.Errorf("namespace deleted: code %d, stderr %q, out:\n%s", code, errOut, out)
+	}
+	const newPod = `apiVersion: v1
+kind: Pod
+metadata: {name: extra, namespace: frontend, labels: {app: extra}}
+spec: {nodeName: node-a, containers: [{name: c, image: i}]}
+status: {podIP: 10.244.1.99, podIPs: [{ip: 10.244.1.99}]}
+`
+	out, errOut, code = run(t, newPod, "diff", "-f", quickstart, "--after", "-")
+	if code != exitChanged || !strings.Contains(out, "pods added (flows not compared): frontend/extra") || !strings.Contains(errOut, "1 pod(s) added") {
+		t.Errorf("pod added: code %d, stderr %q, out:\n%s", code, errOut, out)
+	}
+	// A pod without an address is neither: it is not policed and no
+	// flow reaches it.
+	noIP := strings.Replace(newPod, "status: {podIP: 10.244.1.99, podIPs: [{ip: 10.244.1.99}]}\n", "", 1)
+	out, errOut, code = run(t, noIP, "diff", "-f", quickstart, "--after", "-")
+	if code != 0 || strings.Contains(out, "pods added") {
+		t.Errorf("pod without an address: code %d, stderr %q, out:\n%s", code, errOut, out)
+	}
+}
