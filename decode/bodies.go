@@ -38,11 +38,11 @@ func (x *decoder) start(h header) body {
 		group := groupOf(h.apiVersion)
 		switch {
 		case group == policyGroup && unsupportedPolicyKinds[h.kind]:
-			return &otherBody{kind: h.kind, warn: "policy kind not enforced by Moat (use ClusterNetworkPolicy, policy.networking.k8s.io/v1alpha2): ignored"}
+			return &otherBody{kind: h.kind, group: group, warn: "policy kind not enforced by Moat (use ClusterNetworkPolicy, policy.networking.k8s.io/v1alpha2): ignored"}
 		case readsGroup(group) && !knownKind(group, h.kind):
 			return &otherBody{kind: h.kind, drop: true, field: "kind", msg: unknownKindMessage(h)}
 		}
-		return &otherBody{kind: h.kind}
+		return &otherBody{kind: h.kind, group: group}
 	}
 	if h.apiVersion != want {
 		return &otherBody{kind: h.kind, drop: true, field: "apiVersion", msg: fmt.Sprintf("unsupported apiVersion %q for kind %s (want %q)", h.apiVersion, h.kind, want)}
@@ -200,11 +200,11 @@ func (id *identity) check(o *Object) bool {
 
 // otherBody reads only the identity of objects Moat does not read.
 type otherBody struct {
-	kind       string
-	id         identity
-	drop       bool
-	field, msg string
-	warn       string
+	kind, group string // group only for kinds skipped or warned about
+	id          identity
+	drop        bool
+	field, msg  string
+	warn        string
 }
 
 func (b *otherBody) member(d *dec, key []byte) error {
@@ -214,17 +214,47 @@ func (b *otherBody) member(d *dec, key []byte) error {
 	return d.src.skip()
 }
 
-func (b *otherBody) finish(_ *dec, o *Object) {
+func (b *otherBody) finish(d *dec, o *Object) {
 	o.Ref = ref(b.kind, &b.id.meta)
 	switch {
 	case b.drop:
 		o.drop(b.field, b.msg)
+	case b.id.meta.Namespace != "" && !clusterScoped[b.group+"/"+b.kind] && !d.inPlace(&b.id.meta, o):
+		// kubectl apply -n refuses every namespaced object of another
+		// namespace, whatever Moat makes of its kind. The scope of a kind
+		// Moat does not know (a custom resource) is the API server's to
+		// say: it is taken for namespaced, as nearly all are.
 	case b.warn != "":
 		o.diag(policy.SeverityWarning, "kind", b.warn)
 		o.Skipped = b.warn
 	default:
 		o.Skipped = "kind not used by Moat"
 	}
+}
+
+// clusterScoped holds, as "group/Kind", the built-in kinds that are
+// cluster-scoped: kubectl apply -n ignores their metadata.namespace
+// instead of refusing a mismatch.
+var clusterScoped = map[string]bool{
+	"/Namespace": true, "/Node": true, "/PersistentVolume": true, "/ComponentStatus": true,
+	"rbac.authorization.k8s.io/ClusterRole": true, "rbac.authorization.k8s.io/ClusterRoleBinding": true,
+	"apiextensions.k8s.io/CustomResourceDefinition": true,
+	"apiregistration.k8s.io/APIService":             true,
+	"storage.k8s.io/StorageClass":                   true, "storage.k8s.io/CSIDriver": true, "storage.k8s.io/CSINode": true,
+	"storage.k8s.io/VolumeAttachment": true, "storage.k8s.io/VolumeAttributesClass": true,
+	"scheduling.k8s.io/PriorityClass":                             true,
+	"node.k8s.io/RuntimeClass":                                    true,
+	"admissionregistration.k8s.io/ValidatingWebhookConfiguration": true, "admissionregistration.k8s.io/MutatingWebhookConfiguration": true,
+	"admissionregistration.k8s.io/ValidatingAdmissionPolicy": true, "admissionregistration.k8s.io/ValidatingAdmissionPolicyBinding": true,
+	"admissionregistration.k8s.io/MutatingAdmissionPolicy": true, "admissionregistration.k8s.io/MutatingAdmissionPolicyBinding": true,
+	"networking.k8s.io/IngressClass": true, "networking.k8s.io/IPAddress": true, "networking.k8s.io/ServiceCIDR": true,
+	"certificates.k8s.io/CertificateSigningRequest": true, "certificates.k8s.io/ClusterTrustBundle": true,
+	"flowcontrol.apiserver.k8s.io/FlowSchema": true, "flowcontrol.apiserver.k8s.io/PriorityLevelConfiguration": true,
+	"resource.k8s.io/DeviceClass": true, "resource.k8s.io/ResourceSlice": true,
+	"internal.apiserver.k8s.io/StorageVersion": true,
+	"authentication.k8s.io/TokenReview":        true, "authentication.k8s.io/SelfSubjectReview": true,
+	"authorization.k8s.io/SubjectAccessReview": true, "authorization.k8s.io/SelfSubjectAccessReview": true, "authorization.k8s.io/SelfSubjectRulesReview": true,
+	policyGroup + "/ClusterNetworkPolicy": true, policyGroup + "/AdminNetworkPolicy": true, policyGroup + "/BaselineAdminNetworkPolicy": true,
 }
 
 // listBody is a List whose items were read, or are still to come.

@@ -58,3 +58,41 @@ func TestResultNamespace(t *testing.T) {
 		t.Errorf("no namespace given: %+v, %v", r.Cluster.Pods, r.Diagnostics)
 	}
 }
+
+// With EnforceNamespace, kubectl apply -n refuses a namespaced object of
+// another namespace whatever its kind: so does the decoder, for the kinds
+// Moat skips too (they were skipped unchecked). A cluster-scoped kind's
+// namespace is ignored, as kubectl ignores it; a kind Moat does not know
+// is taken for namespaced.
+func TestEnforceNamespaceSkippedKinds(t *testing.T) {
+	const docs = `{"apiVersion":"v1","kind":"ConfigMap","metadata":{"name":"elsewhere","namespace":"other"}}
+{"apiVersion":"v1","kind":"ConfigMap","metadata":{"name":"here","namespace":"team"}}
+{"apiVersion":"v1","kind":"ConfigMap","metadata":{"name":"placed"}}
+{"apiVersion":"apps/v1","kind":"Deployment","metadata":{"name":"d","namespace":"other"}}
+{"apiVersion":"example.com/v1","kind":"Widget","metadata":{"name":"w","namespace":"other"}}
+{"apiVersion":"rbac.authorization.k8s.io/v1","kind":"ClusterRole","metadata":{"name":"cr","namespace":"other"}}
+{"apiVersion":"policy.networking.k8s.io/v1alpha1","kind":"AdminNetworkPolicy","metadata":{"name":"anp","namespace":"other"}}
+{"apiVersion":"v1","kind":"List","items":[{"apiVersion":"v1","kind":"Secret","metadata":{"name":"s","namespace":"other"}}]}
+`
+	for _, enforce := range []bool{false, true} {
+		r := &Result{Namespace: "team", EnforceNamespace: enforce}
+		if err := r.DecodeJSON("docs", strings.NewReader(docs)); err != nil {
+			t.Fatal(err)
+		}
+		want := []string{}
+		if enforce {
+			want = []string{"ConfigMap elsewhere", "Deployment d", "Widget w", "Secret s"}
+		}
+		if strings.Join(r.Dropped, ",") != strings.Join(want, ",") {
+			t.Errorf("enforce %v: dropped %q, want %q", enforce, r.Dropped, want)
+		}
+		if len(r.Skipped)+len(r.Dropped) != 8 {
+			t.Errorf("enforce %v: skipped %q", enforce, r.Skipped)
+		}
+		for _, d := range r.Diagnostics {
+			if d.Field == "metadata.namespace" && (!enforce || !strings.Contains(d.Message, `"other" does not match the namespace "team"`)) {
+				t.Errorf("enforce %v: %v", enforce, d)
+			}
+		}
+	}
+}

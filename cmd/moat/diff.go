@@ -47,7 +47,8 @@ revisions of a GitOps repository).
 Objects of --after without a namespace go where kubectl apply would put
 them: in -n's namespace, else with --live in the kubeconfig context's,
 else in default (with a warning); with -n, an --after object naming
-another namespace is an error, as with kubectl apply -n.
+another namespace is an error, as with kubectl apply -n, whatever its
+kind (a ConfigMap too; not a built-in cluster-scoped kind).
 
 It lists every flow whose verdict changes, from every endpoint to every
 endpoint. The endpoints are the pods both states have (by namespace/name),
