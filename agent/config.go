@@ -55,6 +55,11 @@ type LeaderElection struct {
 	// LeaseDuration, RenewDeadline, RetryPeriod as in client-go's
 	// leaderelection (defaults 15s, 10s, 2s).
 	LeaseDuration, RenewDeadline, RetryPeriod time.Duration
+	// Candidates is how many agents campaign for the Lease: those of the
+	// nodes first in hash order of their names (election.go); the others
+	// stand by and campaign only once the Lease is abandoned. 0 means
+	// DefaultCandidates, negative every agent.
+	Candidates int
 }
 
 // DefaultLeaseNamespace is where the Lease lives unless configured.
@@ -98,6 +103,9 @@ func (c *Config) complete() error {
 	}
 	if le.RetryPeriod <= 0 {
 		le.RetryPeriod = 2 * time.Second
+	}
+	if le.Candidates == 0 {
+		le.Candidates = DefaultCandidates
 	}
 	if le.RenewDeadline >= le.LeaseDuration || le.RetryPeriod >= le.RenewDeadline {
 		return fmt.Errorf("leader election: want retry period (%s) < renew deadline (%s) < lease duration (%s)", le.RetryPeriod, le.RenewDeadline, le.LeaseDuration)

@@ -32,6 +32,8 @@ type metrics struct {
 	lastSuccess  prometheus.Gauge
 	ready        prometheus.Gauge
 	leader       prometheus.Gauge
+	// candidate is 1 while the agent campaigns for the Lease (election.go).
+	candidate prometheus.Gauge
 }
 
 // Results of a sync, the label of moat_agent_syncs_total.
@@ -156,8 +158,12 @@ func newMetrics() *metrics {
 		Name: "moat_agent_leader",
 		Help: "1 while this agent holds the status-writer Lease.",
 	})
+	m.candidate = prometheus.NewGauge(prometheus.GaugeOpts{
+		Name: "moat_agent_leader_candidate",
+		Help: "1 while this agent campaigns for the status-writer Lease: one of the --leader-elect-candidates nodes first in hash order, or a stand-in after the Lease was found abandoned.",
+	})
 	m.reg.MustRegister(m.syncDuration, m.syncs, m.resyncs, m.compiles, m.operations, m.programmed, m.policies, m.changes, m.ignoredRelabels, m.watchErrors, m.watchEvents,
-		m.problems, m.statusWrites, m.conntrack, m.tableMissing, m.lastSuccess, m.ready, m.leader)
+		m.problems, m.statusWrites, m.conntrack, m.tableMissing, m.lastSuccess, m.ready, m.leader, m.candidate)
 	for _, r := range []string{resultSuccess, resultError, resultConntrackError} {
 		for _, k := range []string{"full", "diff"} {
 			m.syncs.WithLabelValues(k, r)

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"sort"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -14,11 +15,10 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/kubernetes/scheme"
 	typedcorev1 "k8s.io/client-go/kubernetes/typed/core/v1"
-	"k8s.io/client-go/tools/leaderelection"
-	"k8s.io/client-go/tools/leaderelection/resourcelock"
 	"k8s.io/client-go/tools/record"
 
 	"github.com/moat-net/moat/api/v1alpha2"
@@ -50,6 +50,9 @@ const (
 	// ones stay in force); on the Node only.
 	EventNodeSyncFailed = "NodeSyncFailed"
 )
+
+// eventSource is the component of the agents' Events.
+const eventSource = "moat-agent"
 
 // fieldManager names the agent in managedFields of its status writes.
 const fieldManager = "moat-agent"
@@ -109,6 +112,8 @@ type statusWriter struct {
 	// object and generation, so each is reported once (leader only).
 	mu      sync.Mutex
 	emitted map[string]string
+	// passes counts the leader's status passes (write), for tests.
+	passes atomic.Int64
 }
 
 func newStatusWriter(a *Agent) *statusWriter {
@@ -119,7 +124,7 @@ func newStatusWriter(a *Agent) *statusWriter {
 func (w *statusWriter) startEvents(ctx context.Context) {
 	w.bc = record.NewBroadcaster(record.WithContext(ctx))
 	w.bc.StartRecordingToSink(&typedcorev1.EventSinkImpl{Interface: w.a.clients.Kube.CoreV1().Events("")})
-	w.recorder = w.bc.NewRecorder(scheme.Scheme, corev1.EventSource{Component: "moat-agent", Host: w.a.cfg.NodeName})
+	w.recorder = w.bc.NewRecorder(scheme.Scheme, corev1.EventSource{Component: eventSource, Host: w.a.cfg.NodeName})
 }
 
 func (w *statusWriter) stopEvents() {
@@ -172,54 +177,11 @@ func (w *statusWriter) nudge() {
 	}
 }
 
-// runElection campaigns for the Lease until ctx ends; while leading it
-// writes status.
-func (w *statusWriter) runElection(ctx context.Context) {
-	le := w.a.cfg.LeaderElection
-	log := w.a.log.WithValues("lease", le.Namespace+"/"+le.Name)
-	lock := &resourcelock.LeaseLock{
-		LeaseMeta:  metav1.ObjectMeta{Namespace: le.Namespace, Name: le.Name},
-		Client:     w.a.clients.Kube.CoordinationV1(),
-		LockConfig: resourcelock.ResourceLockConfig{Identity: le.Identity},
-	}
-	for ctx.Err() == nil {
-		elector, err := leaderelection.NewLeaderElector(leaderelection.LeaderElectionConfig{
-			Lock:            lock,
-			LeaseDuration:   le.LeaseDuration,
-			RenewDeadline:   le.RenewDeadline,
-			RetryPeriod:     le.RetryPeriod,
-			ReleaseOnCancel: true,
-			Name:            le.Name,
-			Callbacks: leaderelection.LeaderCallbacks{
-				OnStartedLeading: func(ctx context.Context) {
-					log.Info("Became the status writer")
-					w.leading.Store(true)
-					w.a.metrics.leader.Set(1)
-					w.lead(ctx)
-				},
-				OnStoppedLeading: func() {
-					w.leading.Store(false)
-					w.a.metrics.leader.Set(0)
-					log.Info("No longer the status writer")
-				},
-			},
-		})
-		if err != nil {
-			log.Error(err, "Leader election is misconfigured; this agent will not write status")
-			return
-		}
-		elector.Run(ctx)
-		select {
-		case <-ctx.Done():
-		case <-time.After(le.RetryPeriod):
-		}
-	}
-}
-
 // lead writes status after every compilation until leadership ends.
 func (w *statusWriter) lead(ctx context.Context) {
+	reported := w.reportedProblems(ctx)
 	w.mu.Lock()
-	w.emitted = map[string]string{}
+	w.emitted = reported
 	w.mu.Unlock()
 	retry := time.NewTimer(0)
 	defer retry.Stop()
@@ -263,6 +225,7 @@ func (w *statusWriter) write(ctx context.Context) (again bool) {
 		}
 	}
 	w.reportNPs(p)
+	w.passes.Add(1)
 	return again
 }
 
@@ -368,6 +331,54 @@ func (w *statusWriter) event(ref *corev1.ObjectReference, typ, reason, msg strin
 	}
 }
 
+// annotationGeneration on a NetworkPolicy's PolicyProblem Event is the
+// generation of the policy it reports on: with the object and the message
+// it identifies the problem (problemID), so that a new leader can tell
+// which problems its predecessors already reported (reportedProblems).
+const annotationGeneration = "moat-net.github.io/generation"
+
+// problemID identifies one reported problem of a NetworkPolicy: its
+// namespace/name, generation and the Event's message.
+func problemID(key string, generation int64, msg string) string {
+	return fmt.Sprintf("%s@%d|%s", key, generation, truncate(msg))
+}
+
+// reportedProblems lists the NetworkPolicy problems that Events in the
+// cluster already report (Events this or an earlier leader sent, until
+// the API server's --event-ttl removes them, 1 hour by default). Without
+// it a new leader, whose memory starts empty, sent every problem of the
+// cluster again at each change of leader, that is at every restart of
+// the leader's pod, rollouts included. On an error (for example RBAC
+// without list on events) it returns what it has, and the problems not
+// found are reported again.
+func (w *statusWriter) reportedProblems(ctx context.Context) map[string]string {
+	got := map[string]string{}
+	sel := fields.Set{
+		"source":              eventSource,
+		"reason":              EventPolicyProblem,
+		"involvedObject.kind": "NetworkPolicy",
+	}.AsSelector().String()
+	opts := metav1.ListOptions{FieldSelector: sel, Limit: 500}
+	for {
+		list, err := w.a.clients.Kube.CoreV1().Events(metav1.NamespaceAll).List(ctx, opts)
+		if err != nil {
+			w.a.log.Error(err, "List the PolicyProblem Events already sent; problems they report may be reported again")
+			return got
+		}
+		for _, e := range list.Items {
+			gen, err := strconv.ParseInt(e.Annotations[annotationGeneration], 10, 64)
+			if err != nil {
+				continue // not one of ours, or from a version without the annotation
+			}
+			got[problemID(e.InvolvedObject.Namespace+"/"+e.InvolvedObject.Name, gen, e.Message)] = ""
+		}
+		if list.Continue == "" {
+			return got
+		}
+		opts.Continue = list.Continue
+	}
+}
+
 // reportNPs emits one Warning Event per new problem of a NetworkPolicy:
 // the compiler's diagnostics about it (invalid or unknown fields, enforced
 // fail-closed; named ports that resolve on no pod), which cover every
@@ -394,12 +405,15 @@ func (w *statusWriter) reportNPs(p *published) {
 			continue
 		}
 		for _, m := range msgs {
-			id := fmt.Sprintf("%s@%d|%s", key, np.Generation, m)
+			id := problemID(key, np.Generation, m)
 			seen[id] = ""
 			if _, done := w.emitted[id]; done {
 				continue
 			}
-			w.event(npRef(np), corev1.EventTypeWarning, EventPolicyProblem, m)
+			if w.recorder != nil {
+				gen := map[string]string{annotationGeneration: strconv.FormatInt(np.Generation, 10)}
+				w.recorder.AnnotatedEventf(npRef(np), gen, corev1.EventTypeWarning, EventPolicyProblem, "%s", truncate(m))
+			}
 		}
 	}
 	w.emitted = seen

@@ -15,7 +15,7 @@ import (
 // agentFlags are the moat-agent flags the DaemonSet may pass (issue 4, item 1).
 var agentFlags = []string{
 	"--node-name", "--kubeconfig", "--metrics-bind-address", "--health-bind-address",
-	"--allow-node-local", "--cut-denied-established", "--feature-gates", "--resync",
+	"--allow-node-local", "--cut-denied-established", "--feature-gates", "--resync", "--leader-elect-candidates",
 }
 
 // TestAgentDaemonSetIsLeastPrivilege pins the properties of the agent's

@@ -39,6 +39,9 @@ type Options struct {
 	// (docs/scale.md), which a longer period lowers at the price of a
 	// slower change of status writer.
 	LeaseDuration, RenewDeadline, RetryPeriod time.Duration
+	// Candidates is how many agents campaign for the Lease (0 or
+	// negative: every agent); the others stand by (agent/election.go).
+	Candidates int
 	// NetNS programs nftables in this network namespace instead of the
 	// agent's own (labs and tests: one agent per simulated node).
 	NetNS string
@@ -68,6 +71,7 @@ func New() (*Options, error) {
 		LeaseDuration:           15 * time.Second,
 		RenewDeadline:           10 * time.Second,
 		RetryPeriod:             2 * time.Second,
+		Candidates:              agent.DefaultCandidates,
 		LeaderElectionNamespace: envOr("POD_NAMESPACE", agent.DefaultLeaseNamespace),
 		Common:                  c,
 	}, nil
@@ -104,7 +108,8 @@ func (o *Options) Flags() cliflag.NamedFlagSets {
 	fs.StringVar(&o.LeaderElectionNamespace, "leader-election-namespace", o.LeaderElectionNamespace, "Namespace of the status writer's Lease (the POD_NAMESPACE environment variable, when set, is the default)")
 	fs.DurationVar(&o.LeaseDuration, "leader-elect-lease-duration", o.LeaseDuration, "How long the other agents wait after the status writer's last renewal before one of them takes the Lease")
 	fs.DurationVar(&o.RenewDeadline, "leader-elect-renew-deadline", o.RenewDeadline, "How long the status writer keeps retrying to renew the Lease before it stops writing; less than --leader-elect-lease-duration")
-	fs.DurationVar(&o.RetryPeriod, "leader-elect-retry-period", o.RetryPeriod, "How often every agent that does not lead reads the Lease (up to 1.2 times this), and the status writer renews it; less than --leader-elect-renew-deadline. Each agent costs the API server one Lease GET per period: at thousands of nodes, raise it (docs/scale.md)")
+	fs.DurationVar(&o.RetryPeriod, "leader-elect-retry-period", o.RetryPeriod, "How often every candidate that does not lead reads the Lease (up to 1.2 times this), and the status writer renews it; less than --leader-elect-renew-deadline")
+	fs.IntVar(&o.Candidates, "leader-elect-candidates", o.Candidates, "How many agents campaign for the Lease: those of the nodes first in hash order of their names, as every agent computes from its Node cache. The others read the Lease about once every retry period times nodes per candidate (from the API server's watch cache) and campaign only when they find it abandoned, so that the election costs the API server about the same at 5 or 5,000 nodes (docs/scale.md). 0 or negative: every agent campaigns")
 
 	o.AddLoggingFlags(&fss)
 	return fss
@@ -157,6 +162,16 @@ func (o *Options) Config() agent.Config {
 		LeaderElection: agent.LeaderElection{
 			Enabled: o.LeaderElect, Namespace: o.LeaderElectionNamespace,
 			LeaseDuration: o.LeaseDuration, RenewDeadline: o.RenewDeadline, RetryPeriod: o.RetryPeriod,
+			Candidates: candidates(o.Candidates),
 		},
 	}
+}
+
+// candidates maps the flag to agent.LeaderElection.Candidates, where 0
+// is the default and negative means every agent.
+func candidates(n int) int {
+	if n <= 0 {
+		return -1
+	}
+	return n
 }

@@ -63,6 +63,7 @@ func TestFlagsFillConfig(t *testing.T) {
 	args := map[string]string{
 		"allow-node-local": "false", "resync": "30s", "leader-elect": "false", "feature-gates": "IngressNetworksAndNodes=true",
 		"leader-elect-lease-duration": "2m", "leader-elect-renew-deadline": "90s", "leader-elect-retry-period": "30s",
+		"leader-elect-candidates": "5",
 	}
 	for name, v := range args {
 		found := false
@@ -82,8 +83,12 @@ func TestFlagsFillConfig(t *testing.T) {
 	if c.NodeName != "from-env" || c.AllowNodeLocal || c.Resync != 30*time.Second || c.LeaderElection.Enabled || c.LeaderElection.Namespace != "ns-from-env" {
 		t.Errorf("Config() = %+v", c)
 	}
-	if le := c.LeaderElection; le.LeaseDuration != 2*time.Minute || le.RenewDeadline != 90*time.Second || le.RetryPeriod != 30*time.Second {
-		t.Errorf("Config().LeaderElection = %+v, want the --leader-elect-* durations", le)
+	if le := c.LeaderElection; le.LeaseDuration != 2*time.Minute || le.RenewDeadline != 90*time.Second || le.RetryPeriod != 30*time.Second || le.Candidates != 5 {
+		t.Errorf("Config().LeaderElection = %+v, want the --leader-elect-* durations and 5 candidates", le)
+	}
+	o.Candidates = 0
+	if n := o.Config().LeaderElection.Candidates; n >= 0 {
+		t.Errorf("--leader-elect-candidates=0: Config() candidates %d, want negative (every agent campaigns)", n)
 	}
 	if !c.Features.Enabled("IngressNetworksAndNodes") {
 		t.Error("--feature-gates did not reach Config().Features")
