@@ -8,6 +8,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"math/rand/v2"
 	"net"
 	"os"
@@ -292,7 +293,16 @@ func (a *Agent) connect(ctx context.Context) error {
 	}
 	timer.Stop()
 	fail := func(err error) error { cancel(); cc.Close(); return err }
-	if h.err != nil || h.md == nil {
+	if h.err == nil && len(h.md) == 0 {
+		// A refused tunnel is a trailers-only answer: Header has no
+		// metadata and no error, and the server's reason (bad token,
+		// identity not matching the credential) is the stream's status,
+		// which Recv returns at once.
+		if _, err := st.Recv(); err != nil && err != io.EOF {
+			h.err = err
+		}
+	}
+	if h.err != nil || len(h.md) == 0 {
 		if h.err == nil {
 			h.err = errors.New("no response header")
 		}

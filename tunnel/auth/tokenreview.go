@@ -85,24 +85,33 @@ func New(cfg Config) *TokenReview {
 	}
 }
 
-// Authenticate implements server.Authenticator. It returns within the
-// configured timeout whatever the API server does.
-func (a *TokenReview) Authenticate(ctx context.Context, token string) error {
+// NodeNameExtra is the TokenReview extra that names the node of a token
+// bound to a pod (the pod's node) or to a Node object.
+const NodeNameExtra = "authentication.kubernetes.io/node-name"
+
+// Authenticate implements server.Authenticator: node is the token's
+// NodeNameExtra, "" for a token bound to no node (or to several, which
+// kube-apiserver never returns). It returns within the configured timeout
+// whatever the API server does.
+func (a *TokenReview) Authenticate(ctx context.Context, token string) (node string, err error) {
 	ctx, cancel := context.WithTimeout(ctx, a.timeout)
 	defer cancel()
 	resp, ok, err := a.cached.AuthenticateToken(ctx, token)
 	switch {
 	case errors.Is(err, context.DeadlineExceeded):
-		return fmt.Errorf("token review: no answer within %s: %w", a.timeout, err)
+		return "", fmt.Errorf("token review: no answer within %s: %w", a.timeout, err)
 	case err != nil:
-		return err
+		return "", err
 	case !ok:
-		return errors.New("token review: not authenticated")
+		return "", errors.New("token review: not authenticated")
 	case resp.User.GetName() != a.want:
 		// The reviewer already refused other users; this guards the cache.
-		return fmt.Errorf("token review: user %q is not %q", resp.User.GetName(), a.want)
+		return "", fmt.Errorf("token review: user %q is not %q", resp.User.GetName(), a.want)
 	}
-	return nil
+	if v := resp.User.GetExtra()[NodeNameExtra]; len(v) == 1 {
+		return v[0], nil
+	}
+	return "", nil
 }
 
 // reviewer makes one TokenReview; the cache in front of it shares a review
@@ -146,5 +155,9 @@ func (r *reviewer) AuthenticateToken(ctx context.Context, token string) (*authen
 		return nil, false, fmt.Errorf("token review: user %q is not %q", res.Status.User.Username, want)
 	}
 	r.results.WithLabelValues("accepted").Inc()
-	return &authenticator.Response{User: &user.DefaultInfo{Name: res.Status.User.Username, UID: res.Status.User.UID}}, true, nil
+	u := &user.DefaultInfo{Name: res.Status.User.Username, UID: res.Status.User.UID}
+	if v := res.Status.User.Extra[NodeNameExtra]; len(v) > 0 {
+		u.Extra = map[string][]string{NodeNameExtra: v}
+	}
+	return &authenticator.Response{User: u}, true, nil
 }

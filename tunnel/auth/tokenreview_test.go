@@ -19,8 +19,9 @@ import (
 
 // fakeAPIServer answers TokenReviews over real HTTP the way kube-apiserver
 // does: token "good" (and any token starting with "good") is the agent's
-// service account for audience "konn", "other" is another account, "slow"
-// is never answered. It counts the reviews it receives.
+// service account for audience "konn", "good-node-a" is the same account's
+// token bound to a pod on node-a (the node-name extra), "other" is another
+// account, "slow" is never answered. It counts the reviews it receives.
 func fakeAPIServer(t *testing.T, reviews *atomic.Int64) *httptest.Server {
 	hs := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if r.Method != http.MethodPost || r.URL.Path != "/apis/authentication.k8s.io/v1/tokenreviews" {
@@ -40,6 +41,12 @@ func fakeAPIServer(t *testing.T, reviews *atomic.Int64) *httptest.Server {
 		case strings.HasPrefix(tok, "good"):
 			tr.Status = authv1.TokenReviewStatus{Authenticated: true, Audiences: tr.Spec.Audiences,
 				User: authv1.UserInfo{Username: "system:serviceaccount:kube-system:konnectivity-agent"}}
+			if node, ok := strings.CutPrefix(tok, "good-"); ok && strings.HasPrefix(node, "node-") {
+				tr.Status.User.Extra = map[string]authv1.ExtraValue{
+					NodeNameExtra:                           {node},
+					"authentication.kubernetes.io/pod-name": {"konnectivity-agent-x"},
+				}
+			}
 		case tok == "other":
 			tr.Status = authv1.TokenReviewStatus{Authenticated: true, Audiences: tr.Spec.Audiences,
 				User: authv1.UserInfo{Username: "system:serviceaccount:default:default"}}
@@ -69,22 +76,27 @@ func TestTokenReview(t *testing.T) {
 	var reviews atomic.Int64
 	a, reg := newReview(t, &reviews, Config{})
 	cases := []struct {
-		token, wantErr string
+		token, wantNode, wantErr string
 	}{
-		{"good", ""},
-		{"other", "is not"},
-		{"bad", "invalid bearer token"},
+		{"good", "", ""},
+		{"good-node-a", "node-a", ""},
+		{"good-node-a", "node-a", ""}, // from the cache
+		{"other", "", "is not"},
+		{"bad", "", "invalid bearer token"},
 	}
 	for _, c := range cases {
-		err := a.Authenticate(context.Background(), c.token)
+		node, err := a.Authenticate(context.Background(), c.token)
 		if c.wantErr == "" && err != nil {
 			t.Errorf("%s: %v", c.token, err)
+		}
+		if node != c.wantNode {
+			t.Errorf("%s: node %q, want %q", c.token, node, c.wantNode)
 		}
 		if c.wantErr != "" && (err == nil || !strings.Contains(err.Error(), c.wantErr)) {
 			t.Errorf("%s: err %v, want %q", c.token, err, c.wantErr)
 		}
 	}
-	for result, want := range map[string]float64{"accepted": 1, "rejected": 2} {
+	for result, want := range map[string]float64{"accepted": 2, "rejected": 2} {
 		if got := reviewed(t, reg, result); got != want {
 			t.Errorf("moat_tunnel_token_reviews_total{result=%q} = %v, want %v", result, got, want)
 		}
@@ -114,7 +126,10 @@ func TestTokenReviewTimeout(t *testing.T) {
 	var reviews atomic.Int64
 	a, reg := newReview(t, &reviews, Config{Timeout: 300 * time.Millisecond})
 	done := make(chan error, 1)
-	go func() { done <- a.Authenticate(context.Background(), "slow") }()
+	go func() {
+		_, err := a.Authenticate(context.Background(), "slow")
+		done <- err
+	}()
 	select {
 	case err := <-done:
 		if err == nil || !strings.Contains(err.Error(), "token review") {
@@ -132,7 +147,7 @@ func TestTokenReviewCache(t *testing.T) {
 	var reviews atomic.Int64
 	a, _ := newReview(t, &reviews, Config{CacheTTL: 300 * time.Millisecond})
 	for range 5 {
-		if err := a.Authenticate(context.Background(), "good"); err != nil {
+		if _, err := a.Authenticate(context.Background(), "good"); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -144,7 +159,7 @@ func TestTokenReviewCache(t *testing.T) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			if err := a.Authenticate(context.Background(), "good-2"); err != nil {
+			if _, err := a.Authenticate(context.Background(), "good-2"); err != nil {
 				t.Error(err)
 			}
 		}()
@@ -154,7 +169,7 @@ func TestTokenReviewCache(t *testing.T) {
 		t.Fatalf("20 concurrent checks of a new token made %d reviews in all, want 2", n)
 	}
 	for range 3 {
-		if err := a.Authenticate(context.Background(), "bad"); err == nil {
+		if _, err := a.Authenticate(context.Background(), "bad"); err == nil {
 			t.Fatal("bad token accepted")
 		}
 	}
@@ -163,7 +178,7 @@ func TestTokenReviewCache(t *testing.T) {
 	}
 	eventually(t, func() bool {
 		before := reviews.Load()
-		if err := a.Authenticate(context.Background(), "good"); err != nil {
+		if _, err := a.Authenticate(context.Background(), "good"); err != nil {
 			t.Fatal(err)
 		}
 		return reviews.Load() == before+1 // reviewed again once the TTL passed

@@ -16,10 +16,10 @@ import (
 // agent's stream goes away.
 type stuckReview struct{ calls *atomic.Int64 }
 
-func (s stuckReview) Authenticate(ctx context.Context, _ string) error {
+func (s stuckReview) Authenticate(ctx context.Context, _ string) (string, error) {
 	s.calls.Add(1)
 	<-ctx.Done()
-	return ctx.Err()
+	return "", ctx.Err()
 }
 
 // A server whose response header does not come within the agent's connect

@@ -4,9 +4,14 @@ import (
 	"context"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/credentials"
+	"google.golang.org/grpc/metadata"
+	"google.golang.org/grpc/status"
 	authv1 "k8s.io/api/authentication/v1"
 	corev1 "k8s.io/api/core/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
@@ -17,6 +22,7 @@ import (
 	"github.com/moat-net/moat/internal/testenv"
 	"github.com/moat-net/moat/tunnel/agent"
 	"github.com/moat-net/moat/tunnel/auth"
+	"github.com/moat-net/moat/tunnel/proto"
 	"github.com/moat-net/moat/tunnel/server"
 )
 
@@ -75,5 +81,53 @@ func TestTokenReviewRealAPIServer(t *testing.T) {
 	time.Sleep(500 * time.Millisecond)
 	if otherSA.a.Ready() || otherAud.a.Ready() || ps.srv.Backends() != 1 {
 		t.Fatalf("rejected tokens got tunnels: other SA %v, other audience %v, backends %d", otherSA.a.Ready(), otherAud.a.Ready(), ps.srv.Backends())
+	}
+
+	// Tokens bound to a pod on node-a or to the Node node-a name it (the
+	// review's authentication.kubernetes.io/node-name extra): with the
+	// default identity binding such an agent must be node-a, and a client
+	// certificate naming another node contradicts it. The unbound tokens
+	// above name no node and were accepted under any agentID.
+	nodeObj, err := env.Client.CoreV1().Nodes().Create(ctx, &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "node-a"}}, metav1.CreateOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	pod, err := env.Client.CoreV1().Pods(ns).Create(ctx, &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "konnectivity-agent-a"},
+		Spec: corev1.PodSpec{NodeName: "node-a", ServiceAccountName: "konnectivity-agent", Containers: []corev1.Container{{Name: "agent", Image: "agent"}}}},
+		metav1.CreateOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	bound := func(ref authv1.BoundObjectReference) string {
+		exp := int64(3600)
+		tr, err := env.Client.CoreV1().ServiceAccounts(ns).CreateToken(ctx, "konnectivity-agent", &authv1.TokenRequest{
+			Spec: authv1.TokenRequestSpec{Audiences: []string{audience}, ExpirationSeconds: &exp, BoundObjectRef: &ref}}, metav1.CreateOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return tr.Status.Token
+	}
+	podToken := bound(authv1.BoundObjectReference{Kind: "Pod", APIVersion: "v1", Name: pod.Name, UID: pod.UID})
+	nodeToken := bound(authv1.BoundObjectReference{Kind: "Node", APIVersion: "v1", Name: nodeObj.Name, UID: nodeObj.UID})
+	shared := agentCreds(t, p, p.agent)
+	nodeB := agentCreds(t, p, issue(t, p, "system:node:node-b"))
+	for _, c := range []struct {
+		name, token, agentID string
+		creds                credentials.TransportCredentials
+		wantErr              string
+	}{
+		{"pod-bound token as its node", podToken, "node-a", shared, ""},
+		{"Node-bound token as its node", nodeToken, "node-a", shared, ""},
+		{"pod-bound token as another agent", podToken, "agent-x", shared, `token (TokenReview node-name) names node "node-a"`},
+		{"Node-bound token as another node", nodeToken, "node-b", shared, `names node "node-a"`},
+		{"pod-bound token, certificate of another node", podToken, "node-a", nodeB, `names node "node-b" but its token`},
+	} {
+		err := tryConnect(t, ps.agentAddr, c.creds, metadata.Pairs(proto.MetaAgentID, c.agentID, proto.MetaAuthorization, "Bearer "+c.token))
+		switch {
+		case c.wantErr == "" && err != nil:
+			t.Errorf("%s: refused: %v", c.name, err)
+		case c.wantErr != "" && (status.Code(err) != codes.PermissionDenied || !strings.Contains(err.Error(), c.wantErr)):
+			t.Errorf("%s: got %v, want PermissionDenied with %q", c.name, err, c.wantErr)
+		}
 	}
 }

@@ -7,6 +7,12 @@ import (
 	"strings"
 )
 
+// NodeCertPrefix starts the subject common name of an agent certificate
+// that names its node, as the kubelet's client certificates do
+// (system:node:<name>, the convention Kubernetes' Node authorizer reads). A
+// server binding agent identities holds such an agent to that name.
+const NodeCertPrefix = "system:node:"
+
 // Identifiers are what an agent announces in agentIdentifiers.
 type Identifiers struct {
 	Hosts        []string

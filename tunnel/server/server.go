@@ -26,9 +26,11 @@ import (
 	"github.com/moat-net/moat/tunnel/proto"
 )
 
-// Authenticator checks an agent's bearer token.
+// Authenticator checks an agent's bearer token. node is the node the token
+// is bound to (a pod's or a Node's bound service-account token), "" when it
+// names none; IdentityBinding holds the agent to it.
 type Authenticator interface {
-	Authenticate(ctx context.Context, token string) error
+	Authenticate(ctx context.Context, token string) (node string, err error)
 }
 
 // Config is the server's behaviour; listeners and TLS are wired by Serve.
@@ -43,6 +45,9 @@ type Config struct {
 	Allowed *dest.AllowList
 	// Auth, if set, requires a valid bearer token from every agent.
 	Auth Authenticator
+	// IdentityBinding ties agents' agentID and identifiers to the node
+	// their client certificate or token names (default BindAuto).
+	IdentityBinding IdentityBinding
 	// DialTimeout bounds a dial in either direction (default 10s).
 	DialTimeout time.Duration
 	// Window and MaxQueue tune per-connection flow control (see mux.Config).
@@ -74,6 +79,9 @@ func New(cfg Config) *Server {
 	}
 	if cfg.DialTimeout <= 0 {
 		cfg.DialTimeout = 10 * time.Second
+	}
+	if cfg.IdentityBinding == "" {
+		cfg.IdentityBinding = BindAuto
 	}
 	if len(cfg.Strategies) == 0 {
 		cfg.Strategies = []Strategy{StrategyDefault}
@@ -129,16 +137,24 @@ func (s *Server) Connect(st proto.AgentService_ConnectServer) error {
 			return status.Errorf(codes.InvalidArgument, "agent %s: agentIdentifiers: %v", agentID, err)
 		}
 	}
+	var token credential
 	if s.cfg.Auth != nil {
 		tok, err := bearer(md.Get(proto.MetaAuthorization))
 		if err == nil {
-			err = s.cfg.Auth.Authenticate(ctx, tok)
+			token.node, err = s.cfg.Auth.Authenticate(ctx, tok)
+			token.what = "token (TokenReview node-name)"
 		}
 		if err != nil {
 			s.log.Info("Agent rejected", "agentID", agentID, "err", err)
 			s.metrics.BadPacket("unauthenticated")
 			return status.Errorf(codes.Unauthenticated, "agent %s: %v", agentID, err)
 		}
+	}
+	bound, err := s.bindIdentity(certCredential(ctx), token, agentID, idents)
+	if err != nil {
+		s.log.Info("Agent rejected: claims do not match its credentials", "agentID", agentID, "identifiers", md.Get(proto.MetaAgentIdentifiers), "err", err)
+		s.metrics.BadPacket("identity")
+		return status.Errorf(codes.PermissionDenied, "agent %s: %v", agentID, err)
 	}
 	feat := proto.ParseFeatures(md.Get(proto.MetaFeatures))
 	hdr := metadata.Pairs(proto.HeaderServerID, s.cfg.ServerID, proto.HeaderServerCount, strconv.Itoa(s.cfg.ServerCount))
@@ -172,8 +188,8 @@ func (s *Server) Connect(st proto.AgentService_ConnectServer) error {
 	})
 	s.backends.add(b)
 	defer s.backends.remove(b)
-	s.log.Info("Agent connected", "agentID", agentID, "features", feat.String())
-	err := b.sess.Run(ctx)
+	s.log.Info("Agent connected", "agentID", agentID, "features", feat.String(), "boundNode", bound)
+	err = b.sess.Run(ctx)
 	s.log.Info("Agent disconnected", "agentID", agentID, "err", err)
 	return nil
 }

@@ -7,6 +7,7 @@ package app
 
 import (
 	"context"
+	"crypto/x509"
 	"fmt"
 	"net"
 	"net/http"
@@ -64,10 +65,15 @@ func Run(ctx context.Context, o *options.Options, signals <-chan os.Signal) erro
 	targets, _ := o.ParsedTargets()
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	var leaf *x509.Certificate
+	if len(tlsCfg.Certificates) > 0 {
+		leaf = tlsCfg.Certificates[0].Leaf
+	}
+	agentID := o.AgentIDFor(leaf)
 	cfg := agent.Config{
 		Server:             o.Server(),
 		Creds:              credentials.NewTLS(tlsCfg),
-		AgentID:            o.AgentID,
+		AgentID:            agentID,
 		Identifiers:        o.AgentIdentifiers,
 		TokenPath:          o.ServiceAccountTokenPath,
 		SyncInterval:       o.SyncInterval,
@@ -105,7 +111,7 @@ func Run(ctx context.Context, o *options.Options, signals <-chan os.Signal) erro
 	}
 	defer stop()
 	go drainOnSignal(ctx, cancel, a, signals, o.DrainTimeout)
-	log.Info("Starting moat-proxy-agent", "agentID", o.AgentID, "server", cfg.Server, "nodeToControlPlane", gate, "targets", len(targets))
+	log.Info("Starting moat-proxy-agent", "agentID", agentID, "server", cfg.Server, "nodeToControlPlane", gate, "targets", len(targets))
 	return a.Run(ctx)
 }
 

@@ -83,7 +83,8 @@ func Run(ctx context.Context, o *options.Options) error {
 		log.Info("No --cluster-ca-cert: agents are authenticated by token only")
 	}
 	log.Info("Starting moat-proxy-server", "serverID", o.ServerID, "mode", o.Mode, "agentAddr", l.Agent.Addr().String(),
-		"nodeToControlPlane", cfg.NodeToControlPlane, "allowedDestinations", cfg.Allowed.Len())
+		"nodeToControlPlane", cfg.NodeToControlPlane, "allowedDestinations", cfg.Allowed.Len(),
+		"agentIdentityBinding", cfg.IdentityBinding)
 	return Serve(ctx, server.New(cfg), l)
 }
 

@@ -6,10 +6,12 @@
 package options
 
 import (
+	"crypto/x509"
 	"errors"
 	"fmt"
 	"net"
 	"strconv"
+	"strings"
 	"time"
 
 	"k8s.io/apimachinery/pkg/util/uuid"
@@ -45,6 +47,8 @@ type Options struct {
 	BindAddress             string
 	BindInterface           string
 	Targets                 []string
+	// generatedID is AgentID's default, a new UUID (see AgentIDFor).
+	generatedID string
 	// Profiling serves Go's profiles on /debug/pprof/ on the admin port.
 	Profiling bool
 
@@ -57,10 +61,25 @@ func New() (*Options, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &Options{ProxyServerHost: "127.0.0.1", ProxyServerPort: 8091, AgentID: string(uuid.NewUUID()),
+	id := string(uuid.NewUUID())
+	return &Options{ProxyServerHost: "127.0.0.1", ProxyServerPort: 8091, AgentID: id, generatedID: id,
 		HealthServerPort: 8093, AdminBindAddress: "127.0.0.1", AdminServerPort: 8094,
 		SyncInterval: time.Second, SyncIntervalCap: 10 * time.Second, DialTimeout: 10 * time.Second, ConnectTimeout: agent.DefaultConnectTimeout,
 		DrainTimeout: 30 * time.Second, BindInterface: "lo", Common: c}, nil
+}
+
+// AgentIDFor is the agent ID to announce: --agent-id when given, else the
+// node that the client certificate cert names (CN system:node:<node>), which
+// is the only ID a server binding agent identities accepts from it, else a
+// new UUID.
+func (o *Options) AgentIDFor(cert *x509.Certificate) string {
+	if o.AgentID != o.generatedID || cert == nil {
+		return o.AgentID
+	}
+	if node, ok := strings.CutPrefix(cert.Subject.CommonName, proto.NodeCertPrefix); ok && node != "" {
+		return node
+	}
+	return o.AgentID
 }
 
 // Flags returns the flags, in sections for --help, bound to o.
@@ -72,7 +91,7 @@ func (o *Options) Flags() cliflag.NamedFlagSets {
 	fs.StringVar(&o.CACert, "ca-cert", o.CACert, "CA that signs the proxy server's certificate")
 	fs.StringVar(&o.AgentCert, "agent-cert", o.AgentCert, "client certificate for mTLS")
 	fs.StringVar(&o.AgentKey, "agent-key", o.AgentKey, "client key for mTLS")
-	fs.StringVar(&o.AgentID, "agent-id", o.AgentID, "unique ID of this agent")
+	fs.StringVar(&o.AgentID, "agent-id", o.AgentID, "unique ID of this agent; default: the node an --agent-cert with CN "+proto.NodeCertPrefix+"<node> names (a server binding identities requires it), else a new UUID")
 	fs.StringVar(&o.AgentIdentifiers, "agent-identifiers", o.AgentIdentifiers, "URL-encoded identifiers for destHost/defaultRoute, e.g. ipv4=10.0.0.5&host=node1")
 	fs.StringVar(&o.ServiceAccountTokenPath, "service-account-token-path", o.ServiceAccountTokenPath, "file with a bearer token sent to the server")
 	fs.DurationVar(&o.SyncInterval, "sync-interval", o.SyncInterval, "how often missing tunnels are retried")

@@ -1,6 +1,8 @@
 package options
 
 import (
+	"crypto/x509"
+	"crypto/x509/pkix"
 	"strings"
 	"testing"
 
@@ -48,5 +50,31 @@ func TestOptionsValidate(t *testing.T) {
 		if c.wantErr != "" && (err == nil || !strings.Contains(err.Error(), c.wantErr)) {
 			t.Errorf("%v: err %v, want mention of %q", c.args, err, c.wantErr)
 		}
+	}
+}
+
+// Without --agent-id, an agent whose certificate names a node (CN
+// system:node:<node>) announces that node's name, the one ID a server
+// binding identities accepts from it; --agent-id always wins, and other
+// certificates keep the generated UUID.
+func TestAgentIDFor(t *testing.T) {
+	node := &x509.Certificate{Subject: pkix.Name{CommonName: "system:node:node-a"}}
+	shared := &x509.Certificate{Subject: pkix.Name{CommonName: "proxy-agent"}}
+	o, err := New()
+	if err != nil {
+		t.Fatal(err)
+	}
+	generated := o.AgentID
+	for _, c := range []struct {
+		cert *x509.Certificate
+		want string
+	}{{node, "node-a"}, {shared, generated}, {nil, generated}} {
+		if got := o.AgentIDFor(c.cert); got != c.want {
+			t.Errorf("default, cert %v: %q, want %q", c.cert != nil, got, c.want)
+		}
+	}
+	o.AgentID = "given"
+	if got := o.AgentIDFor(node); got != "given" {
+		t.Errorf("--agent-id=given, node certificate: %q", got)
 	}
 }

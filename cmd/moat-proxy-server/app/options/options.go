@@ -17,6 +17,7 @@ import (
 	"github.com/moat-net/moat/features"
 	"github.com/moat-net/moat/internal/daemon"
 	"github.com/moat-net/moat/tunnel/dest"
+	"github.com/moat-net/moat/tunnel/proto"
 	"github.com/moat-net/moat/tunnel/server"
 	"github.com/moat-net/moat/tunnel/upstreamflags"
 )
@@ -52,10 +53,12 @@ type Options struct {
 	AgentNamespace        string
 	AgentServiceAccount   string
 	AuthenticationAud     string
-	Kubeconfig            string
-	AllowedDestinations   []string
-	DialTimeout           time.Duration
-	Window                int
+	// AgentIdentityBinding is server.IdentityBinding's flag form.
+	AgentIdentityBinding string
+	Kubeconfig           string
+	AllowedDestinations  []string
+	DialTimeout          time.Duration
+	Window               int
 	// ShutdownGrace bounds how long frontends may finish on shutdown
 	// (upstream's --graceful-shutdown-timeout; 0 keeps the 5s default).
 	ShutdownGrace time.Duration
@@ -83,7 +86,7 @@ func New() (*Options, error) {
 	}
 	return &Options{Mode: ModeGRPC, DeleteExistingUDSFile: true, ServerPort: 8090, AgentPort: 8091, HealthPort: 8092,
 		AdminBindAddress: "127.0.0.1", AdminPort: 8095, ServerID: id, ShutdownGrace: 5 * time.Second,
-		ServerCount: 1, ProxyStrategies: "default", DialTimeout: 10 * time.Second, Window: 1 << 20,
+		ServerCount: 1, ProxyStrategies: "default", AgentIdentityBinding: string(server.BindAuto), DialTimeout: 10 * time.Second, Window: 1 << 20,
 		Common: c}, nil
 }
 
@@ -115,6 +118,9 @@ func (o *Options) Flags() cliflag.NamedFlagSets {
 	fs.StringVar(&o.AgentNamespace, "agent-namespace", o.AgentNamespace, "namespace of the agents' service account (token auth)")
 	fs.StringVar(&o.AgentServiceAccount, "agent-service-account", o.AgentServiceAccount, "agents' service account (token auth)")
 	fs.StringVar(&o.AuthenticationAud, "authentication-audience", o.AuthenticationAud, "audience agent tokens must carry")
+	fs.StringVar(&o.AgentIdentityBinding, "agent-identity-binding", o.AgentIdentityBinding,
+		"auto: an agent whose client certificate (CN "+proto.NodeCertPrefix+"<node>) or token (bound to a pod or Node) names a node must use that node's name as --agent-id, and may claim only identifiers its credential vouches for (host=<node> or a DNS SAN, ipv4/ipv6= an IP SAN, no cidr=); "+
+			"required: as auto, and agents whose credentials name no node are refused; off: agents' own claims are trusted, as upstream")
 	fs.StringVar(&o.Kubeconfig, "kubeconfig", o.Kubeconfig, "kubeconfig for TokenReview; empty uses $KUBECONFIG, ~/.kube/config, then the in-cluster service account")
 	fs.DurationVar(&o.DialTimeout, "dial-timeout", o.DialTimeout, "bound on a dial in either direction")
 	fs.IntVar(&o.Window, "flow-control-window", o.Window, "per-connection receive window in bytes with Moat agents; announced to each agent, which sends at most that much unacknowledged data per connection")
@@ -223,6 +229,9 @@ func (o *Options) Validate() error {
 	if _, err := dest.NewAllowList(o.AllowedDestinations); err != nil {
 		errs = append(errs, err)
 	}
+	if _, err := server.ParseIdentityBinding(o.AgentIdentityBinding); err != nil {
+		errs = append(errs, err)
+	}
 	if o.DialTimeout <= 0 {
 		errs = append(errs, fmt.Errorf("--dial-timeout %s: must be positive", o.DialTimeout))
 	}
@@ -270,6 +279,8 @@ func (o *Options) NodeToControlPlane() bool {
 func (o *Options) Config() server.Config {
 	strategies, _ := server.ParseStrategies(o.ProxyStrategies)
 	allowed, _ := dest.NewAllowList(o.AllowedDestinations)
+	binding, _ := server.ParseIdentityBinding(o.AgentIdentityBinding)
 	return server.Config{ServerID: o.ServerID, ServerCount: o.ServerCount, Strategies: strategies,
-		NodeToControlPlane: o.NodeToControlPlane(), Allowed: allowed, DialTimeout: o.DialTimeout, Window: o.Window}
+		NodeToControlPlane: o.NodeToControlPlane(), Allowed: allowed, DialTimeout: o.DialTimeout, Window: o.Window,
+		IdentityBinding: binding}
 }

@@ -5,6 +5,8 @@ import (
 	"testing"
 
 	"github.com/spf13/pflag"
+
+	"github.com/moat-net/moat/tunnel/server"
 )
 
 // parse applies args to fresh options as the command line would.
@@ -47,6 +49,9 @@ func TestOptionsValidate(t *testing.T) {
 		{[]string{"--logging-format=xml"}, "logging"},
 		{[]string{"--logging-format=json", "-v=4"}, ""},
 		{[]string{"--enable-profiling", "--admin-port=0"}, "--enable-profiling"},
+		{[]string{"--agent-identity-binding=strict"}, "--agent-identity-binding"},
+		{[]string{"--agent-identity-binding=off"}, ""},
+		{[]string{"--agent-identity-binding=required"}, ""},
 	}
 	for _, c := range cases {
 		o := parse(t, append(append([]string{}, base...), c.args...))
@@ -67,7 +72,10 @@ func TestConfig(t *testing.T) {
 	if !c.NodeToControlPlane || c.Allowed.Len() != 1 || len(c.Strategies) != 2 {
 		t.Fatalf("config %+v", c)
 	}
-	if parse(t, nil).Config().NodeToControlPlane {
-		t.Fatal("gate on by default")
+	if c := parse(t, nil).Config(); c.NodeToControlPlane || c.IdentityBinding != server.BindAuto {
+		t.Fatalf("defaults: gate %v, identity binding %q (want off, auto)", c.NodeToControlPlane, c.IdentityBinding)
+	}
+	if c := parse(t, []string{"--agent-identity-binding=off"}).Config(); c.IdentityBinding != server.BindOff {
+		t.Fatalf("--agent-identity-binding=off: %q", c.IdentityBinding)
 	}
 }

@@ -1,0 +1,151 @@
+package e2e
+
+import (
+	"context"
+	"net"
+	"strings"
+	"testing"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/credentials"
+	"google.golang.org/grpc/metadata"
+	"google.golang.org/grpc/status"
+
+	testpki "github.com/moat-net/moat/internal/testenv/pki"
+	"github.com/moat-net/moat/tunnel/agent"
+	"github.com/moat-net/moat/tunnel/proto"
+	"github.com/moat-net/moat/tunnel/server"
+)
+
+// tryConnect opens an agent stream to addr over a real TLS handshake with
+// creds and the given metadata, and returns the server's answer: nil when
+// it sent its response header (the tunnel was accepted; the stream is then
+// closed again), else the gRPC status error.
+func tryConnect(t *testing.T, addr string, creds credentials.TransportCredentials, md metadata.MD) error {
+	t.Helper()
+	cc, err := grpc.NewClient(addr, grpc.WithTransportCredentials(creds))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cc.Close()
+	ctx, cancel := context.WithCancel(metadata.NewOutgoingContext(context.Background(), md))
+	defer cancel()
+	st, err := proto.Connect(ctx, cc)
+	if err != nil {
+		return err
+	}
+	h, err := st.Header()
+	if err == nil && len(h.Get(proto.HeaderServerID)) == 0 {
+		// A refusal is a trailers-only answer: no header, the status
+		// comes with the end of the stream.
+		_, err = st.Recv()
+	}
+	return err
+}
+
+// issue signs a leaf certificate with the test CA.
+func issue(t *testing.T, p *pki, cn string, sans ...string) *testpki.Leaf {
+	t.Helper()
+	l, err := p.ca.Issue(cn, sans...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return l
+}
+
+// TestIdentityBindingCertificates: with the default binding, an agent whose
+// client certificate names a node (CN system:node:<name>) must use that
+// name as its agentID and may claim only identifiers the certificate
+// vouches for, so one node's certificate cannot pull another node's
+// kube-apiserver connections (review 6 F4); a certificate shared by every
+// node names none and is trusted as upstream; "required" refuses it, "off"
+// trusts every claim. Each case is a real TLS handshake with certificates
+// made here.
+func TestIdentityBindingCertificates(t *testing.T) {
+	p := newPKI(t)
+	nodeA := agentCreds(t, p, issue(t, p, "system:node:node-a", "node-a.example", "127.0.0.1"))
+	shared := agentCreds(t, p, p.agent) // CN proxy-agent: names no node
+	md := func(id, idents string) metadata.MD {
+		m := metadata.Pairs(proto.MetaAgentID, id)
+		if idents != "" {
+			m.Set(proto.MetaAgentIdentifiers, idents)
+		}
+		return m
+	}
+	type tc struct {
+		name    string
+		creds   credentials.TransportCredentials
+		md      metadata.MD
+		wantErr string // "" accepted; else in the PermissionDenied message
+	}
+	for _, mode := range []struct {
+		binding server.IdentityBinding
+		cases   []tc
+	}{
+		{"", []tc{ // the default: auto
+			{"own name and vouched identifiers", nodeA, md("node-a", "host=node-a&host=NODE-A.example&ipv4=127.0.0.1&default-route=true"), ""},
+			{"no identifiers", nodeA, md("node-a", ""), ""},
+			{"another node's ID", nodeA, md("node-b", ""), `names node "node-a": run the agent with --agent-id=node-a`},
+			{"address not in the certificate", nodeA, md("node-a", "ipv4=127.0.0.2"), "identifier 127.0.0.2 is not an IP address of its certificate"},
+			{"another node's name", nodeA, md("node-a", "host=node-b"), "identifier host=node-b"},
+			{"a CIDR", nodeA, md("node-a", "cidr=0.0.0.0/0"), "cidr=0.0.0.0/0 claims many nodes' addresses"},
+			{"shared certificate", shared, md("anything", "cidr=0.0.0.0/0"), ""},
+		}},
+		{server.BindRequired, []tc{
+			{"node certificate", nodeA, md("node-a", "ipv4=127.0.0.1"), ""},
+			{"another node's ID", nodeA, md("node-b", ""), `names node "node-a"`},
+			{"shared certificate", shared, md("anything", ""), "credentials name no node"},
+		}},
+		{server.BindOff, []tc{
+			{"another node's ID and a CIDR", nodeA, md("node-b", "cidr=0.0.0.0/0"), ""},
+			{"shared certificate", shared, md("anything", ""), ""},
+		}},
+	} {
+		ps := startServer(t, p, serverOpts{cfg: server.Config{IdentityBinding: mode.binding}})
+		for _, c := range mode.cases {
+			err := tryConnect(t, ps.agentAddr, c.creds, c.md)
+			switch {
+			case c.wantErr == "" && err != nil:
+				t.Errorf("binding %q, %s: refused: %v", mode.binding, c.name, err)
+			case c.wantErr != "" && (status.Code(err) != codes.PermissionDenied || !strings.Contains(err.Error(), c.wantErr)):
+				t.Errorf("binding %q, %s: got %v, want PermissionDenied with %q", mode.binding, c.name, err, c.wantErr)
+			}
+		}
+		ps.stop()
+	}
+}
+
+// TestIdentityBindingRouting is review 6's F4 repro with per-node
+// certificates: node-a's agent announces its address for the destHost
+// strategy; an agent holding node-b's certificate that claims node-a's
+// address (or every address) gets no tunnel, so every connection to node-a
+// goes through node-a's own agent.
+func TestIdentityBindingRouting(t *testing.T) {
+	p := newPKI(t)
+	ps := startServer(t, p, serverOpts{cfg: server.Config{Strategies: []server.Strategy{server.StrategyDestHost}}})
+	hs := httpBackend(t)
+	a := startAgent(t, p, ps.agentAddr, func(c *agent.Config) {
+		c.Creds = agentCreds(t, p, issue(t, p, "system:node:node-a", "127.0.0.1"))
+		c.AgentID, c.Identifiers = "node-a", "ipv4=127.0.0.1"
+	})
+	eventually(t, "node-a's tunnel", a.a.Ready)
+	nodeB := agentCreds(t, p, issue(t, p, "system:node:node-b", "127.0.0.2"))
+	for _, idents := range []string{"ipv4=127.0.0.1", "cidr=0.0.0.0/0"} {
+		for _, id := range []string{"node-b", "node-a"} {
+			if err := tryConnect(t, ps.agentAddr, nodeB, metadata.Pairs(proto.MetaAgentID, id, proto.MetaAgentIdentifiers, idents)); status.Code(err) != codes.PermissionDenied {
+				t.Fatalf("node-b's certificate as %s with %s: got %v, want PermissionDenied", id, idents, err)
+			}
+		}
+	}
+	if n := ps.srv.Backends(); n != 1 {
+		t.Fatalf("%d tunnels, want node-a's only", n)
+	}
+	for range 10 {
+		if got := httpGetVia(t, func(ctx context.Context, addr string) (net.Conn, error) {
+			return grpcDial(ctx, t, p, ps.frontAddr, addr)
+		}, hs.URL+"/x"); got != "hello /x" {
+			t.Fatalf("got %q", got)
+		}
+	}
+}
