@@ -41,11 +41,15 @@ func (c Codec) Marshal(v any) (mem.BufferSlice, error) {
 
 // Unmarshal decodes data into v; proto.Unmarshal copies what it keeps, so
 // the buffers can be released afterwards. A *proto.Frame keeps a large DATA
-// payload in the receive buffers, with references of its own.
+// payload in the receive buffers, with references of its own, and a
+// message that does not decode leaves only its Err.
 func (c Codec) Unmarshal(data mem.BufferSlice, v any) error {
 	if f, ok := v.(*tproto.Frame); ok {
+		// A message that is not a Packet is the receiver's to judge (see
+		// proto.ErrUndecodable): gRPC would end the stream with a generic
+		// Internal error that tells the peer nothing.
 		if err := f.Unmarshal(data, c.Pool); err != nil {
-			return fmt.Errorf("grpcbuf: unmarshal: %w", err)
+			*f = tproto.Frame{Err: fmt.Errorf("%w (%d bytes): %v", tproto.ErrUndecodable, data.Len(), err)}
 		}
 		return nil
 	}

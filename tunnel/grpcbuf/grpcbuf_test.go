@@ -1,9 +1,13 @@
 package grpcbuf
 
 import (
+	"errors"
 	"testing"
 
+	"google.golang.org/grpc/mem"
 	"sigs.k8s.io/apiserver-network-proxy/konnectivity-client/proto/client"
+
+	tproto "github.com/moat-net/moat/tunnel/proto"
 )
 
 func TestPool(t *testing.T) {
@@ -49,5 +53,23 @@ func TestCodecRoundTrip(t *testing.T) {
 	}
 	if _, err := c.Marshal("not a message"); err == nil {
 		t.Fatal("want error for a non-message")
+	}
+}
+
+// A message that is not a Packet does not fail the receive: the Frame
+// carries the error (proto.ErrUndecodable) for the receiver to act on.
+func TestCodecUndecodableFrame(t *testing.T) {
+	c := Codec{Pool: New()}
+	var f tproto.Frame
+	// Field 1 with wire type 7, which does not exist.
+	if err := c.Unmarshal(mem.BufferSlice{mem.SliceBuffer([]byte{0x0f, 0x01})}, &f); err != nil {
+		t.Fatalf("Unmarshal failed the receive: %v", err)
+	}
+	if !errors.Is(f.Err, tproto.ErrUndecodable) || f.Packet != nil || f.Payload != nil {
+		t.Fatalf("frame %+v, want only Err wrapping ErrUndecodable", f)
+	}
+	var p client.Packet // other messages still fail as before
+	if err := c.Unmarshal(mem.BufferSlice{mem.SliceBuffer([]byte{0x0f, 0x01})}, &p); err == nil {
+		t.Fatal("Unmarshal into a Packet accepted garbage")
 	}
 }

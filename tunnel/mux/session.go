@@ -326,6 +326,11 @@ func (s *Session) readLoop() error {
 		if err := s.st.RecvMsg(&f); err != nil {
 			return err
 		}
+		if f.Err != nil {
+			s.cfg.Metrics.badPacket("undecodable")
+			s.cfg.Log.Info("Ending the tunnel: the peer sent a message that is not a packet", "err", f.Err)
+			return f.Err
+		}
 		if f.Packet == nil { // a DATA packet that kept its buffers
 			s.handleData(f.ConnectID, f.Ext, f.Payload)
 			continue

@@ -1,6 +1,8 @@
 package proto
 
 import (
+	"errors"
+
 	"google.golang.org/grpc/mem"
 	"google.golang.org/protobuf/encoding/protowire"
 	"google.golang.org/protobuf/proto"
@@ -25,7 +27,21 @@ type Frame struct {
 	Ext       Ext
 	// Payload belongs to the receiver, which must Free it.
 	Payload mem.BufferSlice
+	// Err, wrapping ErrUndecodable, is all a message that is not a Packet
+	// leaves: the codec reports it here instead of failing the receive,
+	// so that the receiver counts it and ends the stream with a status
+	// that says why, instead of gRPC's bare Internal error.
+	Err error
 }
+
+// ErrUndecodable marks a message on a tunnel stream that does not decode as
+// a Packet. It is a protocol error that ends the stream: which connection
+// the message belonged to, and what it said, are unknown, so dropping it
+// and carrying on could silently cut bytes out of a connection or lose its
+// DIAL_RSP, credit or close. (Packets that decode but are bad, of an
+// unknown type or for an unknown connection, are dropped or answered one
+// at a time; only this ends every connection of the stream.)
+var ErrUndecodable = errors.New("undecodable packet")
 
 // zeroCopyMin is the smallest payload kept in the receive buffers; smaller
 // ones are copied, so that a queued payload never pins more than about

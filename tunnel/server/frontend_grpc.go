@@ -149,12 +149,18 @@ func (s *Server) Proxy(st client.ProxyService_ProxyServer) error {
 	})
 	for {
 		var f proto.Frame
-		if err := st.RecvMsg(&f); err != nil {
+		if err := st.RecvMsg(&f); err != nil || f.Err != nil {
 			// Wait for the writer: nothing may touch the stream once the
 			// handler has returned.
 			registered.open()
 			conn.Close()
 			<-finished
+			if f.Err != nil {
+				// One connection per stream: ending it is all a
+				// protocol error costs.
+				s.metrics.BadPacket("undecodable")
+				return status.Errorf(codes.InvalidArgument, "proxy stream: %v", f.Err)
+			}
 			return nil
 		}
 		p := f.Packet
@@ -205,18 +211,18 @@ func (s *Server) Proxy(st client.ProxyService_ProxyServer) error {
 // client went away).
 func (s *Server) firstDialReq(st client.ProxyService_ProxyServer) (*client.DialRequest, error) {
 	type recvd struct {
-		p   *client.Packet
-		err error
+		p        *client.Packet
+		err, bad error // bad: the message was not a packet
 	}
 	firstc := make(chan recvd, 1)
 	go func() {
 		var f proto.Frame
 		err := st.RecvMsg(&f)
-		if err == nil && f.Packet == nil {
+		if err == nil && f.Err == nil && f.Packet == nil {
 			f.Payload.Free()
 			f.Packet = &client.Packet{Type: client.PacketType_DATA} // reported below
 		}
-		firstc <- recvd{f.Packet, err}
+		firstc <- recvd{f.Packet, err, f.Err}
 	}()
 	timer := time.NewTimer(s.cfg.DialTimeout)
 	defer timer.Stop()
@@ -225,6 +231,10 @@ func (s *Server) firstDialReq(st client.ProxyService_ProxyServer) (*client.DialR
 	case r := <-firstc:
 		if r.err != nil {
 			return nil, nil
+		}
+		if r.bad != nil {
+			s.metrics.BadPacket("undecodable")
+			return nil, status.Errorf(codes.InvalidArgument, "proxy stream: %v", r.bad)
 		}
 		first = r.p
 	case <-timer.C:

@@ -6,6 +6,7 @@ package server
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"net"
 	"strconv"
@@ -191,6 +192,11 @@ func (s *Server) Connect(st proto.AgentService_ConnectServer) error {
 	s.log.Info("Agent connected", "agentID", agentID, "features", feat.String(), "boundNode", bound)
 	err = b.sess.Run(ctx)
 	s.log.Info("Agent disconnected", "agentID", agentID, "err", err)
+	if errors.Is(err, proto.ErrUndecodable) {
+		// The agent learns why its tunnel ended (a protocol error, not
+		// a server going away) and reconnects with a fresh stream.
+		return status.Errorf(codes.InvalidArgument, "agent %s: %v", agentID, err)
+	}
 	return nil
 }
 
