@@ -14,6 +14,13 @@ import (
 	"slices"
 )
 
+// Version is the release of Moat the manifests in this tree deploy: every
+// image they name has it as its tag (TestManifestsPinTheVersion). Never
+// "latest": pushing a new build under a moving tag rolls nothing out (the
+// pod spec does not change), and with imagePullPolicy IfNotPresent the
+// nodes that pull later (new nodes) run another build than the others.
+const Version = "v0.1.0"
+
 // Channel names a CRD release channel, as in sigs.k8s.io/network-policy-api.
 type Channel string
 

@@ -318,7 +318,9 @@ func runScaleIteration(ctx context.Context, b *testing.B, env *kubetest.Env, pro
 	}
 	cmd := exec.Command(bin, "--node-name="+node, "--kubeconfig="+kubeconfig, "--netns="+netns,
 		"--health-bind-address="+health, "--metrics-bind-address="+strings.TrimSuffix(strings.TrimPrefix(metricsURL, "http://"), "/metrics"),
-		"--feature-gates=IngressNetworksAndNodes=true", "--leader-elect=false", verbosity, "--profiling")
+		"--feature-gates=IngressNetworksAndNodes=true", "--leader-elect=false", verbosity, "--profiling",
+		// Plain HTTP on loopback: the benchmark scrapes without a token.
+		"--metrics-secure=false")
 	cmd.Stdout, cmd.Stderr = logf, logf
 	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
 	// MOAT_BENCH_AGENT_ENV adds variables to the agent's environment, for

@@ -306,6 +306,12 @@ func checkAgentRBAC(ctx context.Context, t *testing.T, env *Env, objs []manifest
 		{"patch", cnpGroup, cnp, "status", "", true},
 		{"create", "", "events", "", "default", true},
 		{"create", "events.k8s.io", "events", "", "default", true},
+		// A new status writer lists the PolicyProblem Events already sent
+		// (review 10, F16).
+		{"list", "", "events", "", "", true},
+		// The secure metrics endpoint reviews its callers (F15).
+		{"create", "authentication.k8s.io", "tokenreviews", "", "", true},
+		{"create", "authorization.k8s.io", "subjectaccessreviews", "", "", true},
 		{"update", "coordination.k8s.io", "leases", "", ns, true},
 		{"create", "coordination.k8s.io", "leases", "", ns, true},
 

@@ -17,6 +17,7 @@ import (
 	"github.com/moat-net/moat/cmd/moat-agent/app/options"
 	"github.com/moat-net/moat/internal/daemon"
 	"github.com/moat-net/moat/internal/kubeconfig"
+	"github.com/moat-net/moat/internal/metricsauth"
 	"github.com/moat-net/moat/internal/netns"
 	"github.com/moat-net/moat/nft"
 )
@@ -106,6 +107,13 @@ func Run(ctx context.Context, o *options.Options) error {
 	if err != nil {
 		return err
 	}
+	if o.MetricsSecure && srv.metricsLn != nil {
+		tlsCfg, err := metricsauth.TLSConfig(o.TLSCertFile, o.TLSPrivateKeyFile, o.NodeName)
+		if err != nil {
+			return fmt.Errorf("--tls-cert-file, --tls-private-key-file: %w", err)
+		}
+		srv.secure = &secureMetrics{guard: metricsauth.New(metricsauth.Config{Client: clients.Kube}), tls: tlsCfg}
+	}
 	dp, closeDP, err := dataplane(o)
 	if err != nil {
 		return err
@@ -116,7 +124,7 @@ func Run(ctx context.Context, o *options.Options) error {
 		return err
 	}
 	log := klog.FromContext(ctx)
-	log.Info("Starting moat-agent", "node", o.NodeName, "apiServer", restCfg.Host, "metrics", srv.metricsAddr(), "health", srv.healthAddr())
+	log.Info("Starting moat-agent", "node", o.NodeName, "apiServer", restCfg.Host, "metrics", srv.metricsAddr(), "metricsSecure", srv.secure != nil, "health", srv.healthAddr())
 	if o.NetNS == "" {
 		warnBridgeNetfilter(log)
 	}

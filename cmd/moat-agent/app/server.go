@@ -2,6 +2,7 @@ package app
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"io"
@@ -16,6 +17,7 @@ import (
 
 	"github.com/moat-net/moat/agent"
 	"github.com/moat-net/moat/internal/daemon"
+	"github.com/moat-net/moat/internal/metricsauth"
 )
 
 // checker is what the endpoints ask the agent (*agent.Agent).
@@ -34,6 +36,17 @@ type server struct {
 	profiling bool
 	// healthOnMetrics: the health endpoints share the metrics listener.
 	healthOnMetrics bool
+	// secure, when set, serves the metrics listener over TLS with
+	// /metrics and /debug/pprof/ behind the API server's TokenReview and
+	// SubjectAccessReview (--metrics-secure). The health endpoints stay
+	// open: the kubelet probes them without credentials.
+	secure *secureMetrics
+}
+
+// secureMetrics is how the metrics listener is protected.
+type secureMetrics struct {
+	guard *metricsauth.Guard
+	tls   *tls.Config
 }
 
 // listen opens the configured addresses ("" means not served).
@@ -87,10 +100,16 @@ func (s *server) healthAddr() string {
 // reports a server that failed.
 func (s *server) serve(ctx context.Context, a checker) <-chan error {
 	errc := make(chan error, 2)
-	start := func(ln net.Listener, h http.Handler, what string) {
-		srv := &http.Server{Handler: h, ReadHeaderTimeout: 10 * time.Second}
+	start := func(ln net.Listener, h http.Handler, what string, tlsCfg *tls.Config) {
+		srv := &http.Server{Handler: h, ReadHeaderTimeout: 10 * time.Second, TLSConfig: tlsCfg}
 		go func() {
-			if err := srv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
+			var err error
+			if tlsCfg != nil {
+				err = srv.ServeTLS(ln, "", "")
+			} else {
+				err = srv.Serve(ln)
+			}
+			if err != nil && !errors.Is(err, http.ErrServerClosed) {
 				errc <- fmt.Errorf("%s server on %s: %w", what, ln.Addr(), err)
 			}
 		}()
@@ -102,20 +121,28 @@ func (s *server) serve(ctx context.Context, a checker) <-chan error {
 		}()
 	}
 	if s.metricsLn != nil {
-		mux := http.NewServeMux()
-		addMetrics(mux, a)
+		guarded := http.NewServeMux()
+		addMetrics(guarded, a)
 		if s.profiling {
-			daemon.AddProfiling(mux)
+			daemon.AddProfiling(guarded)
+		}
+		mux := http.NewServeMux()
+		var tlsCfg *tls.Config
+		if s.secure != nil {
+			mux.Handle("/", s.secure.guard.Wrap(guarded))
+			tlsCfg = s.secure.tls
+		} else {
+			mux.Handle("/", guarded)
 		}
 		if s.healthOnMetrics {
 			addHealth(mux, a)
 		}
-		start(s.metricsLn, mux, "metrics")
+		start(s.metricsLn, mux, "metrics", tlsCfg)
 	}
 	if s.healthLn != nil {
 		mux := http.NewServeMux()
 		addHealth(mux, a)
-		start(s.healthLn, mux, "health")
+		start(s.healthLn, mux, "health", nil)
 	}
 	return errc
 }

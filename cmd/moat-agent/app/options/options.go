@@ -26,11 +26,19 @@ type Options struct {
 	// MetricsBindAddress serves /metrics, HealthBindAddress /healthz and
 	// /readyz (empty: not served; one address may serve all three).
 	MetricsBindAddress, HealthBindAddress string
-	AllowNodeLocal                        bool
-	CutDeniedEstablished                  bool
-	Resync                                time.Duration
-	LeaderElect                           bool
-	LeaderElectionNamespace               string
+	// MetricsSecure serves /metrics (and /debug/pprof/) over TLS to
+	// callers the API server authenticates (TokenReview) and authorizes
+	// (SubjectAccessReview), as the kubelet and kube-scheduler do; false
+	// serves plain HTTP to anyone who reaches the address.
+	MetricsSecure bool
+	// TLSCertFile and TLSPrivateKeyFile are the metrics' serving
+	// certificate (re-read when they change); both empty: self-signed.
+	TLSCertFile, TLSPrivateKeyFile string
+	AllowNodeLocal                 bool
+	CutDeniedEstablished           bool
+	Resync                         time.Duration
+	LeaderElect                    bool
+	LeaderElectionNamespace        string
 	// LeaseDuration, RenewDeadline and RetryPeriod time the election as
 	// client-go's leaderelection (and kube-controller-manager's flags of
 	// the same names). Every candidate that does not lead reads the
@@ -65,6 +73,7 @@ func New() (*Options, error) {
 		NodeName:                os.Getenv("NODE_NAME"),
 		MetricsBindAddress:      ":9470",
 		HealthBindAddress:       ":9471",
+		MetricsSecure:           true,
 		AllowNodeLocal:          true,
 		Resync:                  5 * time.Minute,
 		LeaderElect:             true,
@@ -92,8 +101,11 @@ func (o *Options) Flags() cliflag.NamedFlagSets {
 	fs.StringVar(&o.Kubeconfig, "kubeconfig", o.Kubeconfig, "Path to a kubeconfig file; empty uses $KUBECONFIG, ~/.kube/config, then the in-cluster ServiceAccount, as kubectl does")
 	fs.StringVar(&o.Context, "context", o.Context, "The kubeconfig context to use; empty uses the current context")
 	fs.StringVar(&o.MetricsBindAddress, "metrics-bind-address", o.MetricsBindAddress, "Address (host:port) serving Prometheus metrics on /metrics; empty disables")
+	fs.BoolVar(&o.MetricsSecure, "metrics-secure", o.MetricsSecure, "Serve --metrics-bind-address over HTTPS, /metrics and /debug/pprof/ only to callers whose bearer token the API server authenticates (TokenReview) and authorizes for the path (SubjectAccessReview, e.g. the ClusterRole moat-metrics-reader), as the kubelet does; false serves plain HTTP to anyone who reaches the address (then bind it to 127.0.0.1, as kube-proxy does)")
+	fs.StringVar(&o.TLSCertFile, "tls-cert-file", o.TLSCertFile, "PEM serving certificate of the secure metrics endpoint, read again when it changes; empty with --tls-private-key-file: a self-signed certificate made at start")
+	fs.StringVar(&o.TLSPrivateKeyFile, "tls-private-key-file", o.TLSPrivateKeyFile, "PEM private key of --tls-cert-file")
 	fs.StringVar(&o.HealthBindAddress, "health-bind-address", o.HealthBindAddress, "Address (host:port) serving /healthz (liveness) and /readyz (ready after the first full sync; lists how current each watch is); empty disables")
-	fs.BoolVar(&o.Profiling, "profiling", o.Profiling, "Serve Go's runtime profiles (CPU, heap, goroutines) on /debug/pprof/ at --metrics-bind-address")
+	fs.BoolVar(&o.Profiling, "profiling", o.Profiling, "Serve Go's runtime profiles (CPU, heap, goroutines) on /debug/pprof/ at --metrics-bind-address (with --metrics-secure, to callers authorized for /debug/pprof/*)")
 	fs.DurationVar(&o.Resync, "resync", o.Resync, "Period of the resync: a compilation from scratch, and a rewrite of the whole table in one transaction if anything committed to nftables since the agent's last transaction (repairs edits made behind the agent's back; SIGHUP rewrites unconditionally); 0 disables")
 	o.Features.AddFlag(fs)
 
@@ -136,6 +148,12 @@ func (o *Options) Validate() error {
 		if _, port, err := net.SplitHostPort(a.addr); err != nil || port == "" {
 			errs = append(errs, fmt.Errorf("%s=%s: want host:port", a.flag, a.addr))
 		}
+	}
+	if (o.TLSCertFile == "") != (o.TLSPrivateKeyFile == "") {
+		errs = append(errs, errors.New("--tls-cert-file and --tls-private-key-file: give both or neither (self-signed)"))
+	}
+	if !o.MetricsSecure && o.TLSCertFile != "" {
+		errs = append(errs, errors.New("--tls-cert-file needs --metrics-secure"))
 	}
 	if o.Profiling && o.MetricsBindAddress == "" {
 		errs = append(errs, errors.New("--profiling needs --metrics-bind-address"))

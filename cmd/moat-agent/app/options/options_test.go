@@ -23,6 +23,9 @@ func TestValidate(t *testing.T) {
 		{"retry period not below renew deadline", func(o *Options) { o.RetryPeriod = 10 * time.Second }, []string{"--leader-elect-retry-period=10s"}},
 		{"election timing ignored without election", func(o *Options) { o.LeaderElect, o.RetryPeriod = false, time.Hour }, nil},
 		{"profiling without metrics", func(o *Options) { o.Profiling, o.MetricsBindAddress = true, "" }, []string{"--profiling needs --metrics-bind-address"}},
+		{"key without certificate", func(o *Options) { o.TLSPrivateKeyFile = "/k" }, []string{"--tls-cert-file and --tls-private-key-file"}},
+		{"certificate and key", func(o *Options) { o.TLSCertFile, o.TLSPrivateKeyFile = "/c", "/k" }, nil},
+		{"certificate without secure metrics", func(o *Options) { o.TLSCertFile, o.TLSPrivateKeyFile, o.MetricsSecure = "/c", "/k", false }, []string{"--tls-cert-file needs --metrics-secure"}},
 		{"bad log format", func(o *Options) { o.Logging.Format = "xml" }, []string{"xml"}},
 		{"every problem at once", func(o *Options) { o.NodeName, o.HealthBindAddress = "", "x" }, []string{"--node-name", "--health-bind-address=x"}},
 	} {
@@ -58,6 +61,9 @@ func TestFlagsFillConfig(t *testing.T) {
 	o, err := New()
 	if err != nil {
 		t.Fatal(err)
+	}
+	if !o.MetricsSecure {
+		t.Error("metrics are not secure by default: the agent runs in the host network")
 	}
 	fss := o.Flags()
 	args := map[string]string{
