@@ -3,6 +3,7 @@ package policy
 import (
 	"fmt"
 	"net/netip"
+	"slices"
 
 	corev1 "k8s.io/api/core/v1"
 )
@@ -84,16 +85,22 @@ func PodFromAPI(o *corev1.Pod) (Pod, []Diagnostic) {
 	return p, diags
 }
 
-// NodeFromAPI keeps a node's labels and IP addresses (any address type
-// that parses as an IP; host names are skipped).
+// NodeFromAPI keeps a node's labels and IP addresses: of any address
+// type, since a `nodes` peer selects "the IPs present in
+// node.Status.Addresses". A Hostname or DNS address is one when its value
+// is an IP literal: kubelet writes Hostname from --hostname-override,
+// which some installs set to the node's IP, and before a cloud controller
+// initialises the node it may be the only address. Names are skipped.
 func NodeFromAPI(o *corev1.Node) (Node, []Diagnostic) {
 	n := Node{Name: o.Name, Labels: o.Labels}
 	var diags []Diagnostic
 	for i, a := range o.Status.Addresses {
-		if a.Type == corev1.NodeHostName || a.Type == corev1.NodeInternalDNS || a.Type == corev1.NodeExternalDNS {
-			continue
-		}
 		ip, err := netip.ParseAddr(a.Address)
+		if a.Type == corev1.NodeHostName || a.Type == corev1.NodeInternalDNS || a.Type == corev1.NodeExternalDNS {
+			if err != nil || ip.Zone() != "" || slices.Contains(n.Addrs, ip.Unmap()) {
+				continue // a name, or an address listed already
+			}
+		}
 		if err != nil {
 			diags = append(diags, Diagnostic{Severity: SeverityError, Object: "Node " + o.Name, Field: fmt.Sprintf("status.addresses[%d].address", i), Message: fmt.Sprintf("invalid IP %q: left out", a.Address)})
 			continue
@@ -106,7 +113,9 @@ func NodeFromAPI(o *corev1.Node) (Node, []Diagnostic) {
 			diags = append(diags, Diagnostic{Severity: SeverityWarning, Object: "Node " + o.Name, Field: fmt.Sprintf("status.addresses[%d].address", i), Message: fmt.Sprintf("%q has an IPv6 zone: skipped, as neither a node-local address nor a nodes peer", a.Address)})
 			continue
 		}
-		n.Addrs = append(n.Addrs, ip.Unmap())
+		if !slices.Contains(n.Addrs, ip.Unmap()) {
+			n.Addrs = append(n.Addrs, ip.Unmap())
+		}
 	}
 	cidrs := o.Spec.PodCIDRs
 	if len(cidrs) == 0 && o.Spec.PodCIDR != "" {
