@@ -45,6 +45,12 @@ func (x *decoder) start(h header) body {
 		return &otherBody{kind: h.kind, group: group}
 	}
 	if h.apiVersion != want {
+		if group := groupOf(h.apiVersion); !kubernetesGroup(group) {
+			// Another project's kind of the same name (Calico's and
+			// Antrea's NetworkPolicy): another API, enforced by its own
+			// controller, not a version of the one Moat reads.
+			return &otherBody{kind: h.kind, group: group, skip: fmt.Sprintf("kind of API group %s, not the Kubernetes %s Moat reads (%s)", group, h.kind, want)}
+		}
 		return &otherBody{kind: h.kind, drop: true, field: "apiVersion", msg: fmt.Sprintf("unsupported apiVersion %q for kind %s (want %q)", h.apiVersion, h.kind, want)}
 	}
 	switch h.kind {
@@ -75,6 +81,19 @@ func groupOf(apiVersion string) string {
 		return "" // "v1": the core group
 	}
 	return g
+}
+
+// kubernetesGroup reports whether group is one of Kubernetes' own API
+// groups (core, the legacy groups without a domain, *.k8s.io): there, a kind Moat reads in another
+// version (networking.k8s.io/v1beta1, extensions/v1beta1 NetworkPolicy)
+// is a version Moat cannot read, an error; in any other group it is
+// another project's kind that only shares the name.
+func kubernetesGroup(group string) bool {
+	switch group {
+	case "", "apps", "autoscaling", "batch", "extensions", "policy", "k8s.io":
+		return true
+	}
+	return strings.HasSuffix(group, ".k8s.io")
 }
 
 // readsGroup reports whether Moat reads kinds of group: there, a kind it
@@ -205,6 +224,7 @@ type otherBody struct {
 	drop        bool
 	field, msg  string
 	warn        string
+	skip        string // why it is skipped, when not "kind not used by Moat"
 }
 
 func (b *otherBody) member(d *dec, key []byte) error {
@@ -227,6 +247,8 @@ func (b *otherBody) finish(d *dec, o *Object) {
 	case b.warn != "":
 		o.diag(policy.SeverityWarning, "kind", b.warn)
 		o.Skipped = b.warn
+	case b.skip != "":
+		o.Skipped = b.skip
 	default:
 		o.Skipped = "kind not used by Moat"
 	}

@@ -55,6 +55,14 @@ func TestKinds(t *testing.T) {
 		{"apps/v1", "Deployment", false, "", "kind not used by Moat"},
 		{"example.com/v1", "Networkpolicy", false, "", "kind not used by Moat"},
 		{"policy.networking.k8s.io/v1alpha1", "AdminNetworkPolicy", false, "policy kind not enforced by Moat", "policy kind not enforced"},
+		// Review 9 F9.1: another project's NetworkPolicy is skipped, not
+		// an error that blocks every command; a Kubernetes group's
+		// version Moat does not read stays one.
+		{"projectcalico.org/v3", "NetworkPolicy", false, "", "kind of API group projectcalico.org, not the Kubernetes NetworkPolicy Moat reads (networking.k8s.io/v1)"},
+		{"crd.antrea.io/v1beta1", "NetworkPolicy", false, "", "kind of API group crd.antrea.io"},
+		{"cilium.io/v2", "Node", false, "", "kind of API group cilium.io"},
+		{"extensions/v1beta1", "NetworkPolicy", true, `unsupported apiVersion "extensions/v1beta1"`, ""},
+		{"policy/v1beta1", "Pod", true, `unsupported apiVersion "policy/v1beta1"`, ""},
 	} {
 		t.Run(tc.apiVersion+" "+tc.kind, func(t *testing.T) {
 			r := decodeString(t, `{"apiVersion":"`+tc.apiVersion+`","kind":"`+tc.kind+`","metadata":{"name":"p"},"spec":{}}`)
