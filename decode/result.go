@@ -187,6 +187,31 @@ func (r *Result) DecodeJSONBytes(source string, js []byte) error {
 	return nil
 }
 
+// DecodeJSONValue decodes one JSON value read from in, as DecodeJSONBytes
+// decodes one in memory, but as it streams: head is the same value with
+// its items left out or cut short, from which the apiVersion and kind of
+// a List are read ahead when they follow its items (sorted keys put them
+// there), as DecodeJSONBytes reads them ahead of the whole value. Nothing
+// is added to r unless the whole value decoded: after an error r is as it
+// was, so that the caller may read the value another way (package
+// manifest converts a YAML List a few items at a time, and converts it
+// whole when a piece does not convert). Its error does not repeat source.
+func (r *Result) DecodeJSONValue(source string, in io.Reader, head []byte) error {
+	x := r.decoder()
+	s := newScanner(in)
+	var objs []*Object
+	if err := x.document(s, source, jsonAhead(head), func(o *Object) { objs = append(objs, o) }); err != nil {
+		return err
+	}
+	if _, more, err := s.ws(); err != nil || more {
+		return s.errorf("data after the JSON value")
+	}
+	for _, o := range objs {
+		r.Add(o)
+	}
+	return nil
+}
+
 // DecodeUnstructured reads one object, or a List, held as the maps of
 // client-go's unstructured objects (u.Object): what the dynamic client and
 // informers give.

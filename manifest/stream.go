@@ -19,7 +19,8 @@ import (
 
 // decodeStream reads one file or stdin. JSON (what `kubectl get -o json`
 // prints, one or more values) is decoded as it streams; anything else is
-// multi-document YAML, converted to JSON a document at a time.
+// multi-document YAML, converted to JSON a document at a time, and the
+// items of a List a batch at a time (yamllist.go).
 func decodeStream(res *decode.Result, name string, r io.Reader) error {
 	br := bufio.NewReaderSize(r, 64<<10)
 	if looksLikeJSON(br) {
@@ -60,7 +61,10 @@ func decodeYAML(res *decode.Result, name string, r *bufio.Reader, first int) err
 		if err != nil {
 			return fmt.Errorf("%s: document %d: %w", name, doc, err)
 		}
-		if len(bytes.TrimSpace(stripComments(raw))) == 0 {
+		if commentsOnly(raw) {
+			continue
+		}
+		if decodeYAMLList(res, fmt.Sprintf("%s#%d", name, doc), raw) {
 			continue
 		}
 		js, err := yamlToJSON(raw)
@@ -227,15 +231,21 @@ func templateHint(raw []byte) string {
 	return ""
 }
 
-func stripComments(b []byte) []byte {
-	var out []byte
-	for _, line := range bytes.Split(b, []byte("\n")) {
-		t := bytes.TrimSpace(line)
-		if len(t) == 0 || t[0] == '#' || bytes.Equal(t, []byte("---")) {
-			continue
+// commentsOnly reports whether a document holds nothing but blank lines,
+// comments and "---" lines. It reads the document in place: a cluster
+// dump is one document of tens of megabytes.
+func commentsOnly(b []byte) bool {
+	for len(b) > 0 {
+		line := b
+		if i := bytes.IndexByte(b, '\n'); i >= 0 {
+			line, b = b[:i], b[i+1:]
+		} else {
+			b = nil
 		}
-		out = append(out, line...)
-		out = append(out, '\n')
+		t := bytes.TrimSpace(line)
+		if len(t) > 0 && t[0] != '#' && !bytes.Equal(t, []byte("---")) {
+			return false
+		}
 	}
-	return out
+	return true
 }

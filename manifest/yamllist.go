@@ -1,0 +1,308 @@
+package manifest
+
+import (
+	"bytes"
+	"crypto/rand"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"io"
+	"runtime"
+
+	"github.com/moat-net/moat/decode"
+)
+
+// A YAML List (`kubectl get -A -o yaml` prints a whole cluster as one
+// document, kind: List) converted to JSON whole costs about 25 times its
+// size in memory and time: the YAML decoder's tree, then a map per object,
+// then the JSON, all of it at once, before decoding starts. So the items
+// of a List written the way kubectl writes it (a block mapping whose
+// `items:` key holds a block sequence) are converted a batch at a time,
+// on every core, and streamed to the decoder as the one JSON value the
+// whole conversion gives: the top-level members converted without the
+// items, the items spliced in where the conversion puts them (keys sorted),
+// byte for byte what converting the document whole gives. The decoder
+// cannot tell the two apart, so nothing about meaning, strictness or
+// diagnostics forks.
+//
+// A batch is converted as the document "items:\n<its lines>", so that
+// nesting depth, and the line on which a key is set twice, are those of
+// the whole document's conversion (YAML errors, whose line numbers would
+// differ, are never reported from a batch: see below). The split is by
+// lines: an item starts at a line holding `-` at the indentation of the
+// first item, and the items end at the first line back at column 0. A line
+// that looks like either but lies inside a quoted scalar that spans lines
+// (YAML lets its continuation lines start at column 0) cuts that scalar,
+// and its batch then fails to convert (the quote is left open). Before the
+// items, such a scalar would hide the `items:` line itself: the top-level
+// members are converted with that line replaced by `items: [<random
+// token>]`, and the split is used only if the conversion's top-level
+// items are exactly that token, which no input can know in advance.
+//
+// Whenever the document is not of that shape, or a batch or the top-level
+// members fail to convert, or decoding the stream fails, the document is
+// converted and decoded whole, as every document was before: its result
+// or error is then exactly the old one (DecodeJSONValue adds nothing to
+// the Result before the whole value decoded). A document that may hold an
+// alias (`*name`) or a directive is also converted whole: anchors and
+// aliases may cross items, and the YAML decoder's bound on aliases is a
+// ratio over the whole document.
+
+// listBatchBytes is how many bytes of items one conversion takes.
+const listBatchBytes = 64 << 10
+
+// listSplit is a List document cut into its top-level members and its
+// items.
+type listSplit struct {
+	head    []byte   // the top-level members, items: [token] in the items' place
+	token   string   // the token
+	batches [][]byte // consecutive items, each batch whole lines
+}
+
+// splitYAMLList cuts raw (one document) at the items of a List written
+// as kubectl writes it; ok is false for any other shape, or when raw may
+// hold an alias or a directive.
+func splitYAMLList(raw []byte) (_ listSplit, ok bool) {
+	if mayHoldAlias(raw) {
+		return listSplit{}, false
+	}
+	itemsAt, regionEnd := -1, len(raw)
+	indent := -1 // of the items' dashes
+	var batches [][]byte
+	batchStart := -1
+	for off := 0; off < len(raw); {
+		end := bytes.IndexByte(raw[off:], '\n')
+		if end < 0 {
+			end = len(raw)
+		} else {
+			end += off + 1
+		}
+		line := raw[off:end]
+		content := bytes.TrimRight(line, " \r\n")
+		ind := len(content) - len(bytes.TrimLeft(content, " "))
+		blank := len(content) == ind || content[ind] == '#'
+		switch {
+		case len(content) > 0 && content[0] == '%':
+			return listSplit{}, false // a directive
+		case itemsAt < 0:
+			if string(content) == "items:" {
+				itemsAt = off
+				batchStart = end // blank and comment lines before the first item go with it
+			}
+		case blank:
+		case indent < 0:
+			if content[ind] != '-' || !(len(content) == ind+1 || content[ind+1] == ' ') {
+				return listSplit{}, false // not a block sequence
+			}
+			indent = ind
+		case ind > indent:
+		case ind == indent && content[ind] == '-' && (len(content) == ind+1 || content[ind+1] == ' '):
+			if off-batchStart >= listBatchBytes {
+				batches = append(batches, raw[batchStart:off])
+				batchStart = off
+			}
+		case ind == 0:
+			regionEnd = off
+		default:
+			return listSplit{}, false // items indented, then something less indented than them
+		}
+		if regionEnd < len(raw) {
+			break
+		}
+		off = end
+	}
+	if itemsAt < 0 || indent < 0 {
+		return listSplit{}, false
+	}
+	batches = append(batches, raw[batchStart:regionEnd])
+	var t [16]byte
+	if _, err := rand.Read(t[:]); err != nil {
+		return listSplit{}, false
+	}
+	token := "moat-" + hex.EncodeToString(t[:])
+	head := make([]byte, 0, itemsAt+len(raw)-regionEnd+64)
+	head = append(head, raw[:itemsAt]...)
+	head = append(head, "items: ["+token+"]\n"...)
+	head = append(head, raw[regionEnd:]...)
+	return listSplit{head: head, token: token, batches: batches}, true
+}
+
+// mayHoldAlias reports whether raw has a '*' where an alias could start
+// (after a blank, a flow indicator or ':', or at a line's start): it
+// over-reports ("a * b" in a plain scalar), never misses one.
+func mayHoldAlias(raw []byte) bool {
+	for i := 0; ; i++ {
+		j := bytes.IndexByte(raw[i:], '*')
+		if j < 0 {
+			return false
+		}
+		i += j
+		if i == 0 {
+			return true
+		}
+		switch raw[i-1] {
+		case ' ', '\t', '\n', '\r', '[', '{', ',', ':':
+			return true
+		}
+	}
+}
+
+// decodeYAMLList decodes a List document a batch of items at a time (see
+// above); ok is false, with r unchanged, when the caller is to convert it
+// whole.
+func decodeYAMLList(res *decode.Result, source string, raw []byte) (ok bool) {
+	split, ok := splitYAMLList(raw)
+	if !ok {
+		return false
+	}
+	head, err := yamlToJSON(split.head)
+	if err != nil {
+		return false
+	}
+	prefix, suffix, ok := spliceAt(head, split.token)
+	if !ok {
+		return false
+	}
+	conv := newBatchConverter(split.batches)
+	defer conv.stop()
+	in := &listReader{parts: [][]byte{prefix}, conv: conv, suffix: suffix}
+	return res.DecodeJSONValue(source, in, head) == nil
+}
+
+// spliceAt finds the top-level member "items":["<token>"] of the JSON
+// object js and returns what goes before the items and after them:
+// `{...,"items":[` and `],...}`.
+func spliceAt(js []byte, token string) (prefix, suffix []byte, ok bool) {
+	want, _ := json.Marshal([]string{token})
+	dec := json.NewDecoder(bytes.NewReader(js))
+	if t, err := dec.Token(); err != nil || t != json.Delim('{') {
+		return nil, nil, false
+	}
+	for dec.More() {
+		k, err := dec.Token()
+		if err != nil {
+			return nil, nil, false
+		}
+		at := dec.InputOffset() // after the key
+		var v json.RawMessage
+		if err := dec.Decode(&v); err != nil {
+			return nil, nil, false
+		}
+		if k != "items" {
+			continue
+		}
+		end := dec.InputOffset()
+		if int(at)+1+len(want) != int(end) || js[at] != ':' || !bytes.Equal(js[at+1:end], want) {
+			return nil, nil, false
+		}
+		return js[:at+2], js[end-1:], true
+	}
+	return nil, nil, false
+}
+
+// listReader is the JSON of the whole List: prefix, the batches' items
+// separated by commas, suffix.
+type listReader struct {
+	parts  [][]byte
+	conv   *batchConverter
+	suffix []byte
+	n      int // batches read
+	done   bool
+}
+
+func (l *listReader) Read(p []byte) (int, error) {
+	for len(l.parts) == 0 || len(l.parts[0]) == 0 {
+		if len(l.parts) > 0 {
+			l.parts = l.parts[1:]
+			continue
+		}
+		if l.done {
+			return 0, io.EOF
+		}
+		items, more, err := l.conv.next()
+		switch {
+		case err != nil:
+			return 0, err
+		case !more:
+			l.parts, l.done = [][]byte{l.suffix}, true
+		case l.n > 0:
+			l.parts = [][]byte{{','}, items}
+		default:
+			l.parts = [][]byte{items}
+		}
+		l.n++
+	}
+	n := copy(p, l.parts[0])
+	l.parts[0] = l.parts[0][n:]
+	return n, nil
+}
+
+// batchConverter converts batches of items on every core, at most a few
+// ahead of the reader, and gives them back in order.
+type batchConverter struct {
+	results chan chan converted
+	quit    chan struct{}
+}
+
+type converted struct {
+	items []byte // the items' JSON, comma-separated, without brackets
+	err   error
+}
+
+func newBatchConverter(batches [][]byte) *batchConverter {
+	workers := runtime.GOMAXPROCS(0)
+	c := &batchConverter{results: make(chan chan converted, 2*workers), quit: make(chan struct{})}
+	sem := make(chan struct{}, workers)
+	go func() {
+		defer close(c.results)
+		for _, b := range batches {
+			res := make(chan converted, 1)
+			select {
+			case c.results <- res:
+			case <-c.quit:
+				return
+			}
+			select {
+			case sem <- struct{}{}:
+			case <-c.quit:
+				return
+			}
+			go func() {
+				defer func() { <-sem }()
+				res <- convertBatch(b)
+			}()
+		}
+	}()
+	return c
+}
+
+// convertBatch converts "items:\n<batch>" and keeps the items.
+func convertBatch(batch []byte) converted {
+	doc := make([]byte, 0, len("items:\n")+len(batch))
+	doc = append(append(doc, "items:\n"...), batch...)
+	js, err := yamlToJSON(doc)
+	if err != nil {
+		return converted{err: err}
+	}
+	inner, ok := bytes.CutPrefix(js, []byte(`{"items":[`))
+	if ok {
+		inner, ok = bytes.CutSuffix(inner, []byte(`]}`))
+	}
+	if !ok || len(inner) == 0 {
+		return converted{err: errors.New("a batch of items did not convert to a list")}
+	}
+	return converted{items: inner}
+}
+
+// next returns the next batch's items; more is false after the last.
+func (c *batchConverter) next() (items []byte, more bool, err error) {
+	res, ok := <-c.results
+	if !ok {
+		return nil, false, nil
+	}
+	r := <-res
+	return r.items, true, r.err
+}
+
+// stop ends the conversions still to start (the reader stopped early).
+func (c *batchConverter) stop() { close(c.quit) }

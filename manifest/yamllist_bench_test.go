@@ -1,0 +1,103 @@
+package manifest
+
+import (
+	"bufio"
+	"bytes"
+	"runtime"
+	"runtime/metrics"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	sigsyaml "sigs.k8s.io/yaml"
+
+	"github.com/moat-net/moat/decode"
+	"github.com/moat-net/moat/internal/clustergen"
+)
+
+// BenchmarkYAMLList reads the 10k-pod cluster as `kubectl get -A -o yaml`
+// prints it (one List document, 47 MB) in batches (how decodeYAML reads
+// it) and whole (how every document was read before: wholeDoc), the two
+// alternating in every iteration: elapsed time, CPU time (all threads)
+// and peak live heap of each.
+//
+//	go test -run '^$' -bench 'BenchmarkYAMLList' -benchtime 3x ./manifest/
+func BenchmarkYAMLList(b *testing.B) {
+	var js bytes.Buffer
+	if err := clustergen.Generate(clustergen.Scale).WriteJSON(&js, clustergen.Kubectl); err != nil {
+		b.Fatal(err)
+	}
+	doc, err := sigsyaml.JSONToYAML(js.Bytes())
+	if err != nil {
+		b.Fatal(err)
+	}
+	js = bytes.Buffer{}
+	b.SetBytes(int64(len(doc)))
+	type figures struct{ elapsed, cpu time.Duration }
+	var sum [2]figures
+	var peak [2]uint64
+	for b.Loop() {
+		for i, how := range []string{"batches", "whole"} {
+			runtime.GC()
+			stop := peakHeap()
+			t0, c0 := time.Now(), cpuTime(b)
+			res := &decode.Result{}
+			var err error
+			if how == "batches" {
+				err = decodeYAML(res, "dump.yaml", bufio.NewReader(bytes.NewReader(doc)), 1)
+			} else {
+				err = wholeDoc(res, "dump.yaml", doc)
+			}
+			sum[i].elapsed += time.Since(t0)
+			sum[i].cpu += cpuTime(b) - c0
+			peak[i] = max(peak[i], stop())
+			if err != nil || len(res.Cluster.Pods) != clustergen.Scale.Pods || len(res.Dropped) > 0 {
+				b.Fatalf("%s: %v: %d pods, dropped %v", how, err, len(res.Cluster.Pods), res.Dropped)
+			}
+		}
+	}
+	for i, how := range []string{"batches", "whole"} {
+		b.ReportMetric(sum[i].elapsed.Seconds()/float64(b.N), how+"-s/op")
+		b.ReportMetric(sum[i].cpu.Seconds()/float64(b.N), how+"-cpu-s/op")
+		b.ReportMetric(float64(peak[i])/(1<<20), how+"-peak-MB")
+	}
+}
+
+// cpuTime is the process's CPU time so far, all threads.
+func cpuTime(b *testing.B) time.Duration {
+	var ru syscall.Rusage
+	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
+		b.Fatal(err)
+	}
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+}
+
+// peakHeap samples the live heap every few milliseconds until stopped:
+// B/op counts what was allocated, this what was held at once.
+func peakHeap() (stop func() uint64) {
+	s := []metrics.Sample{{Name: "/memory/classes/heap/objects:bytes"}}
+	var peak uint64
+	done := make(chan struct{})
+	var wg sync.WaitGroup
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		t := time.NewTicker(2 * time.Millisecond)
+		defer t.Stop()
+		for {
+			metrics.Read(s)
+			peak = max(peak, s[0].Value.Uint64())
+			select {
+			case <-done:
+				return
+			case <-t.C:
+			}
+		}
+	}()
+	return func() uint64 {
+		close(done)
+		wg.Wait()
+		return peak
+	}
+}
