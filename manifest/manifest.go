@@ -180,6 +180,31 @@ func realPath(p string) string {
 	return filepath.Clean(p)
 }
 
+// globFiles reads a path that does not exist as a pattern, as kubectl -f
+// does (`-f 'dir/*.yaml'`, quoted so that the shell leaves it): each
+// match as if named on its own. No match is an error, as with kubectl.
+func globFiles(pattern string) ([]file, error) {
+	matches, err := filepath.Glob(pattern)
+	if err != nil {
+		return nil, fmt.Errorf("read %s: pattern: %w", pattern, err)
+	}
+	if len(matches) == 0 {
+		return nil, fmt.Errorf("read %s: no such file or directory, and no path matches it as a pattern", pattern)
+	}
+	var files []file
+	for _, m := range matches {
+		if _, err := os.Stat(m); err != nil {
+			return nil, fmt.Errorf("read %s: %w", m, err) // a dangling link: not a pattern again
+		}
+		f, err := osFiles(m)
+		if err != nil {
+			return nil, err
+		}
+		files = append(files, f...)
+	}
+	return files, nil
+}
+
 // fsFiles is Files in an fs.FS (embedded examples: no links).
 func fsFiles(fsys fs.FS, p string) ([]string, error) {
 	info, err := fs.Stat(fsys, p)
@@ -214,7 +239,13 @@ func fsFiles(fsys fs.FS, p string) ([]string, error) {
 // manifest left out silently could pass a change unread). A directory
 // already on the way down (a link loop) is not entered again.
 func osFiles(p string) ([]file, error) {
+	if strings.HasPrefix(p, "http://") || strings.HasPrefix(p, "https://") {
+		return nil, fmt.Errorf("read %s: a URL (kubectl -f fetches it; moat reads files only: download it first, e.g. curl -fsSLO %s)", p, p)
+	}
 	info, err := os.Stat(p)
+	if errors.Is(err, fs.ErrNotExist) && strings.ContainsAny(p, "*?[") {
+		return globFiles(p)
+	}
 	if err != nil {
 		return nil, fmt.Errorf("read %s: %w", p, err)
 	}

@@ -152,3 +152,48 @@ func TestLoadNothingIsAnError(t *testing.T) {
 		t.Errorf("a file named twice: %v", err)
 	}
 }
+
+// Review 9 F9.4: kubectl -f takes a quoted pattern ('dir/*.yaml') and
+// reads each match; moat said "no such file". A pattern nothing matches
+// is an error, a URL is refused with what to do instead.
+func TestLoadPattern(t *testing.T) {
+	dir := t.TempDir()
+	write(t, filepath.Join(dir, "a", "deny.yaml"), denyAll)
+	write(t, filepath.Join(dir, "a", "ns.yaml"), backendNS)
+	write(t, filepath.Join(dir, "a", "notes.txt"), "not read")
+	write(t, filepath.Join(dir, "b", "c", "ns.yml"), "apiVersion: v1\nkind: Namespace\nmetadata: {name: other}\n")
+	for _, tc := range []struct {
+		pattern  string
+		ns, nps  int
+		files    int
+		errMatch string
+	}{
+		{pattern: "a/*.yaml", ns: 1, nps: 1, files: 2},
+		{pattern: "a/d*", nps: 1, files: 1},
+		{pattern: "[ab]", ns: 2, nps: 1, files: 3}, // directories, read whole
+		{pattern: "a/*.json", errMatch: "no path matches it as a pattern"},
+		{pattern: "a/[", errMatch: "pattern"},
+	} {
+		p := filepath.Join(dir, tc.pattern)
+		files, err := manifest.Files(nil, p)
+		res, lerr := (&manifest.Loader{}).Load(p)
+		if tc.errMatch != "" {
+			if err == nil || lerr == nil || !strings.Contains(lerr.Error(), tc.errMatch) {
+				t.Errorf("%s: files %v, %v; load %v", tc.pattern, files, err, lerr)
+			}
+			continue
+		}
+		if err != nil || lerr != nil || len(files) != tc.files || len(res.Cluster.Namespaces) != tc.ns || len(res.Cluster.NetworkPolicies) != tc.nps {
+			t.Errorf("%s: files %v, %v; load %v", tc.pattern, files, err, lerr)
+		}
+	}
+	// A file whose name holds pattern characters is read as named.
+	write(t, filepath.Join(dir, "lit[1].yaml"), backendNS)
+	if res, err := (&manifest.Loader{}).Load(filepath.Join(dir, "lit[1].yaml")); err != nil || len(res.Cluster.Namespaces) != 1 {
+		t.Errorf("literal name: %v", err)
+	}
+	_, err := (&manifest.Loader{}).Load("https://example.com/policies.yaml")
+	if err == nil || !strings.Contains(err.Error(), "moat reads files only: download it first") {
+		t.Errorf("URL: %v", err)
+	}
+}

@@ -78,14 +78,14 @@ type inputFlags struct {
 // command turns --live on unless it is given.)
 func (f *inputFlags) register(cmd *cobra.Command) {
 	fl := cmd.Flags()
-	fl.StringArrayVarP(&f.files, "filename", "f", nil, "manifest file, directory (recursive) or - for stdin; repeatable. With a live source, layered on top of the cluster as kubectl apply would (see moat diff --help)")
+	fl.StringArrayVarP(&f.files, "filename", "f", nil, "manifest file, directory (recursive), quoted pattern ('dir/*.yaml', as kubectl -f) or - for stdin; repeatable; not a URL. With a live source, layered on top of the cluster as kubectl apply would (see moat diff --help)")
 	fl.BoolVar(&f.live, "live", false, "read the live cluster (kubeconfig as kubectl finds it, or the in-cluster service account)")
 	fl.StringVar(&f.kubeconfig, "kubeconfig", "", "kubeconfig file of the live cluster (implies --live)")
 	fl.StringVar(&f.context, "context", "", "kubeconfig context of the live cluster (implies --live)")
 	if !f.noNamespaceFlag {
 		fl.StringVarP(&f.namespace, "namespace", "n", "", "namespace of -f objects without one, as kubectl apply -n (an object naming another is an error; default: with a live source the kubeconfig context's, else default)")
 	}
-	fl.BoolVarP(&f.verbose, "verbose", "v", false, "also report skipped objects, and every warning (not only the first 20)")
+	fl.VarPF((*verbosity)(&f.verbose), "verbose", "v", "also report skipped objects, and every warning (not only the first 20); kubectl's -v=N is taken as verbose for N > 0").NoOptDefVal = "true"
 	fl.BoolVar(&f.allowNodeLocal, "allow-node-local", true, "allow traffic from a node's own addresses to its pods (kubelet probes)")
 	gates, err := features.New()
 	if err != nil {
@@ -334,3 +334,28 @@ func completeContexts(f *inputFlags) func(*cobra.Command, []string, string) ([]s
 		return names, cobra.ShellCompDirectiveNoFileComp
 	}
 }
+
+// verbosity is -v: a boolean flag that also takes kubectl's levels
+// (-v=6), an operator's habit, as verbose for any level above 0 instead
+// of refusing them.
+type verbosity bool
+
+func (v *verbosity) String() string { return strconv.FormatBool(bool(*v)) }
+
+func (v *verbosity) Set(s string) error {
+	if b, err := strconv.ParseBool(s); err == nil {
+		*v = verbosity(b)
+		return nil
+	}
+	n, err := strconv.Atoi(s)
+	if err != nil || n < 0 {
+		return fmt.Errorf("want true, false or a kubectl level (0 and up), got %q", s)
+	}
+	*v = n > 0
+	return nil
+}
+
+func (v *verbosity) Type() string { return "bool" }
+
+// IsBoolFlag lets -v stand alone (and --verbose=false be given).
+func (v *verbosity) IsBoolFlag() bool { return true }

@@ -332,3 +332,22 @@ func TestCheckFindingsBounded(t *testing.T) {
 		t.Errorf("-v: code %d, %d lines", code, strings.Count(out, "\n"))
 	}
 }
+
+// Review 9 F9.4: kubectl's -v=N was refused ("strconv.ParseBool"); it is
+// verbose for N > 0, quiet for 0, and anything else is still an error.
+func TestVerboseTakesKubectlLevels(t *testing.T) {
+	const in = "apiVersion: v1\nkind: Namespace\nmetadata: {name: a}\n---\napiVersion: v1\nkind: ConfigMap\nmetadata: {name: c, namespace: a}\n"
+	for _, tc := range []struct {
+		flag    string
+		code    int
+		skipped bool
+	}{
+		{"-v", 0, true}, {"-v=6", 0, true}, {"--verbose=2", 0, true}, {"-v=true", 0, true},
+		{"-v=0", 0, false}, {"--verbose=false", 0, false}, {"-v=-1", 1, false}, {"-v=lots", 1, false},
+	} {
+		_, errOut, code := run(t, in, "check", "-f", "-", tc.flag)
+		if code != tc.code || strings.Contains(errOut, "skipped: ConfigMap c") != tc.skipped {
+			t.Errorf("%s: code %d, stderr %q", tc.flag, code, errOut)
+		}
+	}
+}
