@@ -164,6 +164,11 @@ func newMetrics() *metrics {
 	})
 	m.reg.MustRegister(m.syncDuration, m.syncs, m.resyncs, m.compiles, m.operations, m.programmed, m.policies, m.changes, m.ignoredRelabels, m.watchErrors, m.watchEvents,
 		m.problems, m.statusWrites, m.conntrack, m.tableMissing, m.lastSuccess, m.ready, m.leader, m.candidate)
+	// At zero from the start, so that rate() and alerts on errors work
+	// before the first write.
+	for _, r := range []string{"success", "conflict", "error"} {
+		m.statusWrites.WithLabelValues(r)
+	}
 	for _, r := range []string{resultSuccess, resultError, resultConntrackError} {
 		for _, k := range []string{"full", "diff"} {
 			m.syncs.WithLabelValues(k, r)
