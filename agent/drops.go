@@ -92,7 +92,7 @@ func newDrops(dp Dataplane, reg prometheus.Registerer, log klog.Logger) *drops {
 		poked: make(chan struct{}, 1),
 		log:   log,
 		packets: prometheus.NewDesc("moat_agent_dropped_packets_total",
-			"Packets the node's rules dropped, by policy (kind, namespace, name), direction, rule index and reason (deny, fail_closed, isolation, invalid, not_syn, conflict, spoofed, link_scope); read from nftables counters.",
+			"Packets the node's rules dropped, by policy (kind, namespace, name), direction, rule index and reason (deny, fail_closed, isolation, invalid, not_syn, conflict, spoofed, unknown_destination, link_scope); read from nftables counters.",
 			dropLabels, nil),
 		bytes: prometheus.NewDesc("moat_agent_dropped_bytes_total",
 			"Bytes (layer 3) of the packets counted in moat_agent_dropped_packets_total.",

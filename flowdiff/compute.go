@@ -91,7 +91,8 @@ func Compute(before, after *policy.Program, opts Options) *Result {
 // host network, node, its node's addresses and pod CIDRs (which decide
 // which sources reaching it are dropped as forged), whether it is policed;
 // for an address that is no pod's, whether a pod claims it and the node
-// it belongs to, with that node's addresses and pod CIDRs; for any
+// it belongs to, with that node's addresses and pod CIDRs, and the node
+// whose pod CIDRs hold it; for any
 // endpoint, whether one of its addresses is claimed by several pods.
 func (s *space) factsChanged(ep *endpoint) bool {
 	for _, a := range ep.addrs {
@@ -101,7 +102,8 @@ func (s *space) factsChanged(ep *endpoint) bool {
 	}
 	if !ep.pod {
 		for _, a := range ep.addrs {
-			if claimed(s.before, a) != claimed(s.after, a) || nodeFacts(s.before, a) != nodeFacts(s.after, a) {
+			if claimed(s.before, a) != claimed(s.after, a) || nodeFacts(s.before, a) != nodeFacts(s.after, a) ||
+				podNetFacts(s.before, a) != podNetFacts(s.after, a) {
 				return true
 			}
 		}
@@ -165,6 +167,21 @@ func (ix addrIndex) within(rs []policy.AddrRange) []int {
 func claimed(p *policy.Program, a netip.Addr) bool {
 	_, ok := p.PodByIP(a)
 	return ok || p.DuplicateAddr(a)
+}
+
+// podNetFacts names the node whose pod CIDRs hold a, if any, with the
+// CIDR and the node's addresses: a node drops connections from and to an
+// address there that no pod and no node owns, but for its own (policy:
+// forged sources, unknown destinations).
+func podNetFacts(p *policy.Program, a netip.Addr) string {
+	for i := range p.Nodes {
+		for _, c := range p.Nodes[i].PodCIDRs {
+			if c.Contains(a.Unmap()) {
+				return fmt.Sprint(p.Nodes[i].Name, c, p.Nodes[i].Addrs)
+			}
+		}
+	}
+	return ""
 }
 
 // nodeFacts describes the node that has address a, if any: its name,

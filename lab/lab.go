@@ -60,7 +60,9 @@ type Options struct {
 	// Name names the lab and starts its namespaces' names; empty picks a
 	// fresh one.
 	Name string
-	// Peers are extra addresses outside the pod network.
+	// Peers are extra addresses: outside the cluster, or, when inside a
+	// node's pod CIDRs, behind that node in a namespace of their own, as
+	// a pod whose address the agent does not know.
 	Peers []netip.Addr
 	// Ports are the ports responders answer on; empty means every
 	// distinct container port.

@@ -78,7 +78,7 @@ func planCells(t *topology, prog *policy.Program, peers []netip.Addr, ports []ma
 // is in the lab, and its probe (or why it has none).
 func (t *topology) plan(c *cell, se, de policy.Endpoint, pp matrix.PortProto) error {
 	c.pkt = nft.Packet{Src: se.Addr, Dst: de.Addr, Proto: pp.Protocol, Port: pp.Port}
-	c.self = se.Pod >= 0 && se.Pod == de.Pod
+	c.self = se.Pod >= 0 && se.Pod == de.Pod || se.Pod < 0 && se.Addr == de.Addr
 	var ok1, ok2 bool
 	c.src, ok1 = t.Locate(se.Addr)
 	c.dst, ok2 = t.Locate(de.Addr)

@@ -55,7 +55,9 @@ type nodeNS struct {
 	LinkLocal netip.Addr `json:"linkLocal"`
 }
 
-// podNS is a pod-network pod's namespace.
+// podNS is a pod-network pod's namespace, or that of a peer address in a
+// node's pod CIDRs that no pod owns (Key says so), which stands for a pod
+// the agent does not know.
 type podNS struct {
 	Key  string       `json:"key"`
 	NS   string       `json:"ns"`
@@ -158,6 +160,16 @@ func planTopology(prefix string, prog *policy.Program, peers []netip.Addr) (*top
 		a = a.Unmap()
 		prev, ok := owner[a]
 		switch {
+		case !ok && podNetNode(prog, a) != "":
+			// Inside a node's pod CIDRs and no pod's: the pod network
+			// routes it to that node, so it lives behind it like a pod,
+			// one whose address the agent does not know (yet).
+			who := "peer " + a.String() + " (no pod's, in node " + podNetNode(prog, a) + "'s pod CIDRs)"
+			if err := claim(a, who); err != nil {
+				return nil, err
+			}
+			i := addNode(podNetNode(prog, a))
+			t.Pods = append(t.Pods, &podNS{Key: who, NS: fmt.Sprintf("%s-p%d", prefix, len(t.Pods)), Node: i, Link: fmt.Sprintf("p%d", len(t.Pods)), IPs: []netip.Addr{a}})
 		case !ok:
 			if err := claim(a, "peer "+a.String()); err != nil {
 				return nil, err
@@ -190,6 +202,19 @@ func planTopology(prefix string, prog *policy.Program, peers []netip.Addr) (*top
 	}
 	sort.Slice(t.Outside.Addrs, func(a, b int) bool { return t.Outside.Addrs[a].Less(t.Outside.Addrs[b]) })
 	return t, nil
+}
+
+// podNetNode is the node whose pod CIDRs hold a (the first by name), ""
+// for none.
+func podNetNode(prog *policy.Program, a netip.Addr) string {
+	for _, n := range prog.Nodes {
+		for _, c := range n.PodCIDRs {
+			if c.Contains(a) {
+				return n.Name
+			}
+		}
+	}
+	return ""
 }
 
 func appendNew(list []netip.Addr, a netip.Addr) []netip.Addr {

@@ -38,7 +38,8 @@ type NetlinkConntrack struct {
 // Each packet carries Local for a source the namespace holds as its own
 // address, read once per call: a connection the node started from an
 // address its Node does not list (a gateway on the pod network) is judged
-// as the output hook judged it, not as forged. When the addresses cannot
+// as the output hook judged it, not as forged; likewise DstLocal for a
+// destination, which the input hook judged (not as an unknown pod). When the addresses cannot
 // be read nothing is deleted: cutting the node's own connections is worse
 // than keeping a denied one until the next try.
 func (c NetlinkConntrack) Delete(ctx context.Context, deny func(Packet) bool) (int, error) {
@@ -49,6 +50,7 @@ func (c NetlinkConntrack) Delete(ctx context.Context, deny func(Packet) bool) (i
 	judge := deny
 	deny = func(p Packet) bool {
 		_, p.Local = local[p.Src]
+		_, p.DstLocal = local[p.Dst]
 		return judge(p)
 	}
 	families := []netlink.InetFamily{netlink.InetFamily(netlink.FAMILY_V4), netlink.InetFamily(netlink.FAMILY_V6)}

@@ -32,6 +32,10 @@ const (
 	// CIDRs that no pod the agent knows owns (forged, or a pod not
 	// learnt yet).
 	ReasonSpoofed = "spoofed"
+	// ReasonUnknownDestination: a new connection the node forwards to an
+	// address in its pod CIDRs that no pod the agent knows owns (a pod
+	// whose address has not reached the agent yet, or no pod at all).
+	ReasonUnknownDestination = "unknown_destination"
 	// ReasonLinkScope: a new connection the node forwards from or to an
 	// IPv6 link-local address, to a broadcast or multicast address, or
 	// an IPv6 router message (pods on one bridge; see linkRules).
@@ -77,6 +81,8 @@ const (
 	counterNoTier  = "drop-no-tier"
 	counterSpoofed = "drop-spoofed"
 	counterLink    = "drop-link-scope"
+	// counterUnknownDst counts unknownDstRules' drops.
+	counterUnknownDst = "drop-unknown-dst"
 )
 
 var staticCounters = []DropCounter{
@@ -86,6 +92,7 @@ var staticCounters = []DropCounter{
 	{Name: counterNoTier, Rule: -1, Reason: ReasonFailClosed},
 	{Name: counterSpoofed, Rule: -1, Reason: ReasonSpoofed},
 	{Name: counterLink, Rule: -1, Reason: ReasonLinkScope},
+	{Name: counterUnknownDst, Rule: -1, Reason: ReasonUnknownDestination},
 }
 
 // counterComment is the human-readable note on a counter object.

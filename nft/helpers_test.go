@@ -36,13 +36,22 @@ func compileYAMLOpts(t testing.TB, yaml string, opts policy.Options) *policy.Pro
 	return policy.Compile(&res.Cluster, opts)
 }
 
-// endpointNode says which node's rules a packet from or to e crosses.
+// endpointNode says which node's rules a packet from or to e crosses. A
+// bare address in a node's pod CIDRs lies behind that node: the pod
+// network routes it there (a pod the agent does not know yet).
 func endpointNode(prog *policy.Program, e policy.Endpoint) string {
 	if e.Pod >= 0 {
 		return prog.Pods[e.Pod].NodeName
 	}
 	if n, ok := prog.NodeByIP(e.Addr); ok {
 		return prog.Nodes[n].Name
+	}
+	for _, n := range prog.Nodes {
+		for _, c := range n.PodCIDRs {
+			if c.Contains(e.Addr.Unmap()) {
+				return n.Name
+			}
+		}
 	}
 	return ""
 }
@@ -63,8 +72,10 @@ func checkAgainstEvaluator(t *testing.T, prog *policy.Program, extra []netip.Add
 // checkRulesets is checkAgainstEvaluator with each node's rules given
 // (built from a node-scoped Program, as moat-agent builds them). An extra
 // address that is no pod's and no node's comes from outside the cluster
-// and crosses only the destination's node; one inside that node's pod
-// CIDRs is dropped there as forged, which the evaluator models too.
+// and crosses only the destination's node, unless it is inside some
+// node's pod CIDRs: then it lies behind that node, which drops its
+// connections (as forged, and as an unknown destination), as the
+// evaluator models too.
 func checkRulesets(t *testing.T, prog *policy.Program, rulesets map[string]*Ruleset, extra []netip.Addr, ports []Packet) int {
 	t.Helper()
 	type ep struct {
@@ -96,7 +107,7 @@ func checkRulesets(t *testing.T, prog *policy.Program, rulesets map[string]*Rule
 					src, dst := s.e, d.e
 					src.Addr, dst.Addr = sa, da
 					sn, dn := endpointNode(prog, src), endpointNode(prog, dst)
-					if src.Pod >= 0 && src.Pod == dst.Pod {
+					if src.Pod >= 0 && src.Pod == dst.Pod || src.Pod < 0 && sa == da {
 						sn, dn = "", ""
 					}
 					for _, pp := range ports {

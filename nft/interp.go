@@ -26,6 +26,12 @@ type Packet struct {
 	// namespace's addresses; a Packet without it is judged by the Node's
 	// status addresses alone.
 	Local bool
+	// DstLocal: the destination is an address the node's kernel holds as
+	// its own, so the packet meets the input hook, not forward, and
+	// unknownDstRules do not see it (the node's gateway address may be
+	// in a pod CIDR without being in its Node's status). The conntrack
+	// cleanup sets it as it sets Local.
+	DstLocal bool
 }
 
 // Allows reports whether this node's rules let the first packet of a new
@@ -55,6 +61,12 @@ func (rs *Ruleset) Allows(p Packet) bool {
 		// one of the node's addresses is taken to start on the node
 		// (as the evaluator takes it), and the output hook does not
 		// check: a Node may list its gateway address in the pod CIDR.
+		return false
+	}
+	if rs.unknownDst(dst) && !p.Local && !p.DstLocal && !contains(rs.own, dst) && !contains(rs.own, src) {
+		// The forward hook's unknownDstRules. A connection from one of
+		// the node's addresses is the node's own (output hook), one to
+		// them ends in input: neither meets the rules.
 		return false
 	}
 	if contains(rs.nodeLocal, src) {
@@ -169,6 +181,13 @@ func (rs *Ruleset) spoofed(src netip.Addr) bool {
 		}
 	}
 	return false
+}
+
+// unknownDst reports whether dst is in the node's pod CIDRs but is no pod
+// address the node knows (unknownDstRules); a local pod's address is
+// never unknown.
+func (rs *Ruleset) unknownDst(dst netip.Addr) bool {
+	return rs.spoofed(dst)
 }
 
 func contains(list []netip.Addr, a netip.Addr) bool {

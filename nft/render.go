@@ -114,6 +114,24 @@ var spoofRules = []string{
 	"ip6 saddr @podnet6 ip6 saddr != @pods6 counter name " + counterSpoofed + " drop",
 }
 
+// unknownDstRules drop a new connection the node forwards to an address
+// in its pod CIDRs that is no pod-network pod's address the agent knows:
+// the destinations' side of spoofRules. A pod's ingress chain is found by
+// its address, so a pod whose address has not reached the agent yet
+// (kubelet writes status.podIPs after the sandbox is up, often after its
+// containers started) would otherwise meet no ingress chain and be
+// reachable through the base chain's accept policy, against "filtering is
+// effective ... from the very first instant that any container in that
+// Pod is started" (Kubernetes docs, Network Policies, "Pod lifecycle").
+// Forward alone has them: in input the destination is the node itself,
+// whose gateway address may be in a pod CIDR, and in output the node's
+// own connections (kubelet probes) are node-local. The sets are empty,
+// and the rules match nothing, when the Node has no spec.podCIDRs.
+var unknownDstRules = []string{
+	"ip daddr @podnet4 ip daddr != @pods4 counter name " + counterUnknownDst + " drop",
+	"ip6 daddr @podnet6 ip6 daddr != @pods6 counter name " + counterUnknownDst + " drop",
+}
+
 // linkRules replace baseRules' neighbour discovery rule in forward. The
 // kernel never routes link-scope traffic, so in forward it can only be
 // frames a bridge CNI (with br_netfilter) carries between pods of one
@@ -153,7 +171,7 @@ var podLinkRules = []string{
 	"meta iif @podifs meta iif . ip6 saddr != @podsrc6 counter name " + counterSpoofed + " drop",
 }
 
-var forwardRules = slices.Concat(baseRules[:len(baseRules)-2], linkRules, spoofRules, podLinkRules, baseRules[len(baseRules)-1:])
+var forwardRules = slices.Concat(baseRules[:len(baseRules)-2], linkRules, spoofRules, podLinkRules, unknownDstRules, baseRules[len(baseRules)-1:])
 
 var inputRules = append(slices.Clone(baseRules[:len(baseRules)-1]),
 	"meta iiftype != loopback "+spoofRules[0],

@@ -125,11 +125,12 @@ spec:
 `
 
 // TestForgedSourcesAgreeWithEvaluator: the evaluator denies what the
-// destination node's anti-spoofing rules drop (review 7 F6: it allowed
-// an unowned source in the pod CIDRs as "outside the pod network"), and
-// allows what they let through: sources in another node's CIDRs, pods'
-// addresses, and the node's own address inside its CIDRs (the output
-// hook does not check it, with node-local traffic allowed or not).
+// anti-spoofing rules drop (review 7 F6: it allowed an unowned source in
+// the pod CIDRs as "outside the pod network"), and allows what they let
+// through: pods' addresses, and the node's own address inside its CIDRs
+// (the output hook does not check it, with node-local traffic allowed or
+// not). An unowned source in another node's CIDRs lies behind that node,
+// which drops it (and the replies to it) too.
 func TestForgedSourcesAgreeWithEvaluator(t *testing.T) {
 	extra := []netip.Addr{netip.MustParseAddr("10.244.1.77"), netip.MustParseAddr("fd00:244:1::77"), netip.MustParseAddr("10.244.2.77"),
 		netip.MustParseAddr("10.244.1.1"), netip.MustParseAddr("192.168.1.1"), netip.MustParseAddr("192.168.1.2"), netip.MustParseAddr("203.0.113.1")}
@@ -139,7 +140,7 @@ func TestForgedSourcesAgreeWithEvaluator(t *testing.T) {
 			t.Fatal("no flows compared")
 		}
 		x, _ := prog.PodByKey("a/x")
-		for src, want := range map[string]bool{"10.244.1.77": false, "fd00:244:1::77": false, "10.244.2.77": true, "10.244.1.1": true, "10.244.1.9": true} {
+		for src, want := range map[string]bool{"10.244.1.77": false, "fd00:244:1::77": false, "10.244.2.77": false, "10.244.1.1": true, "10.244.1.9": true} {
 			dst := "10.244.1.5"
 			if netip.MustParseAddr(src).Is6() {
 				dst = "fd00:244:1::5"
@@ -201,4 +202,49 @@ func TestNodePeerLeavesOutPodAddresses(t *testing.T) {
 		}
 	}
 	checkAgainstEvaluator(t, prog, []netip.Addr{netip.MustParseAddr("192.168.1.2")}, []Packet{{Proto: policy.ProtoTCP, Port: 80}})
+}
+
+// TestUnknownDestinations (review 11 F2): the forward hook drops a new
+// connection to an address in the node's pod CIDRs that no pod owns (a
+// pod whose address has not reached the agent yet), as the evaluator
+// denies it; the node's own connections (output hook) and connections to
+// the node's own addresses (input hook) are not checked.
+func TestUnknownDestinations(t *testing.T) {
+	if !slices.Contains(forwardRules, unknownDstRules[0]) || !slices.Contains(forwardRules, unknownDstRules[1]) {
+		t.Fatal("forward does not drop unknown destinations")
+	}
+	for _, r := range slices.Concat(inputRules, outputRules) {
+		if strings.Contains(r, counterUnknownDst) {
+			t.Errorf("input or output checks destinations: %s", r)
+		}
+	}
+	prog := compileYAML(t, forgedCluster)
+	rs := Build(prog, "n1")
+	a := netip.MustParseAddr
+	for _, c := range []struct {
+		p    Packet
+		want bool
+	}{
+		{Packet{Src: a("10.244.1.5"), Dst: a("10.244.1.77")}, false},                  // a local pod
+		{Packet{Src: a("fd00:244:1::5"), Dst: a("fd00:244:1::77")}, false},            // IPv6
+		{Packet{Src: a("203.0.113.1"), Dst: a("10.244.1.77")}, false},                 // from outside
+		{Packet{Src: a("192.168.1.2"), Dst: a("10.244.1.77")}, false},                 // another node
+		{Packet{Src: a("192.168.1.1"), Dst: a("10.244.1.77")}, true},                  // the node itself
+		{Packet{Src: a("10.244.1.1"), Dst: a("10.244.1.77")}, true},                   // its gateway address, listed
+		{Packet{Src: a("10.244.1.254"), Dst: a("10.244.1.77"), Local: true}, true},    // a local address, not listed
+		{Packet{Src: a("203.0.113.1"), Dst: a("10.244.1.1")}, true},                   // the node's listed gateway (input)
+		{Packet{Src: a("203.0.113.1"), Dst: a("10.244.1.254"), DstLocal: true}, true}, // an unlisted local address (input)
+		{Packet{Src: a("203.0.113.1"), Dst: a("10.244.1.9")}, true},                   // another node's pod in n1's CIDR
+		{Packet{Src: a("203.0.113.1"), Dst: a("10.244.2.77")}, true},                  // another node's CIDR: its business
+	} {
+		c.p.Proto, c.p.Port = policy.ProtoTCP, 80
+		if got := rs.Allows(c.p); got != c.want {
+			t.Errorf("%s -> %s (local %v/%v): rules allow=%v, want %v", c.p.Src, c.p.Dst, c.p.Local, c.p.DstLocal, got, c.want)
+		}
+	}
+	x, _ := prog.PodByKey("a/x")
+	v := prog.Evaluate(policy.Flow{Src: policy.Endpoint{Pod: x, Addr: a("10.244.1.5")}, Dst: policy.Endpoint{Pod: -1, Addr: a("10.244.1.77")}, Proto: policy.ProtoTCP, Port: 80})
+	if v.Allowed || !strings.Contains(v.Ingress.Reason, "node n1 drops new connections to it") {
+		t.Errorf("evaluator: %+v", v)
+	}
 }

@@ -89,8 +89,11 @@ type outcome struct {
 	// forged: the destination's node drops the source as forged
 	// (forgedAt); node names that node.
 	forged bool
-	node   string // node-local or forged: the node's name
-	quiet  bool   // default allow with no rule at all for this pod
+	// unknownDst: the destination is an address behind node that no pod
+	// owns, and node drops the connection (unknownDstAt).
+	unknownDst bool
+	node       string // node-local, forged or unknownDst: the node's name
+	quiet      bool   // default allow with no rule at all for this pod
 }
 
 func (p *Program) judgeBoth(f Flow) (outcome, outcome) {
@@ -113,25 +116,40 @@ func (p *Program) judgeBoth(f Flow) (outcome, outcome) {
 			return o, o
 		}
 	}
-	return p.judge(pods, f.Src, f.Dst, f, Egress), p.judge(pods, f.Dst, f.Src, f, Ingress)
+	e := p.judge(pods, f.Src, f.Dst, f, Egress)
+	if f.Dst.Pod < 0 {
+		if n, _, ok := p.unknownDstAt(f.Src, f.Dst); ok {
+			// The source's egress is judged as usual; the destination's
+			// node drops what it lets through.
+			return e, outcome{tier: TierNotPoliced, unknownDst: true, node: p.Nodes[n].Name}
+		}
+	}
+	return e, p.judge(pods, f.Dst, f.Src, f, Ingress)
 }
 
 // forgedAt finds the node whose anti-spoofing rules drop a new connection
 // from src to dst before any policy (docs/agent.md, "Forged sources"):
-// the node that holds the destination (a pod of it, host-network or not,
-// or one of its addresses) drops, in its forward and input hooks, a
-// source inside its own spec.podCIDRs that no pod-network pod claims, on
-// any node. A bare address is taken to come from outside the cluster, so
-// only the destination's node checks it; a source in another node's pod
-// CIDRs is that node's business, and it sees the packet only when the
-// packet comes from one of its pods (then it drops it too). The node's own
-// packets (from its addresses or its host-network pods) leave through the
-// output hook, which does not check, so they are never forged at it. It
-// returns the node's index and the pod CIDR that contains the source.
+// a node drops, in its forward and input hooks, a source inside its own
+// spec.podCIDRs that no pod-network pod claims, on any node. A bare
+// address there that is no node's either lies behind that node
+// (unownedAt: the pod network routes it there, so its packets come
+// through it, and replies to it go there, where unknownDstRules drop
+// them), whatever the destination, unless it reaches itself. Otherwise
+// (a node's address, a host-network pod) the node that holds the
+// destination (a pod of it, host-network or not, or one of its
+// addresses) checks it against its own CIDRs. The node's own packets
+// (from its addresses or its host-network pods) leave through the output
+// hook, which does not check, so they are never forged at it. It returns
+// the node's index and the pod CIDR that contains the source.
 func (p *Program) forgedAt(src, dst Endpoint) (int, netip.Prefix, bool) {
 	s := src.Addr.Unmap()
 	if src.Pod >= 0 && !p.Pods[src.Pod].HostNetwork || p.podClaims(s) {
 		return 0, netip.Prefix{}, false // a pod-network pod's address
+	}
+	if src.Pod < 0 && s != dst.Addr.Unmap() {
+		if i, c, ok := p.unownedAt(s); ok {
+			return i, c, true
+		}
 	}
 	var dn string
 	if dst.Pod >= 0 {
@@ -278,8 +296,16 @@ func (p *Program) explain(o outcome, f Flow, dir Direction) Decision {
 		d.Reason = "an address of this flow is claimed by more than one pod: denied, since its traffic cannot be attributed"
 	case o.forged:
 		_, cidr, _ := p.forgedAt(f.Src, f.Dst)
-		d.Reason = fmt.Sprintf("the source %s is in node %s's pod CIDR %s but no pod owns it: node %s, which holds the destination, drops it as a forged source before any policy",
-			f.Src.Addr.Unmap(), o.node, cidr, o.node)
+		where := "which holds the destination"
+		if p.endpointNode(f.Dst) != o.node {
+			where = "where the pod network routes it (and its replies)"
+		}
+		d.Reason = fmt.Sprintf("the source %s is in node %s's pod CIDR %s but no pod owns it: node %s, %s, drops it as a forged source (or a pod whose address its agent does not know yet) before any policy",
+			f.Src.Addr.Unmap(), o.node, cidr, o.node, where)
+	case o.unknownDst:
+		_, cidr, _ := p.unknownDstAt(f.Src, f.Dst)
+		d.Reason = fmt.Sprintf("the destination %s is in node %s's pod CIDR %s but no pod owns it: node %s drops new connections to it before any policy (a pod is unreachable until its node's agent knows its address)",
+			f.Dst.Addr.Unmap(), o.node, cidr, o.node)
 	case o.self:
 		d.Reason = "a pod's traffic to itself is not policed"
 	case o.tier == TierNotPoliced:
@@ -328,28 +354,24 @@ func (p *Program) notPolicedReason(e Endpoint, dir Direction) string {
 	if n, ok := p.NodeByIP(e.Addr); ok {
 		return fmt.Sprintf("the %s is node %s: not policed", end, p.Nodes[n].Name)
 	}
-	if n, c, ok := p.inPodCIDRs(e.Addr); ok && !p.podClaims(e.Addr.Unmap()) {
-		if dir == Egress {
-			// forgedAt found no drop: the destination is on another node
-			// (or none), which does not check sources in n's pod CIDRs.
-			return fmt.Sprintf("the source %s is in node %s's pod CIDR %s but no pod owns it: not policed (only node %s drops it as forged, and the destination is not there)", e.Addr.Unmap(), n, c, n)
-		}
-		return fmt.Sprintf("the destination %s is in node %s's pod CIDR %s but no pod owns it: not policed", e.Addr.Unmap(), n, c)
+	if n, c, ok := p.unownedAt(e.Addr); ok {
+		// forgedAt or unknownDstAt found no drop: the address reaches
+		// itself, or the node it lies behind connects to it.
+		return fmt.Sprintf("the %s %s is in node %s's pod CIDR %s but no pod owns it: not policed (node %s's own connections, and an address's to itself, are not checked)", end, e.Addr.Unmap(), p.Nodes[n].Name, c, p.Nodes[n].Name)
 	}
 	return fmt.Sprintf("the %s is outside the pod network: not policed", end)
 }
 
-// inPodCIDRs finds a node whose pod CIDRs contain a, the first by name.
-func (p *Program) inPodCIDRs(a netip.Addr) (string, netip.Prefix, bool) {
-	a = a.Unmap()
-	for i := range p.Nodes {
-		for _, c := range p.Nodes[i].PodCIDRs {
-			if c.Contains(a) {
-				return p.Nodes[i].Name, c, true
-			}
-		}
+// endpointNode is the name of the node that holds an endpoint: a pod's
+// node, or the node whose address it is; "" for none.
+func (p *Program) endpointNode(e Endpoint) string {
+	if e.Pod >= 0 {
+		return p.Pods[e.Pod].NodeName
 	}
-	return "", netip.Prefix{}, false
+	if i, ok := p.nodeByIP[e.Addr.Unmap()]; ok {
+		return p.Nodes[i].Name
+	}
+	return ""
 }
 
 // ParseEndpoint resolves "namespace/pod" or an IP address. An address that

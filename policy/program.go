@@ -316,6 +316,9 @@ type Program struct {
 	// see evalPods), made on the first verdict. An atomic.Value rather
 	// than an atomic.Pointer: a Program may be copied (vet's copylocks).
 	evalTable atomic.Value
+	// podNetTable is the nodes' pod CIDRs by prefix (a *podNetTable, see
+	// podNetOf), made on the first verdict that needs it.
+	podNetTable atomic.Value
 }
 
 // PodByKey finds a pod by "namespace/name".
