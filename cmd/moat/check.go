@@ -22,7 +22,10 @@ every one).
 Unknown fields are errors. The input is required: -f files, a live cluster
 (--live, --kubeconfig, --context), or both (the files layered on the cluster,
 to check a change before it lands). AdminNetworkPolicy and
-BaselineAdminNetworkPolicy (v1alpha1) are errors: Moat does not enforce them.
+BaselineAdminNetworkPolicy (v1alpha1) in files are errors: Moat does not
+enforce them. A live cluster is read for the five kinds Moat reads only, so
+its AdminNetworkPolicies and BaselineAdminNetworkPolicies are not seen
+(list them with kubectl get adminnetworkpolicies,baselineadminnetworkpolicies).
 Files that hold no Kubernetes object at all are an error too, not a pass.
 Exit status: 0 valid, 1 invalid or no input.`,
 		Args: cobra.NoArgs,
