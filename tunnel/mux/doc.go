@@ -12,4 +12,8 @@
 // FIN and becomes a shutdown of the far socket's write side, so each
 // direction of a connection ends on its own (Pipe); with a stock peer an
 // EOF closes the connection, as upstream does.
+//
+// Writers waiting for the stream take it small packets first (sendLock), so
+// a new connection's handshake waits behind the chunk being written, not
+// behind a chunk of every busy connection.
 package mux

@@ -132,7 +132,9 @@ type Session struct {
 	cfg Config
 	st  Stream
 
-	sendMu sync.Mutex
+	// sendMu is held while writing to the stream; small packets get it
+	// before bulk DATA (see sendLock).
+	sendMu sendLock
 
 	ctrlMu  sync.Mutex
 	ctrl    []*client.Packet
@@ -227,8 +229,8 @@ func (s *Session) shutdown(err error) {
 // (DIAL_RSP before the connection's first DATA, DATA before CLOSE).
 // Callers other than the read loop may block here.
 func (s *Session) send(p *client.Packet) error {
-	s.sendMu.Lock()
-	defer s.sendMu.Unlock()
+	s.sendMu.lock(false)
+	defer s.sendMu.unlock()
 	if err := s.flushLocked(); err != nil {
 		return err
 	}
@@ -237,10 +239,12 @@ func (s *Session) send(p *client.Packet) error {
 
 // sendData sends a DATA packet of c unless c's close has been queued
 // already: nothing of a connection may follow its CLOSE_REQ or CLOSE_RSP.
-// The payload is handed over (freed here if it is not sent).
+// The payload is handed over (freed here if it is not sent). A payload of
+// bulkMin or more waits for the stream behind every small packet waiting
+// (see sendLock).
 func (s *Session) sendData(c *Conn, d *proto.OutData) error {
-	s.sendMu.Lock()
-	defer s.sendMu.Unlock()
+	s.sendMu.lock(d.Payload.Len() >= bulkMin)
+	defer s.sendMu.unlock()
 	err := s.flushLocked()
 	if err == nil && c.closeQueued.Load() {
 		err = ErrClosed
@@ -251,6 +255,11 @@ func (s *Session) sendData(c *Conn, d *proto.OutData) error {
 	d.Payload.Free() // nil once the codec took it
 	return err
 }
+
+// bulkMin is the payload from which a DATA packet is bulk for sendLock: a
+// read that returned a full TLS record or more, which a bulk transfer's
+// reads do and handshakes and interactive traffic rarely do.
+const bulkMin = 16 << 10
 
 func (s *Session) sendLocked(p *client.Packet) error { return s.sendMsg(p, p.Type.String()) }
 
@@ -310,9 +319,9 @@ func (s *Session) writeLoop() {
 			return
 		case <-s.ctrlSig:
 		}
-		s.sendMu.Lock()
+		s.sendMu.lock(false)
 		err := s.flushLocked()
-		s.sendMu.Unlock()
+		s.sendMu.unlock()
 		if err != nil {
 			s.shutdown(err)
 			return
