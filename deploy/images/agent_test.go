@@ -94,7 +94,8 @@ const nodeIP = "192.0.2.10"
 // arguments, host network, read-only root file system) against a real API
 // server, authenticated as the agent's ServiceAccount under the shipped
 // RBAC. To leave the host's nftables alone it programs a network namespace
-// of the test's (--netns, which needs --privileged to enter it). It checks
+// of the test's (--netns, which needs SYS_ADMIN besides the DaemonSet's
+// capabilities to enter it). It checks
 // that the container becomes ready, programs the node's table from the
 // cluster's objects, follows a change, and writes policy status.
 func testAgentImage(ctx context.Context, t *testing.T, pm *podman, root, image string) {
@@ -164,14 +165,22 @@ func testAgentImage(ctx context.Context, t *testing.T, pm *podman, root, image s
 	})
 	args = append(args, "--kubeconfig=/etc/moat/kubeconfig", "--netns="+netns, "-v=2")
 	container := netns + "-agent"
-	pm.start(ctx, t, container, append([]string{
-		"--network", "host", "--privileged",
+	// The DaemonSet's capabilities and nothing else but SYS_ADMIN, which
+	// only --netns needs (setns into the test's namespace; the DaemonSet
+	// programs the host's own): so a capability the agent needs and the
+	// manifest lacks fails here (review 10, F12: NET_RAW was granted
+	// unused while this ran --privileged).
+	caps := []string{"--cap-drop=all", "--cap-add=SYS_ADMIN", "--security-opt=no-new-privileges"}
+	for _, c := range daemonSetCapabilities(t, root) {
+		caps = append(caps, "--cap-add="+c)
+	}
+	pm.start(ctx, t, container, append(append([]string{
+		"--network", "host",
 		"--read-only", "--tmpfs", "/tmp",
 		"--env", "NODE_NAME=" + imageNode,
 		"--volume", filepath.Join(dir, "kubeconfig") + ":/etc/moat/kubeconfig:ro",
 		"--volume", "/run/netns/" + netns + ":/run/netns/" + netns,
-		image,
-	}, args...)...)
+	}, caps...), append([]string{image}, args...)...)...)
 
 	// Ready: the first full sync from complete caches is programmed.
 	waitHTTP(ctx, t, pm, container, "http://"+health+"/readyz", 2*time.Minute)
@@ -273,6 +282,28 @@ func daemonSetArgs(t *testing.T, root string, replace map[string]string) []strin
 		args = append(args, strings.ReplaceAll(a, "$(NODE_NAME)", imageNode))
 	}
 	return args
+}
+
+// daemonSetCapabilities are the capabilities the DaemonSet adds.
+func daemonSetCapabilities(t *testing.T, root string) []string {
+	t.Helper()
+	data, err := os.ReadFile(filepath.Join(root, "deploy/agent/daemonset.yaml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var ds appsv1.DaemonSet
+	if err := yaml.UnmarshalStrict(data, &ds); err != nil {
+		t.Fatalf("deploy/agent/daemonset.yaml: %v", err)
+	}
+	sc := ds.Spec.Template.Spec.Containers[0].SecurityContext
+	if sc == nil || sc.Capabilities == nil {
+		t.Fatal("deploy/agent/daemonset.yaml: no capabilities")
+	}
+	var caps []string
+	for _, c := range sc.Capabilities.Add {
+		caps = append(caps, string(c))
+	}
+	return caps
 }
 
 // listTable lists table inet moat in the namespace with the host's nft.

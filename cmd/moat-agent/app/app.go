@@ -38,7 +38,13 @@ keeps the last policies and drops every pod created afterwards as an
 unknown source.
 
 One agent at a time (a Lease in --leader-election-namespace) writes the
-Accepted condition of each ClusterNetworkPolicy and Events about policies.
+Accepted condition of each ClusterNetworkPolicy and Events about policies;
+only --leader-elect-candidates agents campaign for it, the others stand by
+and campaign only when it is abandoned.
+
+/metrics is HTTPS, for callers the API server authorizes for the path
+(--metrics-secure: bind the ClusterRole moat-metrics-reader); /healthz and
+/readyz are plain HTTP for the kubelet's probes.
 
 Feature gates (--feature-gates):
   IngressNetworksAndNodes (alpha, default off): enforce the NPEP-127
