@@ -9,6 +9,8 @@ import (
 	"io"
 	"runtime"
 
+	yaml3 "go.yaml.in/yaml/v3"
+
 	"github.com/moat-net/moat/decode"
 )
 
@@ -43,10 +45,15 @@ import (
 // members fail to convert, or decoding the stream fails, the document is
 // converted and decoded whole, as every document was before: its result
 // or error is then exactly the old one (DecodeJSONValue adds nothing to
-// the Result before the whole value decoded). A document that may hold an
-// alias (`*name`) or a directive is also converted whole: anchors and
-// aliases may cross items, and the YAML decoder's bound on aliases is a
-// ratio over the whole document.
+// the Result before the whole value decoded). A document with an alias
+// (`*name`) in any batch or in its top-level members, or a directive, is
+// also converted whole: anchors and aliases may cross items, and the YAML
+// decoder's bound on aliases (its defence against alias bombs) is a ratio
+// over the whole document, which batches must not reset. An alias token
+// lies on one line, so it lies in one batch or in the top-level members,
+// and a batch that converts is read by the same scanner states as in the
+// whole document: the checks together see every alias the whole
+// conversion would.
 
 // listBatchBytes is how many bytes of items one conversion takes.
 const listBatchBytes = 64 << 10
@@ -60,12 +67,9 @@ type listSplit struct {
 }
 
 // splitYAMLList cuts raw (one document) at the items of a List written
-// as kubectl writes it; ok is false for any other shape, or when raw may
-// hold an alias or a directive.
+// as kubectl writes it; ok is false for any other shape, or when raw
+// holds a directive.
 func splitYAMLList(raw []byte) (_ listSplit, ok bool) {
-	if mayHoldAlias(raw) {
-		return listSplit{}, false
-	}
 	itemsAt, regionEnd := -1, len(raw)
 	indent := -1 // of the items' dashes
 	var batches [][]byte
@@ -127,6 +131,34 @@ func splitYAMLList(raw []byte) (_ listSplit, ok bool) {
 	return listSplit{head: head, token: token, batches: batches}, true
 }
 
+// aliasFree reports whether the YAML document doc holds no alias: a
+// cheap look for a '*' where an alias could start, and when there is one
+// (a cron schedule '*/5 * * * *', a shell command's "ls *.log"), a parse
+// that says for certain (yaml.v3's, whose scanner is libyaml's as the
+// converter's is; a document it cannot parse counts as holding one).
+func aliasFree(doc []byte) bool {
+	if !mayHoldAlias(doc) {
+		return true
+	}
+	var n yaml3.Node
+	if yaml3.Unmarshal(doc, &n) != nil {
+		return false
+	}
+	return !hasAlias(&n)
+}
+
+func hasAlias(n *yaml3.Node) bool {
+	if n.Kind == yaml3.AliasNode {
+		return true
+	}
+	for _, c := range n.Content {
+		if hasAlias(c) {
+			return true
+		}
+	}
+	return false
+}
+
 // mayHoldAlias reports whether raw has a '*' where an alias could start
 // (after a blank, a flow indicator or ':', or at a line's start): it
 // over-reports ("a * b" in a plain scalar), never misses one.
@@ -153,6 +185,9 @@ func mayHoldAlias(raw []byte) bool {
 func decodeYAMLList(res *decode.Result, source string, raw []byte) (ok bool) {
 	split, ok := splitYAMLList(raw)
 	if !ok {
+		return false
+	}
+	if !aliasFree(split.head) {
 		return false
 	}
 	head, err := yamlToJSON(split.head)
@@ -280,6 +315,9 @@ func newBatchConverter(batches [][]byte) *batchConverter {
 func convertBatch(batch []byte) converted {
 	doc := make([]byte, 0, len("items:\n")+len(batch))
 	doc = append(append(doc, "items:\n"...), batch...)
+	if !aliasFree(doc) {
+		return converted{err: errors.New("an alias in a batch of items")}
+	}
 	js, err := yamlToJSON(doc)
 	if err != nil {
 		return converted{err: err}
