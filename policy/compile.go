@@ -99,25 +99,13 @@ func (s *state) uniquePods(in []*Pod) []*Pod {
 }
 
 // loadPods adds the snapshot's pods, numbering them (slots) so that pods
-// that selectors pick together are adjacent: by their namespace's labels
-// as namespace selectors see them, their namespace, then their own labels
-// as pod selectors see them. A selector peer is then a few runs of slots
-// in the evaluator's index instead of thousands of scattered addresses.
+// that peers pick together are adjacent: by their namespace's labels as
+// namespace selectors see them, their own labels as pod selectors see
+// them, then their namespace (peerKeys lists the keys). A selector peer
+// is then a few runs of slots in the evaluator's index instead of
+// thousands of scattered addresses.
 func (s *state) loadPods(pods []*Pod) {
-	nsKeys, podKeys := map[string]int{}, map[string]int{}
-	for _, ns := range s.nsSels {
-		for _, k := range selectorKeys(ns.sel) {
-			if k != nsNameLabel {
-				nsKeys[k]++
-			}
-		}
-	}
-	for _, ps := range s.podSels {
-		for _, k := range ps.keys {
-			podKeys[k]++
-		}
-	}
-	nsKeyList, podKeyList := sortedKeys(nsKeys), sortedKeys(podKeys)
+	nsKeyList, podKeyList := s.peerKeys()
 
 	// Pods come sorted by key, so each namespace's pods are adjacent:
 	// order the namespaces, then each namespace's pods.
@@ -142,34 +130,54 @@ func (s *state) loadPods(pods []*Pod) {
 		}
 		return strings.Compare(a.ns.name, b.ns.name)
 	})
-	// Within a namespace, pods with the same projection are adjacent; the
-	// interned projection's number orders them alike in every namespace.
+	// Within a group of namespaces that namespace selectors cannot tell
+	// apart, pods with the same projection are adjacent, whatever their
+	// namespace; the interned projection's number orders them alike in
+	// every group. A peer that picks pods by label in namespaces picked by
+	// label (every ClusterNetworkPolicy peer, a NetworkPolicy's
+	// namespaceSelector peers) is then a run or two of slots however many
+	// namespaces it spans, where by namespace first it was a run per
+	// namespace; a namespace's own pods become a run per projection.
 	s.order = make([]*podState, len(pods))
 	s.slots = make([]*podState, 0, len(pods))
 	s.ipOwners = newAddrOwners(len(pods))
 	keysID := s.internKeys(podKeyList)
 	states := make([]podState, len(pods))
-	byProj := map[int32][]uint32{}
-	var run []*podState
-	for _, r := range runs {
-		run = run[:0]
+	type placed struct {
+		group, rank int32
+		ps          *podState
+	}
+	all := make([]placed, 0, len(pods))
+	group := int32(-1)
+	for ri, r := range runs {
+		if ri == 0 || r.sig != runs[ri-1].sig {
+			group++
+		}
 		for i := r.start; i < r.end; i++ {
 			ps := &states[i]
 			ps.pod, ps.ns, ps.index = pods[i], r.ns, int32(i)
 			s.projOf(ps, keysID)
-			run = append(run, ps)
+			all = append(all, placed{group, int32(ri), ps})
 		}
-		slices.SortFunc(run, func(a, b *podState) int {
-			if a.projs[0].proj != b.projs[0].proj {
-				return int(a.projs[0].proj - b.projs[0].proj)
-			}
-			return int(a.index - b.index)
-		})
-		for _, ps := range run {
-			s.addLoaded(ps)
-			if ps.podnet {
-				byProj[ps.projs[0].proj] = append(byProj[ps.projs[0].proj], ps.slot)
-			}
+	}
+	slices.SortFunc(all, func(a, b placed) int {
+		if a.group != b.group {
+			return int(a.group - b.group)
+		}
+		if pa, pb := a.ps.projs[0].proj, b.ps.projs[0].proj; pa != pb {
+			return int(pa - pb)
+		}
+		if a.rank != b.rank {
+			return int(a.rank - b.rank)
+		}
+		return int(a.ps.index - b.ps.index)
+	})
+	byProj := map[int32][]uint32{}
+	for _, pl := range all {
+		ps := pl.ps
+		s.addLoaded(ps)
+		if ps.podnet {
+			byProj[ps.projs[0].proj] = append(byProj[ps.projs[0].proj], ps.slot)
 		}
 	}
 	// Index the keys pod selectors read from the projections just made,

@@ -1,0 +1,64 @@
+package policy
+
+import metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+// peerKeys lists the label keys that the peers of the policies read:
+// of namespaces (the name label left out: a selector of it picks one
+// namespace, which is adjacent anyway) and of pods. A full compile numbers
+// pods by their labels on these keys (loadPods). They are read off the
+// specs, since rules, and the selectors they intern, are compiled on
+// first use, after the pods are numbered.
+func (s *state) peerKeys() (nsKeys, podKeys []string) {
+	ns, pods := map[string]int{}, map[string]int{}
+	add := func(m map[string]int, sel *metav1.LabelSelector) {
+		if sel == nil {
+			return
+		}
+		for k := range sel.MatchLabels {
+			m[k]++
+		}
+		for _, e := range sel.MatchExpressions {
+			m[e.Key]++
+		}
+	}
+	for _, np := range s.nps {
+		if np == nil {
+			continue
+		}
+		for _, r := range np.src.Spec.Ingress {
+			for _, p := range r.From {
+				add(ns, p.NamespaceSelector)
+				add(pods, p.PodSelector)
+			}
+		}
+		for _, r := range np.src.Spec.Egress {
+			for _, p := range r.To {
+				add(ns, p.NamespaceSelector)
+				add(pods, p.PodSelector)
+			}
+		}
+	}
+	for _, c := range s.cnps {
+		spec := &c.src.Spec
+		for _, r := range spec.Ingress {
+			for _, p := range r.From {
+				add(ns, p.Namespaces)
+				if p.Pods != nil {
+					add(ns, &p.Pods.NamespaceSelector)
+					add(pods, &p.Pods.PodSelector)
+				}
+			}
+		}
+		for _, r := range spec.Egress {
+			for _, p := range r.To {
+				add(ns, p.Namespaces)
+				if p.Pods != nil {
+					add(ns, &p.Pods.NamespaceSelector)
+					add(pods, &p.Pods.PodSelector)
+				}
+			}
+		}
+	}
+	delete(ns, nsNameLabel)
+	return sortedKeys(ns), sortedKeys(pods)
+}
