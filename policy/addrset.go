@@ -168,7 +168,12 @@ func (s *AddrSet) String() string {
 }
 
 // ParseCIDR parses a CIDR. Host bits are masked (the API server accepts them
-// in ipBlock), but an unparsable string or a zone is an error.
+// in ipBlock), but an unparsable string or a zone is an error. An
+// IPv4-mapped IPv6 prefix of at least 96 bits is the IPv4 prefix it maps
+// (::ffff:10.0.0.0/104 is 10.0.0.0/8), as the API server reads it (its
+// validation warns it "will be considered invalid in a future release:
+// use 10.0.0.0/8") and as Moat reads mapped addresses everywhere: kept as
+// IPv6, an ipBlock of it matched no IPv4 packet.
 func ParseCIDR(s string) (netip.Prefix, error) {
 	p, err := netip.ParsePrefix(s)
 	if err != nil {
@@ -176,6 +181,9 @@ func ParseCIDR(s string) (netip.Prefix, error) {
 	}
 	if p.Addr().Zone() != "" {
 		return netip.Prefix{}, fmt.Errorf("invalid CIDR %q: zones are not allowed", s)
+	}
+	if p.Addr().Is4In6() && p.Bits() >= 96 {
+		p = netip.PrefixFrom(p.Addr().Unmap(), p.Bits()-96)
 	}
 	return p.Masked(), nil
 }
