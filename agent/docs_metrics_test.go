@@ -51,6 +51,30 @@ func TestDocsNameRealMetrics(t *testing.T) {
 			}
 		}
 	}
+	// The fixed drop counters (no policy): agent.md counts them in words.
+	fams, err := a.Metrics().Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	fixed := 0
+	for _, f := range fams {
+		if f.GetName() != "moat_agent_dropped_packets_total" {
+			continue
+		}
+		for _, m := range f.GetMetric() {
+			for _, l := range m.GetLabel() {
+				if l.GetName() == "kind" && l.GetValue() == "" {
+					fixed++
+				}
+			}
+		}
+	}
+	words := []string{"zero", "one", "two", "three", "four", "five", "six", "seven", "eight", "nine", "ten"}
+	for _, m := range regexp.MustCompile(`(\w+) fixed (?:ones|counters)`).FindAllStringSubmatch(docs["agent.md"], -1) {
+		if fixed >= len(words) || m[1] != words[fixed] {
+			t.Errorf("docs/agent.md: %q, but the agent exports %d fixed drop series", m[0], fixed)
+		}
+	}
 	for _, n := range names {
 		if strings.HasPrefix(n, "moat_agent_") && !strings.Contains(docs["agent.md"], "`"+n+"`") {
 			t.Errorf("the agent exports %s, which docs/agent.md's metrics table does not list", n)
