@@ -337,6 +337,10 @@ func (w *statusWriter) event(ref *corev1.ObjectReference, typ, reason, msg strin
 // which problems its predecessors already reported (reportedProblems).
 const annotationGeneration = "moat-net.github.io/generation"
 
+// reportedProblemsTimeout bounds the list of Events a new leader makes
+// before it writes (reportedProblems).
+const reportedProblemsTimeout = 30 * time.Second
+
 // problemID identifies one reported problem of a NetworkPolicy: its
 // namespace/name, generation and the Event's message.
 func problemID(key string, generation int64, msg string) string {
@@ -359,6 +363,9 @@ func (w *statusWriter) reportedProblems(ctx context.Context) map[string]string {
 		"involvedObject.kind": "NetworkPolicy",
 	}.AsSelector().String()
 	opts := metav1.ListOptions{FieldSelector: sel, Limit: 500}
+	// Bounded: the leader writes nothing until this returns.
+	ctx, cancel := context.WithTimeout(ctx, reportedProblemsTimeout)
+	defer cancel()
 	for {
 		list, err := w.a.clients.Kube.CoreV1().Events(metav1.NamespaceAll).List(ctx, opts)
 		if err != nil {
