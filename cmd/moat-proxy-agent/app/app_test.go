@@ -114,3 +114,57 @@ func TestRunDrainsOnSignal(t *testing.T) {
 		t.Errorf("health endpoint still served after exit: %d", code)
 	}
 }
+
+// An agent whose certificate names its node (CN system:node:<node>) and
+// that has no --agent-id announces the node's name, so a server that
+// requires bound identities gives it a tunnel (it refuses any other ID).
+func TestRunAgentIDFromNodeCertificate(t *testing.T) {
+	dir := t.TempDir()
+	ca, err := pki.NewCA(dir, "cluster")
+	if err != nil {
+		t.Fatal(err)
+	}
+	srvLeaf, err := ca.Issue("proxy-server", "localhost", "127.0.0.1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	agLeaf, err := ca.Issue("system:node:node-a")
+	if err != nil {
+		t.Fatal(err)
+	}
+	so, err := srvoptions.New()
+	if err != nil {
+		t.Fatal(err)
+	}
+	so.UDSName, so.ServerPort = filepath.Join(dir, "s.sock"), 0
+	so.AgentBindAddress, so.AgentPort = "127.0.0.1", freePort(t)
+	so.ClusterCert, so.ClusterKey, so.ClusterCACert = srvLeaf.CertFile, srvLeaf.KeyFile, ca.CertFile
+	so.HealthPort, so.AdminPort = 0, 0
+	so.AgentIdentityBinding = "required"
+	sctx, scancel := context.WithCancel(context.Background())
+	sdone := make(chan error, 1)
+	go func() { sdone <- srvapp.Run(sctx, so) }()
+	defer func() { scancel(); <-sdone }()
+
+	o, err := options.New()
+	if err != nil {
+		t.Fatal(err)
+	}
+	o.ProxyServerHost, o.ProxyServerPort = "127.0.0.1", so.AgentPort
+	o.CACert, o.AgentCert, o.AgentKey = ca.CertFile, agLeaf.CertFile, agLeaf.KeyFile
+	o.HealthServerHost, o.HealthServerPort = "127.0.0.1", freePort(t)
+	o.AdminServerPort = 0
+	o.SyncInterval = 50 * time.Millisecond
+	if err := o.Validate(); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- Run(ctx, o, make(chan os.Signal)) }()
+	health := "http://127.0.0.1:" + strconv.Itoa(o.HealthServerPort)
+	waitFor(t, "/readyz (a tunnel accepted as node-a)", func() bool { code, _ := get(health + "/readyz"); return code == 200 })
+	cancel()
+	if err := <-done; err != nil {
+		t.Fatalf("Run: %v", err)
+	}
+}
