@@ -89,8 +89,9 @@ type Agent struct {
 	programmed, lastFailed atomic.Bool
 	// nodeMissing: the last sync found no Node named cfg.NodeName and
 	// programmed nothing. tableMissing: the table was found gone from
-	// nftables (tablewatch.go) and no full replace has run since.
-	nodeMissing, tableMissing atomic.Bool
+	// nftables (tablewatch.go) and no full replace has run since;
+	// tableChanged: the same for an edit of it by another program.
+	nodeMissing, tableMissing, tableChanged atomic.Bool
 	// syncStarted holds the start time (UnixNano) of the sync in progress,
 	// 0 when none runs; /healthz fails when one hangs.
 	syncStarted atomic.Int64
@@ -453,9 +454,15 @@ func (a *Agent) sync(ctx context.Context) error {
 	// Only a full replace is known to have put the table back: a sync
 	// that reused the last ruleset did not ask the kernel.
 	if res.Full && a.tableMissing.Swap(false) {
-		a.log.Info("Table inet moat programmed again", "rules", st.Rules, "elements", st.Elements)
+		a.log.Info("Table inet moat programmed again", "rules", st.Rules, "elements", st.Elements, "connectionsCut", res.ConntrackDeleted)
 	}
-	if !a.tableMissing.Load() {
+	if res.Full && a.tableChanged.Swap(false) {
+		a.log.Info("Table inet moat replaced after another program's edit", "rules", st.Rules, "elements", st.Elements, "connectionsCut", res.ConntrackDeleted)
+	}
+	if res.CutAfterLoss && err == nil {
+		a.log.Info("Cut the established connections the restored rules deny, opened while the table was missing or edited", "connections", res.ConntrackDeleted)
+	}
+	if !a.tableMissing.Load() && !a.tableChanged.Load() {
 		a.metrics.ready.Set(1)
 	}
 	a.drops.poke()

@@ -28,7 +28,8 @@ func (a *Agent) healthy(now time.Time) error {
 
 // Ready returns nil once the first sync from complete caches is programmed,
 // while the last sync succeeded, while the Node named --node-name exists
-// and while table inet moat is in nftables: the readiness check (/readyz).
+// and while table inet moat is in nftables as the agent programmed it:
+// the readiness check (/readyz).
 // Each of those failing means the node does not enforce what the cluster
 // asks: no rules, old rules, or none at all.
 func (a *Agent) Ready() error {
@@ -39,6 +40,8 @@ func (a *Agent) Ready() error {
 		return errors.New("the first full sync has not been programmed yet")
 	case a.tableMissing.Load():
 		return errors.New("table inet moat is missing from nftables (deleted or flushed by another program); programming it again")
+	case a.tableChanged.Load():
+		return errors.New("table inet moat was edited by another program; replacing it")
 	case a.lastFailed.Load():
 		return errors.New("the last sync failed; the previous rules are in force")
 	}

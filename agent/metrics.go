@@ -27,11 +27,12 @@ type metrics struct {
 	problems        *prometheus.GaugeVec
 	statusWrites    *prometheus.CounterVec
 	conntrack       prometheus.Counter
-	// tableMissing counts losses of the table noticed (tablewatch.go).
-	tableMissing prometheus.Counter
-	lastSuccess  prometheus.Gauge
-	ready        prometheus.Gauge
-	leader       prometheus.Gauge
+	// tableMissing counts losses of the table noticed, tableEdited edits
+	// of it (tablewatch.go).
+	tableMissing, tableEdited prometheus.Counter
+	lastSuccess               prometheus.Gauge
+	ready                     prometheus.Gauge
+	leader                    prometheus.Gauge
 	// candidate is 1 while the agent campaigns for the Lease (election.go).
 	candidate prometheus.Gauge
 }
@@ -140,11 +141,15 @@ func newMetrics() *metrics {
 	}, []string{"result"})
 	m.conntrack = prometheus.NewCounter(prometheus.CounterOpts{
 		Name: "moat_agent_conntrack_deleted_total",
-		Help: "Established connections removed because new rules deny them (--cut-denied-established).",
+		Help: "Established connections removed because new rules deny them (--cut-denied-established, and once after the table was found missing or edited, or absent at start).",
 	})
 	m.tableMissing = prometheus.NewCounter(prometheus.CounterOpts{
 		Name: "moat_agent_table_missing_total",
 		Help: "Times the agent found its table inet moat gone from nftables (deleted, or the ruleset flushed by another program, as a firewall reload does) and programmed it again. The node enforced nothing in between.",
+	})
+	m.tableEdited = prometheus.NewCounter(prometheus.CounterOpts{
+		Name: "moat_agent_table_edited_total",
+		Help: "Times the agent found its table inet moat edited by another program (a fixed chain flushed, deleted or given other rules, a chain added, the table flushed or made dormant) and replaced it. The node's enforcement was undermined in between.",
 	})
 	m.lastSuccess = prometheus.NewGauge(prometheus.GaugeOpts{
 		Name: "moat_agent_last_successful_sync_timestamp_seconds",
@@ -163,7 +168,7 @@ func newMetrics() *metrics {
 		Help: "1 while this agent campaigns for the status-writer Lease: one of the --leader-elect-candidates nodes first in hash order, or a stand-in after the Lease was found abandoned.",
 	})
 	m.reg.MustRegister(m.syncDuration, m.syncs, m.resyncs, m.compiles, m.operations, m.programmed, m.policies, m.changes, m.ignoredRelabels, m.watchErrors, m.watchEvents,
-		m.problems, m.statusWrites, m.conntrack, m.tableMissing, m.lastSuccess, m.ready, m.leader, m.candidate)
+		m.problems, m.statusWrites, m.conntrack, m.tableMissing, m.tableEdited, m.lastSuccess, m.ready, m.leader, m.candidate)
 	// At zero from the start, so that rate() and alerts on errors work
 	// before the first write.
 	for _, r := range []string{"success", "conflict", "error"} {

@@ -17,7 +17,10 @@ import (
 // resync (--resync).
 type TableVerifier interface {
 	// Verify returns an error wrapping nft.ErrTableMissing when the
-	// table last programmed is gone, another error when it cannot tell.
+	// table last programmed is gone, one wrapping nft.ErrTableEdited
+	// when another program edited it (its chains or the rules of its
+	// fixed chains differ, or it is dormant), another error when it
+	// cannot tell.
 	Verify(ctx context.Context) error
 }
 
@@ -33,11 +36,15 @@ const tableCheckPeriod = 5 * time.Second
 // the agent programs it again. On the Node.
 const EventNodeTableMissing = "NodeTableMissing"
 
+// EventNodeTableEdited: table inet moat was found edited by another
+// program; the agent replaces it. On the Node.
+const EventNodeTableEdited = "NodeTableEdited"
+
 // watchTable verifies the table every period until ctx ends. Sync alone
-// would not notice its loss: when nothing changed it keeps the last
-// ruleset without asking the kernel (nft.Result.Reused), and the node
-// would enforce nothing, with /readyz green, until the next --resync (or
-// never, with --resync=0).
+// would not notice its loss or an edit: when nothing changed it keeps the
+// last ruleset without asking the kernel (nft.Result.Reused), and the
+// node would enforce nothing, with /readyz green, until the next --resync
+// (or never, with --resync=0).
 func (a *Agent) watchTable(ctx context.Context, v TableVerifier, period time.Duration) {
 	t := time.NewTicker(period)
 	defer t.Stop()
@@ -58,6 +65,8 @@ func (a *Agent) watchTable(ctx context.Context, v TableVerifier, period time.Dur
 			return
 		case errors.Is(err, nft.ErrTableMissing):
 			a.tableLost(err)
+		case errors.Is(err, nft.ErrTableEdited):
+			a.tableEdited(err)
 		case !failing:
 			// Cannot tell (a netlink error): the next period tries again;
 			// --resync still repairs whatever happened.
@@ -71,7 +80,9 @@ func (a *Agent) watchTable(ctx context.Context, v TableVerifier, period time.Dur
 // programs it again (Agent.sync clears it), counted, logged and reported
 // as an Event once per loss, and a forced resync is asked for: the table
 // is known to differ from what the agent last programmed, so only a
-// replace restores it.
+// replace restores it. That replace also cuts the established
+// connections its ruleset denies (nft.Syncer.Verify): they were accepted
+// while no table judged them.
 func (a *Agent) tableLost(err error) {
 	if !a.tableMissing.Swap(true) {
 		a.metrics.tableMissing.Inc()
@@ -79,6 +90,24 @@ func (a *Agent) tableLost(err error) {
 		a.log.Error(err, "Table inet moat is gone from nftables: the node enforces nothing until it is programmed again; programming it now")
 		a.status.event(&corev1.ObjectReference{Kind: "Node", APIVersion: "v1", Name: a.cfg.NodeName, UID: types.UID(a.cfg.NodeName)}, corev1.EventTypeWarning, EventNodeTableMissing,
 			"table inet moat of node "+a.cfg.NodeName+" was deleted or flushed by another program (nft flush ruleset, a firewall reload); programming it again: "+err.Error())
+	}
+	a.requestResync(resyncForced)
+}
+
+// tableEdited reacts to an edit of the table by another program as
+// tableLost to its loss: not ready until a full replace (Agent.sync
+// clears it), counted, logged and reported as an Event once per edit,
+// and a forced resync, since only a replace restores what the agent
+// programmed. That replace also cuts the established connections its
+// ruleset denies (nft.Syncer.Verify): they may have been accepted while
+// the edit let them through.
+func (a *Agent) tableEdited(err error) {
+	if !a.tableChanged.Swap(true) {
+		a.metrics.tableEdited.Inc()
+		a.metrics.ready.Set(0)
+		a.log.Error(err, "Table inet moat was edited by another program: the node may not enforce the policies until it is replaced; replacing it now")
+		a.status.event(&corev1.ObjectReference{Kind: "Node", APIVersion: "v1", Name: a.cfg.NodeName, UID: types.UID(a.cfg.NodeName)}, corev1.EventTypeWarning, EventNodeTableEdited,
+			"table inet moat of node "+a.cfg.NodeName+" was edited by another program (nft flush chain, insert rule, flush table, flags dormant); replacing it: "+err.Error())
 	}
 	a.requestResync(resyncForced)
 }

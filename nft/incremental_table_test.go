@@ -668,6 +668,15 @@ func TestKernelIncrementalTableEqualsFull(t *testing.T) {
 				if got, want := normalizeListing(nftList(t)), fullSync(policy.Compile(cloneCluster(s.c), opts)); got != want {
 					t.Fatalf("seed %d, after\n%s\nthe patched kernel table differs from a full replace's:\n%s", seed, strings.Join(steps, "\n"), lineDiff(got, want, "patched", "full"))
 				}
+				// Verify's shape of the patched table is the one the
+				// ruleset programs: a patch never reads as an edit.
+				sh, err := NetlinkShape{}.ReadShape(ctx, countedChains())
+				if err != nil {
+					t.Fatal(err)
+				}
+				if d := shapeDiff(syncer.Applied().expectedShape(), sh, true); d != "" {
+					t.Fatalf("seed %d, after\n%s\nthe patched table's shape differs from the ruleset's: %s", seed, strings.Join(steps, "\n"), d)
+				}
 			}
 		}
 		t.Logf("%d patches, %d refused by the kernel", patches, refused)

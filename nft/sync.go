@@ -45,6 +45,12 @@ type Options struct {
 	// namespace; for any other Interface none: the link sets stay empty
 	// and no interface is checked.
 	Links LinkResolver
+	// Shape reads the table's chains and rule counts for Verify, which
+	// compares them with the ruleset last programmed. nil means, for the
+	// Interface NewInterface returns, NetlinkShape in the calling
+	// thread's network namespace; for any other Interface none: Verify
+	// then checks the drop counters only.
+	Shape ShapeReader
 }
 
 // Result says what one Sync did.
@@ -59,6 +65,10 @@ type Result struct {
 	Stats Stats
 	// ConntrackDeleted counts established connections removed.
 	ConntrackDeleted int
+	// CutAfterLoss is true when the sync cut the established
+	// connections its ruleset denies only because the table had been
+	// missing or edited (without Options.CutDenied): see Verify.
+	CutAfterLoss bool
 	// Warnings are the ruleset's warnings (input it failed closed on).
 	Warnings []string
 	// Reused is true when nothing the node's ruleset is built from
@@ -114,6 +124,15 @@ type Syncer struct {
 	// cutPending: cutting the connections applied denies failed (see
 	// Options.CutDenied); the next Sync tries again, whatever changed.
 	cutPending bool
+	// cutOnce: the next apply cuts the established connections its
+	// ruleset denies, whatever Options.CutDenied says, because the
+	// table was missing or edited (Verify found it so, or the first
+	// replace found none): whatever was connected meanwhile was
+	// accepted by no policy. It stays set until a cut succeeds.
+	cutOnce bool
+	// replaced: a full replace has succeeded (the first one checks
+	// whether there was a table before it).
+	replaced bool
 	// links are the pod links last resolved, kept when resolving fails;
 	// linkKey is what they were resolved for. linksStale: a resync or
 	// RefreshLinks asks for resolving them again.
@@ -314,7 +333,13 @@ func (s *Syncer) apply(ctx context.Context, rs *Ruleset, in *buildInputs) (Resul
 		// What the old table counted carries over. Reading it is best
 		// effort: without it the counters start from zero, which
 		// readers of counters must expect after a reboot anyway.
-		prev, _ := s.counterReader().ReadCounters(ctx)
+		prev, prevErr := s.counterReader().ReadCounters(ctx)
+		if !s.replaced && prevErr == nil && len(prev) == 0 {
+			// The first replace finds no table (every table Moat writes
+			// has the fixed counters): the node was unpoliced until now,
+			// after a reboot or while no agent ran.
+			s.cutOnce = true
+		}
 		start := time.Now()
 		tx := s.nft.NewTransaction()
 		fullTransaction(tx, rs, prev)
@@ -334,23 +359,34 @@ func (s *Syncer) apply(ctx context.Context, rs *Ruleset, in *buildInputs) (Resul
 		s.left = s.leftAfter(ctx, g0)
 		s.applied, s.inputs = rs, in
 		s.counters = rs.counters
+		s.replaced = true
 		res.Applied = true
 	}
 	return res, s.cutDenied(ctx, rs, &res)
 }
 
 // cutDenied removes the established connections rs denies when
-// Options.CutDenied asks for it, after rs was applied; s.mu held. When
-// that fails, the cut is pending: the next Sync tries it again (with the
-// rules then in force) even if nothing changed, since the connections the
-// new rules deny keep flowing until it succeeds.
+// Options.CutDenied asks for it, or once after the table was missing or
+// edited (cutOnce), after rs was applied; s.mu held. When that fails, the
+// cut is pending: the next Sync tries it again (with the rules then in
+// force) even if nothing changed, since the connections the new rules
+// deny keep flowing until it succeeds.
 func (s *Syncer) cutDenied(ctx context.Context, rs *Ruleset, res *Result) error {
-	if !s.opts.CutDenied {
+	// The cut after a loss waits for the replace that repairs the table
+	// (or retries its failed cut): a patch, or a sync keeping the last
+	// ruleset, may run on the edited table before that replace, and
+	// connections accepted after such a cut would survive the repair.
+	once := s.cutOnce && (res.Full || s.cutPending)
+	if !s.opts.CutDenied && !once {
 		return nil
 	}
+	res.CutAfterLoss = !s.opts.CutDenied
 	n, err := s.opts.Conntrack.Delete(ctx, func(p Packet) bool { return !rs.Allows(p) })
 	res.ConntrackDeleted = n
 	s.cutPending = err != nil
+	if err == nil && once {
+		s.cutOnce = false
+	}
 	if err != nil {
 		return fmt.Errorf("rules applied on node %s; removing denied established connections: %w", s.opts.Node, err)
 	}
@@ -366,6 +402,18 @@ func (s *Syncer) counterReader() CounterReader {
 		return NetlinkCounters{}
 	}
 	return NFTCounters{NFT: s.nft}
+}
+
+// shapeReader is Options.Shape or its default for s.nft (nil: none); s.mu
+// held.
+func (s *Syncer) shapeReader() ShapeReader {
+	if s.opts.Shape != nil {
+		return s.opts.Shape
+	}
+	if _, ok := s.nft.(kernelNFT); ok {
+		return NetlinkShape{}
+	}
+	return nil
 }
 
 // generationReader is Options.Generation or its default for s.nft (nil:

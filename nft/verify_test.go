@@ -109,3 +109,75 @@ func TestKernelVerifyNoticesFlushedRuleset(t *testing.T) {
 		}
 	})
 }
+
+// TestKernelVerifyNoticesEdits: edits of the table that keep its drop
+// counters (review 12 F2: a chain flushed or deleted, an accept inserted,
+// the table flushed or made dormant) leave the node unpoliced; Verify
+// reports each as ErrTableEdited, and a replace repairs it. Each edit is
+// another writer's commit, as an operator's nft command is.
+func TestKernelVerifyNoticesEdits(t *testing.T) {
+	inPrivateNetns(t, func() {
+		ctx := context.Background()
+		nft, err := NewInterface()
+		if err != nil {
+			t.Fatal(err)
+		}
+		s := New(nft, Options{Node: "node-1"})
+		prog := compileFile(t, "tiers.yaml", policy.Options{IngressNetworksAndNodes: true})
+		if _, err := s.Sync(ctx, prog); err != nil {
+			t.Fatal(err)
+		}
+		var policyChain string
+		for name, c := range s.Applied().chains {
+			if len(c.Rules) > 0 {
+				policyChain = name
+				break
+			}
+		}
+		if policyChain == "" {
+			t.Fatal("the ruleset has no policy chain with rules")
+		}
+		nftCmd := func(args ...string) {
+			t.Helper()
+			if out, err := exec.Command("nft", args...).CombinedOutput(); err != nil {
+				t.Fatalf("nft %v: %v: %s", args, err, out)
+			}
+		}
+		// Another writer's commit that leaves the table alone is no edit.
+		nftCmd("add", "table", "ip", "someone-else")
+		if err := s.Verify(ctx); err != nil {
+			t.Fatalf("Verify after another writer's commit: %v", err)
+		}
+		for _, edit := range [][]string{
+			{"flush", "chain", "inet", Table, "forward"},
+			{"delete", "chain", "inet", Table, "forward"},
+			{"insert", "rule", "inet", Table, "forward", "accept"},
+			{"add", "rule", "inet", Table, "input", "accept"},
+			{"flush", "chain", "inet", Table, dispatchChain},
+			// A policy chain flushed is not noticed (its rules are not counted:
+			// TableShape); the checked resync repairs it.
+			{"flush", "table", "inet", Table},
+			{"add", "table", "inet", Table, "{ flags dormant ; }"},
+			{"add", "chain", "inet", Table, "extra", "{ type filter hook prerouting priority -300 ; }"},
+		} {
+			nftCmd(edit...)
+			err := s.Verify(ctx)
+			if !errors.Is(err, ErrTableEdited) {
+				t.Fatalf("Verify after nft %s: %v, want ErrTableEdited", strings.Join(edit, " "), err)
+			}
+			t.Logf("nft %s: %v", strings.Join(edit, " "), err)
+			s.Invalidate()
+			if res, err := s.Sync(ctx, prog); err != nil || !res.Full {
+				t.Fatalf("Sync after Invalidate: %+v, %v (want a full replace)", res, err)
+			}
+			if err := s.Verify(ctx); err != nil {
+				t.Fatalf("Verify after the replace that followed nft %s: %v", strings.Join(edit, " "), err)
+			}
+			nftCmd("add", "table", "ip", "someone-else") // no change: the generation stays
+			nftCmd("delete", "table", "ip", "someone-else")
+			if err := s.Verify(ctx); err != nil {
+				t.Fatalf("Verify of the repaired table after another writer's commits: %v", err)
+			}
+		}
+	})
+}

@@ -10,8 +10,8 @@ import (
 )
 
 // Dataplane returns an nft.Syncer for table inet moat inside the
-// namespace, with conntrack cleanup, drop counter and nftables generation
-// readings, and the routes of its pods (unless opts.Links is set), there
+// namespace, with conntrack cleanup, drop counter, nftables generation and
+// table shape readings, and the routes of its pods (unless opts.Links is set), there
 // too. Only the calls that reach the kernel enter the
 // namespace; the caller's threads stay where they are.
 func (n *NS) Dataplane(opts nft.Options) (*nft.Syncer, error) {
@@ -32,6 +32,7 @@ func (n *NS) Dataplane(opts nft.Options) (*nft.Syncer, error) {
 	// The namespace's descriptor stays open until Close, like nl.
 	opts.Counters = nft.NetlinkCounters{NetNS: int(n.h)}
 	opts.Generation = nft.NetlinkGeneration{NetNS: int(n.h)}
+	opts.Shape = nft.NetlinkShape{NetNS: int(n.h)}
 	if opts.Links == nil {
 		opts.Links = nft.NetlinkLinks{Handle: nl}
 	}
