@@ -33,7 +33,8 @@ spec:
 // TestTableEditsAreRepaired: edits of table inet moat that keep its drop
 // counters (review 12 F2) open the node's denied flows; the agent's table
 // check notices each and replaces the table, with --resync=0, so nothing
-// else would repair it, and reports it as a NodeTableEdited Event.
+// else would repair it, and reports it as a NodeTableEdited Event. A
+// second agent started for the node exits (F5).
 func TestTableEditsAreRepaired(t *testing.T) {
 	requireHost(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 8*time.Minute)
@@ -62,6 +63,21 @@ func TestTableEditsAreRepaired(t *testing.T) {
 			c.expect(ctx, "x isolated again after nft "+strings.Join(edit, " "), isolated)
 			c.waitReady("n1")
 		})
+	}
+	// A second agent for n1 (review 12 F5) exits at once: the first one
+	// holds the node's lock.
+	// A minute bounds the wait for its exit: one that runs instead
+	// (before the lock) is killed then, and the test fails.
+	sctx, scancel := context.WithTimeout(ctx, time.Minute)
+	defer scancel()
+	second := exec.CommandContext(sctx, agentBinary(t), "--node-name=n1", "--kubeconfig="+c.kubeconfig, "--netns="+c.nodeNS(t, "n1"),
+		"--metrics-bind-address=", "--health-bind-address=")
+	out, err := second.CombinedOutput()
+	if err == nil || !strings.Contains(string(out), "holds the lock") {
+		t.Errorf("a second agent for n1: %v, want it to exit naming the lock; output:\n%s", err, out)
+	}
+	if ok, why := c.agents["n1"].ready(); !ok {
+		t.Errorf("the first agent after the second one's attempt: %s", why)
 	}
 	fixture.Eventually(t, 30*time.Second, "a NodeTableEdited Event on n1", func() (bool, string) {
 		evs, err := env.Client.CoreV1().Events("").List(ctx, metav1.ListOptions{FieldSelector: "involvedObject.name=n1,reason=" + agent.EventNodeTableEdited})

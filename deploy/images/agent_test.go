@@ -176,7 +176,7 @@ func testAgentImage(ctx context.Context, t *testing.T, pm *podman, root, image s
 	}
 	pm.start(ctx, t, container, append(append([]string{
 		"--network", "host",
-		"--read-only", "--tmpfs", "/tmp",
+		"--read-only", "--tmpfs", "/tmp", "--tmpfs", "/run/moat",
 		"--env", "NODE_NAME=" + imageNode,
 		"--volume", filepath.Join(dir, "kubeconfig") + ":/etc/moat/kubeconfig:ro",
 		"--volume", "/run/netns/" + netns + ":/run/netns/" + netns,

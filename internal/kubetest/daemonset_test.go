@@ -10,6 +10,8 @@ import (
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	"sigs.k8s.io/yaml"
+
+	agentoptions "github.com/moat-net/moat/cmd/moat-agent/app/options"
 )
 
 // agentFlags are the moat-agent flags the DaemonSet may pass (issue 4, item 1).
@@ -77,10 +79,29 @@ func TestAgentDaemonSetIsLeastPrivilege(t *testing.T) {
 	if !slices.Equal(add, []corev1.Capability{"NET_ADMIN"}) {
 		t.Errorf("capabilities.add = %v, want exactly NET_ADMIN", sc.Capabilities.Add)
 	}
+	// One host path only: the directory of the node's lock
+	// (--lock-file's default), shared by every agent on the node, so
+	// that a second one (a surge pod, one started by hand) finds the
+	// first one's lock (review 12 F5).
+	lockDir := filepath.Dir(agentoptions.DefaultLockFile)
+	var lockVolume string
 	for _, v := range spec.Volumes {
-		if v.HostPath != nil {
-			t.Errorf("volume %s mounts host path %s: not needed for nftables", v.Name, v.HostPath.Path)
+		if v.HostPath == nil {
+			continue
 		}
+		if v.HostPath.Path != lockDir || v.HostPath.Type == nil || *v.HostPath.Type != corev1.HostPathDirectoryOrCreate {
+			t.Errorf("volume %s mounts host path %s: only %s (DirectoryOrCreate), the lock's, is needed", v.Name, v.HostPath.Path, lockDir)
+			continue
+		}
+		lockVolume = v.Name
+	}
+	if lockVolume == "" || !slices.ContainsFunc(c.VolumeMounts, func(m corev1.VolumeMount) bool {
+		return m.Name == lockVolume && m.MountPath == lockDir && !m.ReadOnly
+	}) {
+		t.Errorf("the host's %s is not mounted read-write at %s: agents in pods and on the host would not see each other's lock %s", lockDir, lockDir, agentoptions.DefaultLockFile)
+	}
+	if ru := ds.Spec.UpdateStrategy.RollingUpdate; ru != nil && ru.MaxSurge != nil && ru.MaxSurge.String() != "0" {
+		t.Errorf("maxSurge %s: two agents would program a node at once", ru.MaxSurge.String())
 	}
 
 	if !slices.ContainsFunc(c.Env, func(e corev1.EnvVar) bool {

@@ -37,6 +37,9 @@ every node once the agents are gone, since a table that no agent updates
 keeps the last policies and drops every pod created afterwards as an
 unknown source.
 
+One agent per node programs it: the agent holds a lock (--lock-file) while it
+runs, as --cleanup does while it deletes, and a second one exits.
+
 One agent at a time (a Lease in --leader-election-namespace) writes the
 Accepted condition of each ClusterNetworkPolicy and Events about policies;
 only --leader-elect-candidates agents campaign for it, the others stand by
@@ -120,6 +123,11 @@ func Run(ctx context.Context, o *options.Options) error {
 		}
 		srv.secure = &secureMetrics{guard: metricsauth.New(metricsauth.Config{Client: clients.Kube}), tls: tlsCfg}
 	}
+	unlock, err := lock(o)
+	if err != nil {
+		return err
+	}
+	defer unlock()
 	dp, closeDP, err := dataplane(o)
 	if err != nil {
 		return err
@@ -156,6 +164,11 @@ func Run(ctx context.Context, o *options.Options) error {
 // contacts no API server and opens no port. A node without the table is
 // not an error, so it can run again on every node.
 func cleanup(ctx context.Context, o *options.Options) error {
+	unlock, err := lock(o)
+	if err != nil {
+		return fmt.Errorf("--cleanup: %w", err)
+	}
+	defer unlock()
 	dp, closeDP, err := dataplane(o)
 	if err != nil {
 		return err
@@ -170,6 +183,17 @@ func cleanup(ctx context.Context, o *options.Options) error {
 	}
 	klog.FromContext(ctx).Info("Cleanup: deleted table inet "+nft.Table+" (if it existed); the node no longer enforces Moat's policies", "where", where)
 	return nil
+}
+
+// lock takes the node's lock (--lock-file; lockNode) for the agent's
+// lifetime, or for --cleanup's, which must not delete the table under a
+// running agent either.
+func lock(o *options.Options) (func(), error) {
+	path, err := lockPath(o)
+	if err != nil || path == "" {
+		return func() {}, err
+	}
+	return lockNode(path)
 }
 
 // dataplane opens nftables in the agent's namespace or in --netns.

@@ -38,7 +38,7 @@ func TestHelpDocumentsEveryFlag(t *testing.T) {
 		"--node-name", "--kubeconfig", "--metrics-bind-address", "--health-bind-address",
 		"--allow-node-local", "--cut-denied-established", "--feature-gates", "--resync",
 		"--leader-elect", "--leader-election-namespace", "--netns", "--v", "--logging-format", "--context", "--profiling", "--cleanup", "--leader-elect-lease-duration", "--leader-elect-renew-deadline", "--leader-elect-retry-period",
-		"--leader-elect-candidates", "--metrics-secure", "--tls-cert-file", "--tls-private-key-file",
+		"--leader-elect-candidates", "--metrics-secure", "--tls-cert-file", "--tls-private-key-file", "--lock-file",
 	} {
 		i := strings.Index(out, flag+" ")
 		if i < 0 {

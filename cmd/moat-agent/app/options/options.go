@@ -58,9 +58,19 @@ type Options struct {
 	// Cleanup removes the node's table and exits instead of running the
 	// agent (uninstall: a table no agent updates drops new pods).
 	Cleanup bool
+	// LockFile is the file the agent holds an exclusive lock on for its
+	// lifetime, so that only one agent programs the node (empty: none).
+	// At its default with NetNS, each namespace has its own
+	// (cmd/moat-agent/app).
+	LockFile string
 
 	daemon.Common
 }
+
+// DefaultLockFile is --lock-file's default: under /run, which the
+// DaemonSet mounts from the host (deploy/agent/daemonset.yaml), so that
+// every agent on the node, in a pod or started by hand, sees one file.
+const DefaultLockFile = "/run/moat/agent.lock"
 
 // New returns the options at their defaults (NODE_NAME and POD_NAMESPACE
 // from the environment).
@@ -81,6 +91,7 @@ func New() (*Options, error) {
 		RenewDeadline:           10 * time.Second,
 		RetryPeriod:             2 * time.Second,
 		Candidates:              agent.DefaultCandidates,
+		LockFile:                DefaultLockFile,
 		LeaderElectionNamespace: envOr("POD_NAMESPACE", agent.DefaultLeaseNamespace),
 		Common:                  c,
 	}, nil
@@ -113,6 +124,7 @@ func (o *Options) Flags() cliflag.NamedFlagSets {
 	fs.BoolVar(&o.AllowNodeLocal, "allow-node-local", o.AllowNodeLocal, "Allow traffic from this node's own addresses to its pods whatever the policies say (kubelet probes); false polices it like any other source")
 	fs.BoolVar(&o.CutDeniedEstablished, "cut-denied-established", o.CutDeniedEstablished, "After each change, remove conntrack entries of established connections the new rules deny (otherwise only new connections are judged)")
 	fs.BoolVar(&o.Cleanup, "cleanup", o.Cleanup, "Delete this node's nftables table inet moat (in --netns, if given) and exit, without contacting the API server: the uninstall step once the agents are gone, since a table no agent updates any more keeps the last policies and drops every pod created afterwards as an unknown source. Only --netns and the logging flags apply")
+	fs.StringVar(&o.LockFile, "lock-file", o.LockFile, "File the agent holds an exclusive lock (flock) on while it runs, so that only one agent programs the node: a second one (a DaemonSet updated with maxSurge, an agent started by hand) exits with an error naming the holder's pid. With --netns and this default, each network namespace has its own file in the same directory. Empty: no lock")
 	fs.StringVar(&o.NetNS, "netns", o.NetNS, "Program nftables in this network namespace (a name under /var/run/netns or a path) instead of the agent's own; the API server is still reached from the agent's namespace. For labs and tests that run one agent per simulated node on one host")
 
 	fs = fss.FlagSet("leader election")
