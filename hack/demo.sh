@@ -12,7 +12,4 @@ source hack/lib/root.sh
 run_as_root "${PWD}/hack/demo.sh" "$@" # sudo, from any directory; root's own Go caches
 source hack/lib/packages.sh
 ensure_packages nft:nftables ip:iproute2
-if [[ $# -eq 0 ]]; then
-	set -- --peer 203.0.113.10
-fi
 exec go run ./cmd/moat lab run "$@"

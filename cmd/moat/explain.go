@@ -21,13 +21,14 @@ func newExplainCommand() *cobra.Command {
 		output         string
 	)
 	cmd := &cobra.Command{
-		Use:   "explain -f FILE... --from X --to Y --port N [--protocol TCP|UDP|SCTP]",
+		Use:   "explain [-f FILE... | --live] --from X --to Y --port N [--protocol TCP|UDP|SCTP]",
 		Short: "Say whether one flow is allowed, and which rule decided each direction",
 		Long: `explain judges a new connection from X to Y, where each is namespace/pod or
 an IP address. It prints the verdict and, for egress (judged at the source pod)
 and ingress (judged at the destination pod), the tier, policy, rule and action
-that decided. Exit status: 0 when a verdict was computed (allowed or not),
-1 for bad input.`,
+that decided. Without -f and a live cluster, the embedded quickstart example
+is read. Exit status: 0 when a verdict was computed (allowed or not), 1 for
+bad input.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if from == "" || to == "" {

@@ -15,6 +15,8 @@ import (
 
 	"github.com/moat-net/moat/examples"
 	"github.com/moat-net/moat/lab"
+	"github.com/moat-net/moat/matrix"
+	"github.com/moat-net/moat/policy"
 )
 
 // newLabCommand is `moat lab`: pods as network namespaces, the agent's
@@ -28,7 +30,7 @@ machine, programs each node with the agent's nftables rules and measures
 every flow of the matrix with real TCP and UDP packets against the evaluator
 (docs/lab.md). Needs root and nft; the machine's own namespace is not touched.`,
 	}
-	run := labCommand("run -f FILE... [--port N/PROTO]... [--peer IP]... [-o table|json]",
+	run := labCommand("run [-f FILE... | --live] [--port N/PROTO]... [--peer IP]... [-o table|json]",
 		"Build a lab, measure every flow with real packets, compare with the evaluator, tear down", "imp", labRun)
 	run.Long = `run builds a lab, measures every flow in parallel, prints the measured matrix
 and tears the lab down, also on Ctrl-C. Allowed means the destination's reply
@@ -36,14 +38,20 @@ came back; denied, that the kernel reported this probe's packet dropped by a
 policy rule ("dropped", with node and chain), that the sender's namespace
 refused it, or that no reply came twice (docs/lab.md). Teardown problems are
 warnings. Exit status: 0 every flow agrees with the evaluator, 3 some
-disagree, 1 error. -o json adds "measured", "predicted", "agree", "outcome".`
+disagree, 1 error. -o json adds "measured", "predicted", "agree", "outcome".
+Without -f and a live cluster, the embedded quickstart example is read with
+the ports and peers of its matrix.args, as moat matrix reads it.`
 	clean := labCommand("clean [--lab NAME] [--force]", "Remove labs whose process is gone (a crashed run, a killed up; --force: also live ones), never namespaces no lab made", "nf", labClean)
 	serve := labCommand("serve --lab NAME", "Answer on every port of a running lab (the process lab up starts)", "n", labServe)
 	serve.Hidden = true
 	_ = serve.MarkFlagRequired("lab")
-	up := labCommand("up -f FILE... [--port N/PROTO]... [--peer IP]...",
+	up := labCommand("up [-f FILE...] [--port N/PROTO]... [--peer IP]...",
 		"Build a lab that stays up (explore it with ip netns exec; change it with lab apply)", "imc", labUp)
-	apply := labCommand("apply [--lab NAME] -f FILE...",
+	up.Long = `up builds a lab as run does and leaves it up: explore it with ip netns exec,
+measure it with lab probe, change it with lab apply, remove it with lab down.
+It reads files only (-f); without -f, the embedded quickstart example with
+the ports and peers of its matrix.args, as moat matrix reads it.`
+	apply := labCommand("apply [--lab NAME] [-f FILE...]",
 		"Program a running lab with changed policies or labels (the pods and addresses must stay)", "in", labApply)
 	up.Annotations = map[string]string{filesOnly: "true"}
 	apply.Annotations = map[string]string{filesOnly: "true"}
@@ -141,6 +149,23 @@ func (f *labFlags) snapshot(cmd *cobra.Command) (func(dir string) error, error) 
 	return lab.Manifests(nil, stdin, f.in.files...), nil
 }
 
+// compile loads and compiles the input as inputFlags.compile does; the
+// embedded example (no -f, no live cluster) comes with the ports, peers
+// and gates of its matrix.args unless --port or --peer is given, as in
+// moat matrix.
+func (f *labFlags) compile(cmd *cobra.Command, opts *lab.Options) (*policy.Program, error) {
+	l, err := f.in.load(cmd)
+	if err != nil {
+		return nil, err
+	}
+	m := matrix.Options{Ports: opts.Ports, Peers: opts.Peers}
+	if err := f.in.exampleArgs(cmd, l, &m, f.ports, f.peers); err != nil {
+		return nil, err
+	}
+	opts.Ports, opts.Peers = m.Ports, m.Peers
+	return f.in.compileLoaded(cmd, l.Result)
+}
+
 // writeReport prints a measured matrix and its summary; some flow on
 // which the kernel and the evaluator disagree makes the exit status 3.
 func writeReport(cmd *cobra.Command, rep *lab.Report, format string) error {
@@ -158,7 +183,7 @@ func labRun(ctx context.Context, cmd *cobra.Command, f *labFlags) error {
 	if err != nil {
 		return err
 	}
-	prog, err := f.in.compile(cmd)
+	prog, err := f.compile(cmd, &opts)
 	if err != nil {
 		return err
 	}
@@ -177,7 +202,7 @@ func labUp(ctx context.Context, cmd *cobra.Command, f *labFlags) error {
 	if opts.Snapshot, err = f.snapshot(cmd); err != nil {
 		return err
 	}
-	prog, err := f.in.compile(cmd)
+	prog, err := f.compile(cmd, &opts)
 	if err != nil {
 		return err
 	}

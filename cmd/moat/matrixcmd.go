@@ -53,18 +53,8 @@ would be; narrow it with -n and --port, or pass --max-endpoints 0.`,
 			if err != nil {
 				return err
 			}
-			if l.Example != "" && len(ports) == 0 && len(peers) == 0 {
-				args, err := examples.ReadArgs(l.Example)
-				if err != nil {
-					return err
-				}
-				opts.Ports, opts.Peers = args.Matrix.Ports, args.Matrix.Peers
-				if args.FeatureGates != "" && !cmd.Flags().Changed("feature-gates") {
-					if err := in.gates.Set(args.FeatureGates); err != nil {
-						return err
-					}
-				}
-				fmt.Fprintf(cmd.ErrOrStderr(), "ports and peers: the example's matrix.args (%s)\n", describeArgs(args))
+			if err := in.exampleArgs(cmd, l, &opts, ports, peers); err != nil {
+				return err
 			}
 			prog, err := in.compileLoaded(cmd, l.Result)
 			if err != nil {
@@ -128,6 +118,30 @@ func humanBytes(b int64) string {
 		return fmt.Sprintf("%d bytes", b)
 	}
 	return fmt.Sprintf("%.1f %s", f, unit)
+}
+
+// exampleArgs gives the embedded example its matrix.args when l is that
+// example and neither --port nor --peer was given: its ports, its peers and,
+// unless --feature-gates was given, its gates, and says so on stderr. matrix,
+// lab run and lab up all call it, so that with no input they judge the same
+// endpoints (the example's matrix.golden) instead of one copy of the
+// arguments per command.
+func (f *inputFlags) exampleArgs(cmd *cobra.Command, l *loaded, opts *matrix.Options, ports, peers []string) error {
+	if l.Example == "" || len(ports) > 0 || len(peers) > 0 {
+		return nil
+	}
+	args, err := examples.ReadArgs(l.Example)
+	if err != nil {
+		return err
+	}
+	opts.Ports, opts.Peers = args.Matrix.Ports, args.Matrix.Peers
+	if args.FeatureGates != "" && !cmd.Flags().Changed("feature-gates") {
+		if err := f.gates.Set(args.FeatureGates); err != nil {
+			return fmt.Errorf("%s/matrix.args: %w", l.Example, err)
+		}
+	}
+	fmt.Fprintf(cmd.ErrOrStderr(), "ports and peers: the example's matrix.args (%s)\n", describeArgs(args))
+	return nil
 }
 
 // describeArgs prints matrix options as flags.
