@@ -66,10 +66,10 @@ func ReadArgs(name string) (Args, error) {
 	return a, nil
 }
 
-// Gates returns Moat's feature gates (features.New) set as the
+// Gates returns the moat CLI's feature gates (features.NewCLI) set as the
 // --feature-gates value asks.
 func (a Args) Gates() (featuregate.FeatureGate, error) {
-	fg, err := features.New()
+	fg, err := features.NewCLI()
 	if err != nil {
 		return nil, err
 	}

@@ -48,3 +48,18 @@ func New() (featuregate.MutableVersionedFeatureGate, error) {
 	}
 	return fg, nil
 }
+
+// NewCLI returns a fresh gate holding only the gates that change what the
+// policy compiler decides, the ones the moat CLI honours: the CLI has no
+// logging flags and no tunnel, so offering those gates there would take
+// values that change nothing. The featuregate package always adds its
+// AllAlpha and AllBeta toggles too; the CLI refuses them (they would turn
+// IngressNetworksAndNodes on unnamed).
+func NewCLI() (featuregate.MutableVersionedFeatureGate, error) {
+	fg := featuregate.NewFeatureGate()
+	cli := map[featuregate.Feature]featuregate.FeatureSpec{IngressNetworksAndNodes: specs[IngressNetworksAndNodes]}
+	if err := fg.Add(cli); err != nil {
+		return nil, fmt.Errorf("register Moat's compiler feature gates: %w", err)
+	}
+	return fg, nil
+}

@@ -87,7 +87,7 @@ func (f *inputFlags) register(cmd *cobra.Command) {
 	}
 	fl.VarPF((*verbosity)(&f.verbose), "verbose", "v", "also report skipped objects, and every warning (not only the first 20); kubectl's -v=N is taken as verbose for N > 0").NoOptDefVal = "true"
 	fl.BoolVar(&f.allowNodeLocal, "allow-node-local", true, "allow traffic from a node's own addresses to its pods (kubelet probes)")
-	gates, err := features.New()
+	gates, err := features.NewCLI()
 	if err != nil {
 		// The registry is static: this is a programming error.
 		panic(err)
@@ -96,26 +96,45 @@ func (f *inputFlags) register(cmd *cobra.Command) {
 	gates.AddFlag(fl)
 	if g := fl.Lookup("feature-gates"); g != nil {
 		g.Value = gateValue{g.Value}
+		g.Usage = "gates of the policy compiler, as moat-agent takes them (key=true|false,...); the CLI honours only:\n" + strings.Join(cliGates(gates), "\n")
 	}
 	_ = cmd.RegisterFlagCompletionFunc("context", completeContexts(f))
 }
 
 // gateValue is the --feature-gates flag, with a value that is not a
-// boolean reported in words: the registry's own message ends in
-// `strconv.ParseBool: parsing "maybe": invalid syntax`.
+// boolean reported in words (the registry's own message ends in
+// `strconv.ParseBool: parsing "maybe": invalid syntax`), and AllAlpha and
+// AllBeta refused: the registry always knows them, and AllAlpha=true would
+// turn IngressNetworksAndNodes on, changing verdicts, without naming it.
 type gateValue struct{ pflag.Value }
 
 func (g gateValue) Set(v string) error {
 	for _, kv := range strings.Split(v, ",") {
 		name, val, ok := strings.Cut(kv, "=")
+		name = strings.TrimSpace(name)
+		if name == "AllAlpha" || name == "AllBeta" {
+			return fmt.Errorf("%s: name the gates instead (the CLI honours %s)", name, features.IngressNetworksAndNodes)
+		}
 		if !ok {
 			continue // the registry says what is missing
 		}
 		if _, err := strconv.ParseBool(strings.TrimSpace(val)); err != nil {
-			return fmt.Errorf("%s=%s: want true or false", strings.TrimSpace(name), strings.TrimSpace(val))
+			return fmt.Errorf("%s=%s: want true or false", name, strings.TrimSpace(val))
 		}
 	}
 	return g.Value.Set(v)
+}
+
+// cliGates are the gates --feature-gates offers, as the registry
+// describes them, without its AllAlpha and AllBeta (refused).
+func cliGates(gates featuregate.MutableFeatureGate) []string {
+	var known []string
+	for _, k := range gates.KnownFeatures() {
+		if !strings.HasPrefix(k, "AllAlpha=") && !strings.HasPrefix(k, "AllBeta=") {
+			known = append(known, k)
+		}
+	}
+	return known
 }
 
 // isLive reports whether the snapshot comes from a cluster.

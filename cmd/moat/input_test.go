@@ -119,6 +119,31 @@ func TestFeatureGatesFlag(t *testing.T) {
 	}
 }
 
+// --feature-gates offers and takes only the gates the CLI honours (review
+// 13 F8): not the logging gates (the CLI has no logging flags), not the
+// tunnel's, and not AllAlpha or AllBeta, which would turn
+// IngressNetworksAndNodes on without naming it and change verdicts.
+func TestFeatureGatesOnlyHonoured(t *testing.T) {
+	out, _, code := run(t, "", "check", "--help")
+	if code != 0 || !strings.Contains(out, "IngressNetworksAndNodes=true|false") {
+		t.Fatalf("check --help: code %d, out %q", code, out)
+	}
+	for _, gate := range []string{"AllAlpha", "AllBeta", "ContextualLogging", "LoggingAlphaOptions", "LoggingBetaOptions", "EnableClusterToMasterTraffic"} {
+		if strings.Contains(out, gate) {
+			t.Errorf("check --help offers %s", gate)
+		}
+		for _, cmd := range [][]string{
+			{"check", "-f", "../../examples/unknown-field-fail-closed"},
+			{"matrix"},
+		} {
+			args := append(append([]string(nil), cmd...), "--feature-gates", gate+"=true")
+			if _, errOut, code := run(t, "", args...); code != 1 || !strings.Contains(errOut, gate) {
+				t.Errorf("%v: code %d, stderr %q, want 1 naming %s", args, code, errOut, gate)
+			}
+		}
+	}
+}
+
 // As the kubectl plugin, the live cluster is the default source; with no
 // cluster configured that is an error naming the kubeconfig, never a
 // silent fallback to the example.

@@ -136,7 +136,9 @@ func (f *inputFlags) exampleArgs(cmd *cobra.Command, l *loaded, opts *matrix.Opt
 	}
 	opts.Ports, opts.Peers = args.Matrix.Ports, args.Matrix.Peers
 	if args.FeatureGates != "" && !cmd.Flags().Changed("feature-gates") {
-		if err := f.gates.Set(args.FeatureGates); err != nil {
+		// Through the flag's value, which refuses what the flag refuses
+		// (without marking the flag given).
+		if err := cmd.Flags().Lookup("feature-gates").Value.Set(args.FeatureGates); err != nil {
 			return fmt.Errorf("%s/matrix.args: %w", l.Example, err)
 		}
 	}
