@@ -38,7 +38,9 @@ const (
 	ReasonUnknownDestination = "unknown_destination"
 	// ReasonLinkScope: a new connection the node forwards from or to an
 	// IPv6 link-local address, to a broadcast or multicast address, or
-	// an IPv6 router message (pods on one bridge; see linkRules).
+	// an IPv6 router message (pods on one bridge; see linkRules), or one
+	// a pod opens to the node from its IPv6 link-local or unspecified
+	// address (podLinkScopeRules).
 	ReasonLinkScope = "link_scope"
 )
 

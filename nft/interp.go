@@ -50,9 +50,11 @@ func (rs *Ruleset) Allows(p Packet) bool {
 		// a packet the node sends.
 		return rs.ingress[dst] != conflictChain
 	}
-	if rs.forgedOn(p.InIf, src) && !(src.Is6() && (src.IsLinkLocalUnicast() || src.IsUnspecified())) {
-		// podLinkRules. The sources the input hook exempts are dropped
-		// by forward's linkRules (not modelled: Allows judges
+	if rs.forgedOn(p.InIf, src) {
+		// podLinkRules. A link-local or unspecified IPv6 source, which
+		// no PodLink holds, is dropped too: by podLinkScopeRules in
+		// input and by linkRules in forward (whose drop of other
+		// link-scope packets is not modelled: Allows judges
 		// connections between routable addresses).
 		return false
 	}

@@ -178,7 +178,7 @@ func TestAllowsPodLinks(t *testing.T) {
 		{5, "10.244.7.9", false},   // another node's pod
 		{5, "198.51.100.7", false}, // outside the pod CIDRs
 		{7, "2001:db8:dead::1", false},
-		{7, "fe80::6", true},      // link-local: input exempts it, forward drops it as link scope
+		{7, "fe80::6", false},     // link-local: input drops it (podLinkScopeRules), forward as link scope
 		{3, "198.51.100.7", true}, // not a pod interface
 		{0, "198.51.100.7", true}, // interface not known
 	} {

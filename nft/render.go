@@ -161,14 +161,32 @@ var linkRules = []string{
 // bridge as the incoming interface, so a pod may still use another local
 // pod's address on the same bridge.
 //
-// In input, IPv6 sources that are unspecified or link-local are not
-// checked: a pod's link-local address is no pod address (multicast
-// listener reports are sent from it, or from ::, to the node), and such a
-// source can reach only the node itself, never a routed destination. In
-// forward, linkRules drop link-local sources before these rules.
+// In input, IPv6 sources that are unspecified or link-local are left to
+// podLinkScopeRules: a pod's link-local address is no pod address, but
+// the pod's kernel sends link infrastructure from it (or from ::) to the
+// node. In forward, linkRules drop link-local sources before these rules.
 var podLinkRules = []string{
 	"meta iif @podifs meta iif . ip saddr != @podsrc4 counter name " + counterSpoofed + " drop",
 	"meta iif @podifs meta iif . ip6 saddr != @podsrc6 counter name " + counterSpoofed + " drop",
+}
+
+// podLinkScopeRules judge, in input, what arrives on a pod interface from
+// an unspecified or link-local IPv6 source. Such a source reaches only the
+// node itself, but that is exactly what egress policies to nodes or
+// networks are written to stop: dispatch finds no egress chain for an
+// fe80:: address, so a pod whose egress is denied would reach every
+// service of its node listening on :: through the node's link-local
+// address on its link (review 12, finding 1). Of it only link
+// infrastructure passes: neighbour discovery and router solicitations
+// (baseRules, before these) and multicast listener queries and reports
+// (MLD, which conntrack leaves untracked); every other new connection,
+// echo requests included, is dropped as link scope. Nothing a pod needs
+// uses its link-local address towards the node: its gateway, DNS and
+// probes' answers go over its pod addresses. An interface the agent does
+// not know as a pod's is not checked.
+var podLinkScopeRules = []string{
+	"meta iif @podifs ip6 saddr { ::, fe80::/10 } icmpv6 type { mld-listener-query, mld-listener-report, mld-listener-done, mld2-listener-report } accept",
+	"meta iif @podifs ip6 saddr { ::, fe80::/10 } counter name " + counterLink + " drop",
 }
 
 var forwardRules = slices.Concat(baseRules[:len(baseRules)-2], linkRules, spoofRules, podLinkRules, unknownDstRules, baseRules[len(baseRules)-1:])
@@ -178,6 +196,8 @@ var inputRules = append(slices.Clone(baseRules[:len(baseRules)-1]),
 	"meta iiftype != loopback "+spoofRules[1],
 	podLinkRules[0],
 	"meta iif @podifs ip6 saddr != { ::, fe80::/10 } meta iif . ip6 saddr != @podsrc6 counter name "+counterSpoofed+" drop",
+	podLinkScopeRules[0],
+	podLinkScopeRules[1],
 	baseRules[len(baseRules)-1],
 )
 

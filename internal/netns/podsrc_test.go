@@ -2,12 +2,18 @@ package netns
 
 import (
 	"context"
+	"errors"
+	"fmt"
 	"net"
 	"net/netip"
+	"os/exec"
 	"slices"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
+
+	"golang.org/x/sys/unix"
 
 	"github.com/moat-net/moat/internal/netns/netnstest"
 	"github.com/moat-net/moat/internal/testenv"
@@ -41,9 +47,9 @@ status:
 // (IPv6, and IPv4 with the node's reverse path filter off) or the address
 // of another node's pod gets nothing out, neither forwarded nor to the
 // node itself: each forged packet is dropped as spoofed on arrival from
-// the pod's interface. The pod's own addresses (both families), its
-// link-local address towards the node, replies to a connection opened
-// towards it and the pod's traffic to itself still pass. Before the pod
+// the pod's interface. The pod's own addresses (both families), replies
+// to a connection opened towards it and the pod's traffic to itself still
+// pass (its link-local address towards the node: TestPodLinkLocalToNode). Before the pod
 // interface check, every forged packet but none of the others got through
 // (the review's finding: only forged sources inside the pod CIDRs were
 // dropped).
@@ -59,16 +65,14 @@ func TestForgedSourceOnPodInterface(t *testing.T) {
 		}
 	}
 	dp := program(t, l.r, podSrcCluster, policy.Options{})
-	P, R := l.p.Name(), l.r.Name()
+	P := l.p.Name()
 	// The forged addresses, held by the pod as a raw socket would send
-	// them; explicit link-local addresses on both ends of the pod's link.
+	// them.
 	run(t,
 		"-n "+P+" addr add 198.51.100.7/32 dev eth0",
 		"-n "+P+" addr add 2001:db8:dead::1/128 dev eth0 nodad",
 		"-n "+P+" addr add 10.244.1.20/32 dev eth0",
 		"-n "+P+" addr add fd00:245::20/128 dev eth0 nodad",
-		"-n "+P+" addr add fe80::5/64 dev eth0 nodad",
-		"-n "+R+" addr add fe80::1/64 dev rp0 nodad",
 	)
 	// What the node resolved: the pod's two addresses on rp0 (its
 	// routes did not change with the pod's extra addresses).
@@ -76,7 +80,7 @@ func TestForgedSourceOnPodInterface(t *testing.T) {
 		t.Fatalf("sync: %d links, want 2 (the pod's addresses on rp0): %v", r.Links, err)
 	}
 	out := listen(t, l.c, "udp", 9999, 9998)
-	node := listen(t, l.r, "udp", 9999, 9996)
+	node := listen(t, l.r, "udp", 9999)
 	for _, fam := range []struct{ honest, dst string }{{"10.244.0.5", "192.168.1.2"}, {"[fd00:244::5]", "[fd00:1::2]"}} {
 		send(t, l.p, ap(fam.honest+":40000"), ap(fam.dst+":9998"), "warm-up")
 		receiveUntil(t, out[1])
@@ -102,12 +106,6 @@ func TestForgedSourceOnPodInterface(t *testing.T) {
 		t.Errorf("forged sources got through from the pod's interface: %v", before)
 	}
 
-	// The pod's link-local address, to the node's on the pod's link: not
-	// a forged source (the input hook leaves link-local sources alone).
-	send(t, l.p, ap("[fe80::5%eth0]:40000"), ap("[fe80::1%eth0]:9996"), "link-local")
-	if got, _ := receiveUntil(t, node[1]); !strings.HasPrefix(got, "link-local from fe80::5%") {
-		t.Errorf("node received %q, want the pod's link-local datagram", got)
-	}
 	// A reply: the outside host's datagram to the pod (its ingress allows
 	// UDP 9998 from it) is answered from the pod's address.
 	for _, fam := range []struct{ pod, host string }{{"10.244.0.5:9998", "192.168.1.2:40002"}, {"[fd00:244::5]:9998", "[fd00:1::2]:40002"}} {
@@ -232,4 +230,165 @@ func echo(t *testing.T, hostNS, podNS *NS, host, pod netip.AddrPort) {
 	if err != nil || string(buf[:n]) != "pong" {
 		t.Errorf("the pod's reply to %s did not come back: %q, %v", host, buf[:n], err)
 	}
+}
+
+// TestPodLinkLocalToNode: a pod whose egress is denied (spoofCluster: UDP
+// 9998 to the outside host only) does not reach its node's services over
+// IPv6 link-local (review 12, finding 1). From its link-local address to
+// the node's on its link (fe80::1, as Calico has it) a TCP SYN to a
+// listener on :: (kubelet's 10250), a UDP datagram and an echo request
+// are each dropped as link scope; before, input let link-local sources
+// skip the pod-interface check, dispatch found no egress chain for them
+// and the node took all three. Multicast listener reports from the pod
+// still reach the node (a table of the test's own, after moat's input
+// chain, counts them).
+func TestPodLinkLocalToNode(t *testing.T) {
+	testenv.RequirePrivileged(t)
+	if !netnstest.Isolate(t) {
+		return
+	}
+	l := newSpoofLab(t, "moat-pll-")
+	P, R := l.p.Name(), l.r.Name()
+	run(t,
+		"-n "+P+" addr add fe80::5/64 dev eth0 nodad",
+		"-n "+R+" addr add fe80::1/64 dev rp0 nodad",
+	)
+	dp := program(t, l.r, spoofCluster, policy.Options{})
+	if r, err := dp.Sync(context.Background(), compile(t, spoofCluster, policy.Options{})); err != nil || r.Links != 2 {
+		t.Fatalf("sync: %d links, want 2 (the pod's addresses on rp0): %v", r.Links, err)
+	}
+	// The pod knows the node's link-local address at once, so that no
+	// packet to it waits in a neighbour queue while the marker overtakes.
+	var mac net.HardwareAddr
+	if err := l.r.Do(func() error {
+		ifi, err := net.InterfaceByName("rp0")
+		if err == nil {
+			mac = ifi.HardwareAddr
+		}
+		return err
+	}); err != nil {
+		t.Fatal(err)
+	}
+	run(t, "-n "+P+" -6 neigh replace fe80::1 lladdr "+mac.String()+" dev eth0 nud permanent")
+	if out, err := nftIn(l.r, `table inet moat-test-probe {
+	counter mld { }
+	chain in {
+		type filter hook input priority 10; policy accept;
+		iifname "rp0" icmpv6 type { mld-listener-report, mld2-listener-report } counter name mld
+	}
+}`); err != nil {
+		t.Fatalf("probe table: %v: %s", err, out)
+	}
+
+	var tcp *net.TCPListener
+	if err := l.r.Do(func() error {
+		var err error
+		tcp, err = net.ListenTCP("tcp", &net.TCPAddr{IP: net.IPv6unspecified, Port: 10250})
+		return err
+	}); err != nil {
+		t.Fatal(err)
+	}
+	defer tcp.Close()
+	node := listen(t, l.r, "udp", 9996)
+	out := listen(t, l.c, "udp", 9998)
+	send(t, l.p, ap("[fd00:244::5]:40000"), ap("[fd00:1::2]:9998"), "warm-up")
+	receiveUntil(t, out[0])
+
+	send(t, l.p, ap("[fe80::5%eth0]:40000"), ap("[fe80::1%eth0]:9996"), "link-local")
+	if err := l.p.Do(func() error {
+		zone := uint32(ifIndex(t, "eth0"))
+		ll := netip.MustParseAddr("fe80::1").As16()
+		// A SYN, closed at once: the kernel sends it on connect and
+		// never again (no retransmission to count twice).
+		fd, err := unix.Socket(unix.AF_INET6, unix.SOCK_STREAM|unix.SOCK_NONBLOCK, 0)
+		if err != nil {
+			return err
+		}
+		defer unix.Close(fd)
+		if err := unix.Bind(fd, &unix.SockaddrInet6{Addr: netip.MustParseAddr("fe80::5").As16(), ZoneId: zone}); err != nil {
+			return fmt.Errorf("bind: %w", err)
+		}
+		if err := unix.Connect(fd, &unix.SockaddrInet6{Port: 10250, Addr: ll, ZoneId: zone}); err != unix.EINPROGRESS {
+			return fmt.Errorf("connect: %w", err)
+		}
+		// An echo request (type 128, code 0, id 1, seq 1; the kernel
+		// fills in the ICMPv6 checksum).
+		raw, err := unix.Socket(unix.AF_INET6, unix.SOCK_RAW, unix.IPPROTO_ICMPV6)
+		if err != nil {
+			return err
+		}
+		defer unix.Close(raw)
+		if err := unix.Bind(raw, &unix.SockaddrInet6{Addr: netip.MustParseAddr("fe80::5").As16(), ZoneId: zone}); err != nil {
+			return fmt.Errorf("bind raw: %w", err)
+		}
+		return unix.Sendto(raw, []byte{128, 0, 0, 0, 0, 1, 0, 1}, 0, &unix.SockaddrInet6{Addr: ll, ZoneId: zone})
+	}); err != nil {
+		t.Fatal(err)
+	}
+	send(t, l.p, ap("[fd00:244::5]:40000"), ap("[fd00:1::2]:9998"), "allowed")
+	if _, before := receiveUntil(t, out[0], node[0]); len(before) > 0 {
+		t.Errorf("the node received %v from the pod's link-local address", before)
+	}
+	if n := dropped(t, dp, nft.ReasonLinkScope); n != 3 {
+		t.Errorf("%d packets dropped as link scope, want 3 (the SYN to [fe80::1%%eth0]:10250, the datagram, the echo request)", n)
+	}
+
+	// A multicast listener report: the pod joins a group on eth0. The
+	// node takes reports in only as a multicast router or a listener of
+	// their destination: it listens to ff02::16 (MLDv2 routers) on rp0.
+	if err := l.r.Do(func() error {
+		fd, err := unix.Socket(unix.AF_INET6, unix.SOCK_DGRAM, 0)
+		if err != nil {
+			return err
+		}
+		t.Cleanup(func() { unix.Close(fd) })
+		mreq := &unix.IPv6Mreq{Interface: uint32(ifIndex(t, "rp0")), Multiaddr: netip.MustParseAddr("ff02::16").As16()}
+		return unix.SetsockoptIPv6Mreq(fd, unix.IPPROTO_IPV6, unix.IPV6_JOIN_GROUP, mreq)
+	}); err != nil {
+		t.Fatal(err)
+	}
+	if err := l.p.Do(func() error {
+		fd, err := unix.Socket(unix.AF_INET6, unix.SOCK_DGRAM, 0)
+		if err != nil {
+			return err
+		}
+		defer unix.Close(fd)
+		mreq := &unix.IPv6Mreq{Interface: uint32(ifIndex(t, "eth0")), Multiaddr: netip.MustParseAddr("ff02::1:3").As16()}
+		if err := unix.SetsockoptIPv6Mreq(fd, unix.IPPROTO_IPV6, unix.IPV6_JOIN_GROUP, mreq); err != nil {
+			return err
+		}
+		// The report leaves from the kernel's work queue: wait for it
+		// while the group is joined.
+		for range 500 {
+			if probeCount(t, l.r) > 0 {
+				return nil
+			}
+			time.Sleep(10 * time.Millisecond)
+		}
+		return errors.New("no multicast listener report from the pod passed moat's input chain")
+	}); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// probeCount is the packets counted by TestPodLinkLocalToNode's probe
+// table in ns.
+func probeCount(t *testing.T, ns *NS) int {
+	t.Helper()
+	out, err := exec.Command("ip", "netns", "exec", ns.Name(), "nft", "list", "counter", "inet", "moat-test-probe", "mld").CombinedOutput()
+	if err != nil {
+		t.Fatalf("nft list counter: %v: %s", err, out)
+	}
+	f := strings.Fields(string(out))
+	for i, w := range f {
+		if w == "packets" && i+1 < len(f) {
+			n, err := strconv.Atoi(f[i+1])
+			if err != nil {
+				t.Fatalf("nft list counter: %q", out)
+			}
+			return n
+		}
+	}
+	t.Fatalf("nft list counter: no packets in %q", out)
+	return 0
 }
