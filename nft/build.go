@@ -340,6 +340,9 @@ func (b *builder) chain(dp *policy.DirPolicy) entry {
 	// them when the chain is new.
 	rest := b.rules[:0]
 	if p.hasNP {
+		// The pod's Service hairpin: NetworkPolicies never isolate a pod
+		// from itself (the Admin tier, before this chain, has judged it).
+		rest = append(rest, chainRule{Self: true, Verdict: verdict{Kind: verdictReturn}, Comment: "Service hairpin: NetworkPolicy does not isolate a pod from itself"})
 		if p.np != nil {
 			rest = b.runRules(rest, p.np, verdict{Kind: verdictReturn})
 		}
@@ -380,6 +383,10 @@ func (b *builder) addChain(dir policy.Direction, rules []chainRule) string {
 		ports := ""
 		if r.Ports != nil {
 			ports = portsKey(r.Ports.ByProto)
+		}
+		if r.Self {
+			// Only then: the names of chains without it stay as they were.
+			buf = joinParts(buf, "self")
 		}
 		buf = joinParts(buf, r.Peers, ports, r.PortSet, r.Set)
 		buf = append(strconv.AppendInt(buf, int64(r.Verdict.Kind), 10), 0)

@@ -97,8 +97,8 @@ status: {podIP: 10.0.0.1}
 	if c == nil {
 		t.Fatal("no ingress chain for the selected pod")
 	}
-	if got := len(renderChainRules(c)); got != 5 {
-		t.Errorf("NetworkPolicy chain has %d rules, want 4 lookups + drop", got)
+	if got := len(renderChainRules(c)); got != 7 {
+		t.Errorf("NetworkPolicy chain has %d rules, want 2 for the hairpin + 4 lookups + drop", got)
 	}
 	for _, pp := range []struct {
 		src  string

@@ -12,7 +12,12 @@
 // like any other, because from outside it is forged. forward and input
 // drop a new connection whose source is in the node's pod CIDRs but is no
 // known pod's address (forged: it would miss the egress chain that
-// dispatch finds by source). forward also drops what routing never
+// dispatch finds by source), and forward one whose destination is such
+// an address (a pod the agent has not learnt yet, which would meet no
+// ingress chain). A pod's packet to its own address is judged like any
+// other (in the node's hooks it is the Service hairpin, subject to
+// ClusterNetworkPolicy); NetworkPolicy chains accept it first, as a pod
+// cannot block access to itself. forward also drops what routing never
 // forwards (link-local, broadcast, multicast, router messages): on a bridge
 // CNI that is pod-to-pod traffic no ingress map can judge. A pod's
 // chains hold its tiers in order (the Admin tier's chain reaches the

@@ -107,11 +107,20 @@ func checkRulesets(t *testing.T, prog *policy.Program, rulesets map[string]*Rule
 					src, dst := s.e, d.e
 					src.Addr, dst.Addr = sa, da
 					sn, dn := endpointNode(prog, src), endpointNode(prog, dst)
-					if src.Pod >= 0 && src.Pod == dst.Pod || src.Pod < 0 && sa == da {
+					// A pod-network pod's packet to its own address on its
+					// node is its Service hairpin (its own connection to
+					// the address stays in its namespace): the node's
+					// rules judge it as HairpinAllowed does.
+					hairpin := src.Pod >= 0 && src.Pod == dst.Pod && sa == da && !prog.Pods[src.Pod].HostNetwork
+					if !hairpin && (src.Pod >= 0 && src.Pod == dst.Pod || src.Pod < 0 && sa == da) {
 						sn, dn = "", ""
 					}
 					for _, pp := range ports {
-						v := prog.Evaluate(policy.Flow{Src: src, Dst: dst, Proto: pp.Proto, Port: pp.Port})
+						f := policy.Flow{Src: src, Dst: dst, Proto: pp.Proto, Port: pp.Port}
+						v := prog.Evaluate(f)
+						if hairpin {
+							v = prog.EvaluateHairpin(f)
+						}
 						var crossed []*Ruleset
 						if sn != "" {
 							crossed = append(crossed, rulesets[sn])

@@ -41,9 +41,6 @@ type Packet struct {
 // it with the evaluator.
 func (rs *Ruleset) Allows(p Packet) bool {
 	src, dst := p.Src.Unmap(), p.Dst.Unmap()
-	if src == dst && contains(rs.self, src) {
-		return true
-	}
 	if p.Local && rs.hostLocal && !contains(rs.nodeLocal, src) && !contains(rs.nodeClaimed, src) {
 		// outputRules' last exemption: the node's own address, not one a
 		// pod claims. The forward and input hooks' checks do not meet
@@ -94,8 +91,9 @@ func (rs *Ruleset) Allows(p Packet) bool {
 // PathAllows reports whether a new connection gets through the rules of
 // every node it crosses in a routed pod network: the node holding the
 // source and the node holding the destination (pass each once; nil for an
-// end outside the cluster, and nothing for a pod reaching itself, which
-// crosses no node).
+// end outside the cluster, and nothing for a pod reaching its own address,
+// which crosses no node; a pod's Service hairpin crosses its node once,
+// and Allows judges it as Program.HairpinAllowed does).
 func PathAllows(p Packet, crossed ...*Ruleset) bool {
 	for _, rs := range crossed {
 		if rs != nil && !rs.Allows(p) {
@@ -155,6 +153,8 @@ func (rs *Ruleset) runChain(name string, next map[netip.Addr]string, local, remo
 // matches reports whether a rule of a policy chain matches the packet.
 func (rs *Ruleset) matches(r chainRule, remote netip.Addr, p Packet) bool {
 	switch {
+	case r.Self:
+		return p.Src.Unmap() == p.Dst.Unmap() && contains(rs.self, p.Src.Unmap())
 	case r.Peers != "":
 		return rs.matchPeers(r, remote, p)
 	case r.Set != "":

@@ -46,10 +46,18 @@ type staticChain struct {
 
 // Every packet that enters, leaves or crosses the node meets the same
 // judgement: replies of allowed connections pass, invalid packets drop,
-// new connections go to dispatch. dispatch lets a pod reach itself, judges
-// the source pod's egress (a verdict map from address to chain; the chain
-// returns when egress allows) and then the destination pod's ingress the
-// same way. The output hook alone first lets the node's own addresses
+// new connections go to dispatch. dispatch judges the source pod's egress
+// (a verdict map from address to chain; the chain returns when egress
+// allows) and then the destination pod's ingress the same way. A pod's
+// traffic to its own address is judged too: in the node's hooks it can
+// only be the Service hairpin (a pod's connection to its own address
+// stays in its network namespace), which ClusterNetworkPolicy judges
+// ("A Pod connecting to a Service IP that the service proxy load-balances
+// back to the same Pod is subject to ClusterNetworkPolicy", network-policy-api
+// api-overview); the NetworkPolicy tier's chains accept it first (Self
+// rules: a pod cannot block access to itself), so NetworkPolicies do not
+// isolate it, and the Baseline tier judges it when no NetworkPolicy
+// selects the pod. The output hook alone first lets the node's own addresses
 // reach its pods (node-local).
 var staticChains = []staticChain{
 	{name: conflictChain, rules: []string{"counter name " + counterConflict + " drop"}},
@@ -65,8 +73,6 @@ var staticChains = []staticChain{
 		"ct state new ip daddr @local4 tcp flags & (fin|syn|rst|ack) != syn counter name " + counterNotSYN + " drop",
 		"ct state new ip6 saddr @local6 tcp flags & (fin|syn|rst|ack) != syn counter name " + counterNotSYN + " drop",
 		"ct state new ip6 daddr @local6 tcp flags & (fin|syn|rst|ack) != syn counter name " + counterNotSYN + " drop",
-		"ip saddr . ip daddr @self4 accept",
-		"ip6 saddr . ip6 daddr @self6 accept",
 		"ip saddr vmap @egress4",
 		"ip6 saddr vmap @egress6",
 		"ip daddr vmap @ingress4",
@@ -241,8 +247,8 @@ var baseRules = []string{
 }
 
 var staticSets = []knftables.Set{
-	{Name: "self4", Type: "ipv4_addr . ipv4_addr", Comment: knftables.PtrTo("local pod addresses, to themselves")},
-	{Name: "self6", Type: "ipv6_addr . ipv6_addr", Comment: knftables.PtrTo("local pod addresses, to themselves")},
+	{Name: "self4", Type: "ipv4_addr . ipv4_addr", Comment: knftables.PtrTo("local pod addresses, to themselves: the Service hairpin, which NetworkPolicy chains accept")},
+	{Name: "self6", Type: "ipv6_addr . ipv6_addr", Comment: knftables.PtrTo("local pod addresses, to themselves: the Service hairpin, which NetworkPolicy chains accept")},
 	{Name: "local4", Type: "ipv4_addr", Comment: knftables.PtrTo("policed pods on this node")},
 	{Name: "local6", Type: "ipv6_addr", Comment: knftables.PtrTo("policed pods on this node")},
 	{Name: "nodelocal4", Type: "ipv4_addr", Comment: knftables.PtrTo("this node's addresses when node-local traffic is allowed")},
@@ -308,6 +314,11 @@ func renderChainRules(c *policyChain) []*knftables.Rule {
 			v = "counter name " + r.Counter + " " + v
 		}
 		switch {
+		case r.Self:
+			out = append(out,
+				&knftables.Rule{Chain: c.Name, Rule: "ip saddr . ip daddr @self4 " + v, Comment: cm},
+				&knftables.Rule{Chain: c.Name, Rule: "ip6 saddr . ip6 daddr @self6 " + v, Comment: cm},
+			)
 		case r.Peers != "":
 			ports := portsExpr(r)
 			out = append(out,
@@ -336,7 +347,7 @@ func renderedRules(c *policyChain) int {
 	n := 0
 	for _, r := range c.Rules {
 		switch {
-		case r.Peers != "":
+		case r.Self, r.Peers != "":
 			n += 2
 		case r.Set != "":
 			n += 4

@@ -107,12 +107,18 @@ type verdict struct {
 	Target string
 }
 
-// chainRule is one rule of a policy chain. It matches in one of three ways:
-// with Peers, when the remote address is in that shared peer set and the
-// packet's protocol and port are in Ports; with Set, when the remote
-// address (and protocol and port) is in one of a union run's four sets;
-// with neither, always.
+// chainRule is one rule of a policy chain. It matches in one of four
+// ways: with Peers, when the remote address is in that shared peer set
+// and the packet's protocol and port are in Ports; with Set, when the
+// remote address (and protocol and port) is in one of a union run's four
+// sets; with Self, when source and destination are one local pod's
+// address (set self4/self6); with none of them, always.
 type chainRule struct {
+	// Self matches a pod's traffic to its own address, which in the
+	// node's hooks is the Service hairpin: the pod reached a Service
+	// whose proxy sent it back to the pod (its traffic to its own address
+	// never leaves its network namespace).
+	Self bool
 	// Peers is the base name of a shared peer set pair: Peers+"-4" and
 	// Peers+"-6".
 	Peers string
@@ -154,9 +160,11 @@ type Ruleset struct {
 	// entry chain is its Admin tier to the chain of its tiers after it
 	// ("": none, the direction is allowed); see nextChain.
 	egressNext, ingressNext map[netip.Addr]string
-	// self lists local policed pod addresses: a pod reaching its own
-	// address is not policed, and a TCP packet that is new to conntrack
-	// but no SYN is dropped from or to them.
+	// self lists local policed pod addresses: set self4/6 holds each as
+	// (address . address), which NetworkPolicy chains accept (a pod's
+	// Service hairpin: a pod cannot block access to itself), and a TCP
+	// packet that is new to conntrack but no SYN is dropped from or to
+	// them (set local4/6).
 	self []netip.Addr
 	// own lists the node's addresses (its Node's status.addresses), for
 	// Allows alone: a connection from one of them is taken to be the

@@ -71,6 +71,52 @@ func (p *Program) Allowed(f Flow) bool {
 	return e.allowed && i.allowed
 }
 
+// EvaluateHairpin judges a pod's connection to itself through a Service
+// that the service proxy load-balances back to the same pod (the hairpin),
+// as the pod's node sees it after the proxy's translation: f from one of
+// the pod's addresses to the same address, on the pod's port. Evaluate
+// calls a pod's connection to its own address not policed (it never
+// leaves the pod's network namespace); the hairpin does leave it, and
+// upstream says it "is subject to ClusterNetworkPolicy" (network-policy-api
+// api-overview, "hairpin"): the Admin tier judges it, the NetworkPolicy
+// tier allows it when NetworkPolicies select the pod for that direction
+// (a pod cannot block access to itself), and otherwise the Baseline tier
+// judges it. A flow between two ends that are not one pod is judged as
+// Evaluate judges it.
+func (p *Program) EvaluateHairpin(f Flow) Verdict {
+	if !isHairpin(f) {
+		return p.Evaluate(f)
+	}
+	e, i := p.judgeHairpin(f)
+	v := Verdict{Egress: p.explain(e, f, Egress), Ingress: p.explain(i, f, Ingress)}
+	v.Allowed = v.Egress.Allowed && v.Ingress.Allowed
+	return v
+}
+
+// HairpinAllowed is EvaluateHairpin without the explanation.
+func (p *Program) HairpinAllowed(f Flow) bool {
+	if !isHairpin(f) {
+		return p.Allowed(f)
+	}
+	e, i := p.judgeHairpin(f)
+	return e.allowed && i.allowed
+}
+
+func isHairpin(f Flow) bool {
+	return f.Src.Pod >= 0 && f.Src.Pod == f.Dst.Pod
+}
+
+// judgeHairpin is judgeBoth for a pod's Service hairpin: no shortcut for
+// traffic to itself, and the NetworkPolicy tier allows it.
+func (p *Program) judgeHairpin(f Flow) (outcome, outcome) {
+	if len(p.dupAddrs) > 0 && (p.dupAddrs[f.Src.Addr.Unmap()] != nil || p.dupAddrs[f.Dst.Addr.Unmap()] != nil) {
+		o := outcome{tier: TierNotPoliced, duplicate: true}
+		return o, o
+	}
+	pods := p.evalPods()
+	return p.judgeTiers(pods, f.Src, f.Dst, f, Egress, true), p.judgeTiers(pods, f.Dst, f.Src, f, Ingress, true)
+}
+
 // outcome is a decision before it is put into words. It holds no slice,
 // so that Allowed never allocates.
 type outcome struct {
@@ -84,6 +130,9 @@ type outcome struct {
 	passed  [2]*Rule
 	npassed int
 	self    bool
+	// hairpinNP: NetworkPolicies (np) select the pod, and allow its
+	// Service hairpin.
+	hairpinNP bool
 	// duplicate: an end's address is claimed by several pods.
 	duplicate bool
 	// forged: the destination's node drops the source as forged
@@ -189,6 +238,12 @@ func (p *Program) nodeLocal(pod *Pod, remote netip.Addr) bool {
 }
 
 func (p *Program) judge(pods []evalPod, local, remoteEnd Endpoint, f Flow, dir Direction) outcome {
+	return p.judgeTiers(pods, local, remoteEnd, f, dir, false)
+}
+
+// judgeTiers judges one direction of f at its local end; hairpin: f is
+// the pod's Service hairpin, which the NetworkPolicy tier allows.
+func (p *Program) judgeTiers(pods []evalPod, local, remoteEnd Endpoint, f Flow, dir Direction, hairpin bool) outcome {
 	if local.Pod < 0 {
 		return outcome{allowed: true, tier: TierNotPoliced}
 	}
@@ -212,6 +267,10 @@ func (p *Program) judge(pods []evalPod, local, remoteEnd Endpoint, f Flow, dir D
 	}
 	if dp.NP != nil {
 		o.tier = TierNetworkPolicy
+		if hairpin {
+			o.allowed, o.np, o.hairpinNP = true, dp.NP, true
+			return o
+		}
 		if i := ix.np.lookup(remote, ord, f.Proto, f.Port); i >= 0 {
 			o.allowed, o.npRule = true, &dp.NP.Rules[i]
 			return o
@@ -307,7 +366,7 @@ func (p *Program) explain(o outcome, f Flow, dir Direction) Decision {
 		d.Reason = fmt.Sprintf("the destination %s is in node %s's pod CIDR %s but no pod owns it: node %s drops new connections to it before any policy (a pod is unreachable until its node's agent knows its address)",
 			f.Dst.Addr.Unmap(), o.node, cidr, o.node)
 	case o.self:
-		d.Reason = "a pod's traffic to itself is not policed"
+		d.Reason = "a pod's traffic to its own address is not policed (through a Service back to itself it is)"
 	case o.tier == TierNotPoliced:
 		d.Reason = p.notPolicedReason(local, dir)
 	case o.tier == TierNodeLocal:
@@ -323,6 +382,8 @@ func (p *Program) explain(o outcome, f Flow, dir Direction) Decision {
 		if r.FailClosed != "" {
 			d.Reason += " (fail-closed: " + r.FailClosed + ")"
 		}
+	case o.hairpinNP:
+		d.Reason = fmt.Sprintf("NetworkPolicies select the pod for %s (%s), and a pod cannot block access to itself: they allow its Service hairpin", dir, policyNames(o.np.Policies))
 	case o.npRule != nil:
 		r := o.npRule
 		d.Policy, d.Rule, d.Action = &r.Policy, &r.Index, ActionAllow

@@ -68,15 +68,26 @@ bad input.`,
 			}
 			f := matrix.Judge(prog, matrix.Endpoint{Label: from, Endpoint: src}, matrix.Endpoint{Label: to, Endpoint: dst}, matrix.PortProto{Port: uint16(port), Protocol: proto})
 			f.OtherFamilies = matrix.OtherFamilies(prog, matrix.Endpoint{Label: from, Endpoint: src}, matrix.Endpoint{Label: to, Endpoint: dst}, matrix.PortProto{Port: uint16(port), Protocol: proto})
+			// A pod's connection to its own address is not policed, its
+			// connection through a Service back to itself (hairpin) is
+			// (review 11 F1): say both.
+			var hairpin *matrix.Flow
+			if s, d, ok := prog.PairAddrs(src, dst); ok && src.Pod >= 0 && src.Pod == dst.Pod && s.Addr == d.Addr {
+				v := prog.EvaluateHairpin(policy.Flow{Src: s, Dst: d, Proto: proto, Port: uint16(port)})
+				hairpin = &matrix.Flow{From: from, To: to + " through a Service (hairpin)", Port: uint16(port), Protocol: proto.String(), Allowed: v.Allowed, Egress: v.Egress, Ingress: v.Ingress}
+			}
 			if output == "json" {
 				enc := json.NewEncoder(cmd.OutOrStdout())
 				enc.SetIndent("", "  ")
-				return enc.Encode(explainJSON{Flow: f, Egress: decisionJSON{f.Egress, f.Egress.Isolating}, Ingress: decisionJSON{f.Ingress, f.Ingress.Isolating}})
+				return enc.Encode(explainJSON{Flow: f, Egress: decisionJSON{f.Egress, f.Egress.Isolating}, Ingress: decisionJSON{f.Ingress, f.Ingress.Isolating}, Hairpin: hairpin})
 			}
 			writeExplanation(cmd.OutOrStdout(), f)
 			for _, other := range f.OtherFamilies {
 				fmt.Fprintln(cmd.OutOrStdout(), "also, over the other address family:")
 				writeExplanation(cmd.OutOrStdout(), other)
+			}
+			if hairpin != nil {
+				writeExplanation(cmd.OutOrStdout(), *hairpin)
 			}
 			return nil
 		},
@@ -137,6 +148,9 @@ type explainJSON struct {
 	matrix.Flow
 	Egress  decisionJSON `json:"egress"`
 	Ingress decisionJSON `json:"ingress"`
+	// Hairpin is the pod's connection through a Service back to itself,
+	// when --from and --to are one pod's address.
+	Hairpin *matrix.Flow `json:"hairpin,omitempty"`
 }
 
 type decisionJSON struct {

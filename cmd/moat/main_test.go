@@ -275,3 +275,40 @@ status: {podIPs: [{ip: 10.0.0.2}, {ip: "fd00::x"}]}
 		})
 	}
 }
+
+// TestExplainHairpin (review 11 F1): explain --from X --to X says that a
+// pod's connection to its own address is not policed and adds the
+// verdict on its connection through a Service back to itself, which an
+// Admin Deny denies.
+func TestExplainHairpin(t *testing.T) {
+	const y = `apiVersion: v1
+kind: Pod
+metadata: {name: p, namespace: a, labels: {app: p}}
+spec: {nodeName: n1, containers: [{name: c}]}
+status: {podIP: 10.1.1.1}
+---
+apiVersion: policy.networking.k8s.io/v1alpha2
+kind: ClusterNetworkPolicy
+metadata: {name: admin-deny}
+spec:
+  tier: Admin
+  priority: 1
+  subject: {pods: {namespaceSelector: {}, podSelector: {matchLabels: {app: p}}}}
+  ingress:
+  - {action: Deny, from: [{namespaces: {}}]}
+`
+	out, _, code := run(t, y, "explain", "-f", "-", "--from", "a/p", "--to", "a/p", "--port", "80")
+	if code != 0 || !strings.Contains(out, "a/p -> a/p 80/TCP: ALLOWED") ||
+		!strings.Contains(out, "a/p -> a/p through a Service (hairpin) 80/TCP: DENIED") ||
+		!strings.Contains(out, "ClusterNetworkPolicy admin-deny ingress rule 0 denies it") {
+		t.Errorf("code %d out:\n%s", code, out)
+	}
+	out, _, _ = run(t, y, "explain", "-f", "-", "--from", "a/p", "--to", "a/p", "--port", "80", "-o", "json")
+	var f struct {
+		Allowed bool
+		Hairpin *struct{ Allowed bool }
+	}
+	if err := json.Unmarshal([]byte(out), &f); err != nil || !f.Allowed || f.Hairpin == nil || f.Hairpin.Allowed {
+		t.Errorf("json: %v %+v\n%s", err, f, out)
+	}
+}
