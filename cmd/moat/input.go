@@ -4,15 +4,12 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"maps"
-	"slices"
 	"strconv"
 	"strings"
 
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
 	"k8s.io/client-go/rest"
-	"k8s.io/client-go/tools/clientcmd"
 	"k8s.io/component-base/featuregate"
 
 	"github.com/moat-net/moat/examples"
@@ -340,16 +337,14 @@ func (f *inputFlags) compileLoaded(cmd *cobra.Command, res *manifest.Result) (*p
 	return prog, nil
 }
 
-// completeContexts offers the contexts of the kubeconfig kubectl would read.
+// completeContexts offers the contexts of the kubeconfig --live reads
+// (internal/kubeconfig, the one loader).
 func completeContexts(f *inputFlags) func(*cobra.Command, []string, string) ([]string, cobra.ShellCompDirective) {
 	return func(*cobra.Command, []string, string) ([]string, cobra.ShellCompDirective) {
-		rules := clientcmd.NewDefaultClientConfigLoadingRules()
-		rules.ExplicitPath = f.kubeconfig
-		cfg, err := rules.Load()
+		names, err := kubeconfig.Contexts(f.kubeconfig)
 		if err != nil {
 			return nil, cobra.ShellCompDirectiveError
 		}
-		names := slices.Sorted(maps.Keys(cfg.Contexts))
 		return names, cobra.ShellCompDirectiveNoFileComp
 	}
 }

@@ -6,6 +6,8 @@ package kubeconfig
 
 import (
 	"fmt"
+	"maps"
+	"slices"
 
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
@@ -15,8 +17,7 @@ import (
 // context (empty: the file's current context). userAgent names the binary
 // in the API server's logs and audit records.
 func Load(path, context, userAgent string) (*rest.Config, error) {
-	rules := clientcmd.NewDefaultClientConfigLoadingRules()
-	rules.ExplicitPath = path
+	rules := loadingRules(path)
 	overrides := &clientcmd.ConfigOverrides{CurrentContext: context}
 	cfg, err := clientcmd.NewNonInteractiveDeferredLoadingClientConfig(rules, overrides).ClientConfig()
 	if err != nil {
@@ -36,12 +37,29 @@ func Load(path, context, userAgent string) (*rest.Config, error) {
 // and context (as in Load): the context's namespace, else the in-cluster
 // service account's, else "default".
 func Namespace(path, context string) (string, error) {
-	rules := clientcmd.NewDefaultClientConfigLoadingRules()
-	rules.ExplicitPath = path
+	rules := loadingRules(path)
 	overrides := &clientcmd.ConfigOverrides{CurrentContext: context}
 	ns, _, err := clientcmd.NewNonInteractiveDeferredLoadingClientConfig(rules, overrides).Namespace()
 	if err != nil {
 		return "", fmt.Errorf("namespace of the kubeconfig context: %w", err)
 	}
 	return ns, nil
+}
+
+// Contexts are the names of the contexts of the kubeconfig Load reads for
+// path, sorted: what --context can name (shell completion offers them).
+func Contexts(path string) ([]string, error) {
+	cfg, err := loadingRules(path).Load()
+	if err != nil {
+		return nil, fmt.Errorf("load kubeconfig: %w", err)
+	}
+	return slices.Sorted(maps.Keys(cfg.Contexts)), nil
+}
+
+// loadingRules are kubectl's: path if given, else $KUBECONFIG, else
+// ~/.kube/config.
+func loadingRules(path string) *clientcmd.ClientConfigLoadingRules {
+	rules := clientcmd.NewDefaultClientConfigLoadingRules()
+	rules.ExplicitPath = path
+	return rules
 }

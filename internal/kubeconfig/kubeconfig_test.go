@@ -57,3 +57,18 @@ func TestLoad(t *testing.T) {
 		t.Error("a missing file was accepted")
 	}
 }
+
+// Contexts reads the file Load reads: the explicit path, else $KUBECONFIG.
+func TestContexts(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "config")
+	if err := os.WriteFile(path, []byte(twoContexts), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if got, err := Contexts(path); err != nil || strings.Join(got, ",") != "ctx-a,ctx-b" {
+		t.Errorf("Contexts(%s) = %v, %v", path, got, err)
+	}
+	t.Setenv("KUBECONFIG", path)
+	if got, err := Contexts(""); err != nil || strings.Join(got, ",") != "ctx-a,ctx-b" {
+		t.Errorf("via $KUBECONFIG: %v, %v", got, err)
+	}
+}
