@@ -38,7 +38,7 @@ func (x *decoder) start(h header) body {
 		group := groupOf(h.apiVersion)
 		switch {
 		case group == policyGroup && unsupportedPolicyKinds[h.kind]:
-			return &otherBody{kind: h.kind, group: group, warn: "policy kind not enforced by Moat (use ClusterNetworkPolicy, policy.networking.k8s.io/v1alpha2): ignored"}
+			return &otherBody{kind: h.kind, group: group, warn: "policy kind not enforced by Moat (use ClusterNetworkPolicy, policy.networking.k8s.io/v1alpha2): none of its rules is applied"}
 		case readsGroup(group) && !knownKind(group, h.kind):
 			return &otherBody{kind: h.kind, drop: true, field: "kind", msg: unknownKindMessage(h)}
 		}

@@ -43,6 +43,18 @@ func TestNothingToCheckOrPrint(t *testing.T) {
 	}
 }
 
+// check counts an AdminNetworkPolicy as an error, so its line does not
+// call it "ignored" (review 13 F13); it says the rules are not applied,
+// and names the file and document as every line of check does.
+func TestCheckAdminNetworkPolicyLine(t *testing.T) {
+	anp := "apiVersion: policy.networking.k8s.io/v1alpha1\nkind: AdminNetworkPolicy\nmetadata: {name: anp}\nspec: {priority: 1, subject: {namespaces: {}}, ingress: [{action: Deny, from: [{namespaces: {}}]}]}\n"
+	out, errOut, code := run(t, anp, "check", "-f", "-")
+	want := "AdminNetworkPolicy anp: kind: policy kind not enforced by Moat (use ClusterNetworkPolicy, policy.networking.k8s.io/v1alpha2): none of its rules is applied (<stdin>#1)\n"
+	if code != 1 || out != want {
+		t.Errorf("code %d, stderr %q, out %q, want %q", code, errOut, out, want)
+	}
+}
+
 // Every command that reads input says on stderr which input it used.
 func TestInputIsNamed(t *testing.T) {
 	for _, tc := range []struct {

@@ -53,8 +53,15 @@ It reads files only (-f); without -f, the embedded quickstart example with
 the ports and peers of its matrix.args, as moat matrix reads it.`
 	apply := labCommand("apply [--lab NAME] [-f FILE...]",
 		"Program a running lab with changed policies or labels (the pods and addresses must stay)", "in", labApply)
-	up.Annotations = map[string]string{filesOnly: "true"}
-	apply.Annotations = map[string]string{filesOnly: "true"}
+	for _, c := range []*cobra.Command{up, apply} {
+		c.Annotations = map[string]string{filesOnly: "true"}
+		// Not offered in --help, since they always refuse; still
+		// registered, so that --live says why (snapshot) instead of
+		// "unknown flag", and the plugin can turn it on.
+		for _, name := range []string{"live", "kubeconfig", "context"} {
+			_ = c.Flags().MarkHidden(name)
+		}
+	}
 	c.AddCommand(run, clean, serve, up, apply,
 		labCommand("probe [--lab NAME] [-o table|json]",
 			"Measure every flow of a running lab and compare with the evaluator (exit 0 agree, 3 disagree)", "pn", labProbe),

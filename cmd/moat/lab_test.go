@@ -44,3 +44,23 @@ func TestUsageMarksOptionalFiles(t *testing.T) {
 	}
 	walk(newRootCommand(false))
 }
+
+// lab up and apply refuse a live cluster, so their --help does not offer
+// --live, --kubeconfig or --context (review 13 F13); given anyway, --live
+// is refused with the reason, not as an unknown flag.
+func TestLabUpApplyHideLiveFlags(t *testing.T) {
+	for _, sub := range []string{"up", "apply"} {
+		out, _, code := run(t, "", "lab", sub, "--help")
+		if code != 0 || !strings.Contains(out, "--filename") {
+			t.Fatalf("lab %s --help: code %d, out %q", sub, code, out)
+		}
+		for _, flag := range []string{"--live", "--kubeconfig", "--context"} {
+			if strings.Contains(out, flag) {
+				t.Errorf("lab %s --help offers %s", sub, flag)
+			}
+		}
+		if _, errOut, code := run(t, "", "lab", sub, "--live"); code != 1 || !strings.Contains(errOut, "works for files only") {
+			t.Errorf("lab %s --live: code %d, stderr %q", sub, code, errOut)
+		}
+	}
+}
