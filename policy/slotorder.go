@@ -1,6 +1,11 @@
 package policy
 
-import metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+import (
+	networkingv1 "k8s.io/api/networking/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/moat-net/moat/api/v1alpha2"
+)
 
 // peerKeys lists the label keys that the peers of the policies read:
 // of namespaces (the name label left out: a selector of it picks one
@@ -21,41 +26,41 @@ func (s *state) peerKeys() (nsKeys, podKeys []string) {
 			m[e.Key]++
 		}
 	}
+	npPeer := func(p networkingv1.NetworkPolicyPeer) {
+		add(ns, p.NamespaceSelector)
+		add(pods, p.PodSelector)
+	}
 	for _, np := range s.nps {
 		if np == nil {
 			continue
 		}
 		for _, r := range np.src.Spec.Ingress {
 			for _, p := range r.From {
-				add(ns, p.NamespaceSelector)
-				add(pods, p.PodSelector)
+				npPeer(p)
 			}
 		}
 		for _, r := range np.src.Spec.Egress {
 			for _, p := range r.To {
-				add(ns, p.NamespaceSelector)
-				add(pods, p.PodSelector)
+				npPeer(p)
 			}
 		}
 	}
+	cnpPeer := func(namespaces *metav1.LabelSelector, p *v1alpha2.NamespacedPod) {
+		add(ns, namespaces)
+		if p != nil {
+			add(ns, &p.NamespaceSelector)
+			add(pods, &p.PodSelector)
+		}
+	}
 	for _, c := range s.cnps {
-		spec := &c.src.Spec
-		for _, r := range spec.Ingress {
+		for _, r := range c.src.Spec.Ingress {
 			for _, p := range r.From {
-				add(ns, p.Namespaces)
-				if p.Pods != nil {
-					add(ns, &p.Pods.NamespaceSelector)
-					add(pods, &p.Pods.PodSelector)
-				}
+				cnpPeer(p.Namespaces, p.Pods)
 			}
 		}
-		for _, r := range spec.Egress {
+		for _, r := range c.src.Spec.Egress {
 			for _, p := range r.To {
-				add(ns, p.Namespaces)
-				if p.Pods != nil {
-					add(ns, &p.Pods.NamespaceSelector)
-					add(pods, &p.Pods.PodSelector)
-				}
+				cnpPeer(p.Namespaces, p.Pods)
 			}
 		}
 	}
