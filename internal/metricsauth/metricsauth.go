@@ -1,7 +1,7 @@
 // Package metricsauth guards HTTP endpoints (a node agent's /metrics and
 // /debug/pprof/) the way Kubernetes components guard theirs (the kubelet,
 // kube-scheduler, kube-controller-manager): the caller's bearer token is
-// authenticated with a TokenReview, and the user it names is authorized
+// authenticated with a TokenReview (internal/tokenreview), and the user it names is authorized
 // with a SubjectAccessReview for the request's non-resource URL and verb,
 // so that access is granted with RBAC, for example
 //
@@ -36,11 +36,9 @@ import (
 	"sync"
 	"time"
 
-	authnv1 "k8s.io/api/authentication/v1"
+	"github.com/moat-net/moat/internal/tokenreview"
 	authzv1 "k8s.io/api/authorization/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apiserver/pkg/authentication/authenticator"
-	"k8s.io/apiserver/pkg/authentication/token/cache"
 	"k8s.io/apiserver/pkg/authentication/user"
 	"k8s.io/client-go/kubernetes"
 )
@@ -52,7 +50,7 @@ const (
 	DefaultAllowTTL = 5 * time.Minute
 	DefaultDenyTTL  = 30 * time.Second
 	// DefaultTimeout bounds one review.
-	DefaultTimeout = 10 * time.Second
+	DefaultTimeout = tokenreview.DefaultTimeout
 )
 
 // maxDecisions bounds the authorization cache: one entry per user, path
@@ -76,7 +74,7 @@ type Config struct {
 // Guard authenticates and authorizes requests against the API server.
 type Guard struct {
 	cfg    Config
-	tokens authenticator.Token
+	tokens *tokenreview.Authenticator
 
 	mu        sync.Mutex
 	decisions map[string]decision
@@ -102,12 +100,11 @@ func New(cfg Config) *Guard {
 	if cfg.Timeout <= 0 {
 		cfg.Timeout = DefaultTimeout
 	}
-	g := &Guard{cfg: cfg, decisions: map[string]decision{}}
 	// The cache also makes concurrent requests with one token share one
 	// review. Failures are cached briefly so that a scraper with a bad
 	// token cannot make every scrape a review.
-	g.tokens = cache.New(tokenReviewer{g}, false, cfg.TokenTTL, 10*time.Second)
-	return g
+	tokens := tokenreview.New(tokenreview.Config{Client: cfg.Client, Timeout: cfg.Timeout, SuccessTTL: cfg.TokenTTL, FailureTTL: 10 * time.Second})
+	return &Guard{cfg: cfg, tokens: tokens, decisions: map[string]decision{}}
 }
 
 // Wrap returns h behind authentication (401 without a token the API
@@ -122,17 +119,17 @@ func (g *Guard) Wrap(h http.Handler) http.Handler {
 		}
 		ctx, cancel := context.WithTimeout(r.Context(), g.cfg.Timeout)
 		defer cancel()
-		resp, ok, err := g.tokens.AuthenticateToken(ctx, token)
-		if err != nil || !ok {
+		u, err := g.tokens.Authenticate(ctx, token)
+		if err != nil {
 			http.Error(w, "Unauthorized", http.StatusUnauthorized)
 			return
 		}
-		allowed, reason, err := g.authorize(ctx, resp.User, r.URL.Path, verb(r.Method))
+		allowed, reason, err := g.authorize(ctx, u, r.URL.Path, verb(r.Method))
 		switch {
 		case err != nil:
 			http.Error(w, "Internal Server Error: authorization: "+err.Error(), http.StatusInternalServerError)
 		case !allowed:
-			msg := fmt.Sprintf("Forbidden (user=%s, verb=%s, nonResourceURL=%s)", resp.User.GetName(), verb(r.Method), r.URL.Path)
+			msg := fmt.Sprintf("Forbidden (user=%s, verb=%s, nonResourceURL=%s)", u.GetName(), verb(r.Method), r.URL.Path)
 			if reason != "" {
 				msg += ": " + reason
 			}
@@ -159,28 +156,6 @@ func bearerToken(r *http.Request) (string, bool) {
 		return "", false
 	}
 	return token, true
-}
-
-// tokenReviewer authenticates one token with a TokenReview.
-type tokenReviewer struct{ g *Guard }
-
-func (t tokenReviewer) AuthenticateToken(ctx context.Context, token string) (*authenticator.Response, bool, error) {
-	res, err := t.g.cfg.Client.AuthenticationV1().TokenReviews().Create(ctx, &authnv1.TokenReview{Spec: authnv1.TokenReviewSpec{Token: token}}, metav1.CreateOptions{})
-	if err != nil {
-		return nil, false, fmt.Errorf("token review: %w", err)
-	}
-	if !res.Status.Authenticated {
-		return nil, false, nil
-	}
-	u := res.Status.User
-	info := &user.DefaultInfo{Name: u.Username, UID: u.UID, Groups: u.Groups}
-	if len(u.Extra) > 0 {
-		info.Extra = map[string][]string{}
-		for k, v := range u.Extra {
-			info.Extra[k] = v
-		}
-	}
-	return &authenticator.Response{User: info}, true, nil
 }
 
 // authorize asks (or remembers) whether u may use verb on path.
