@@ -53,7 +53,8 @@ type LeaderElection struct {
 	// Identity of this agent in the Lease (default NodeName).
 	Identity string
 	// LeaseDuration, RenewDeadline, RetryPeriod as in client-go's
-	// leaderelection (defaults 15s, 10s, 2s).
+	// leaderelection (zero: DefaultLeaseDuration, DefaultRenewDeadline,
+	// DefaultRetryPeriod); see CheckTiming.
 	LeaseDuration, RenewDeadline, RetryPeriod time.Duration
 	// Candidates is how many agents campaign for the Lease: those of the
 	// nodes first in hash order of their names (election.go); the others
@@ -64,6 +65,28 @@ type LeaderElection struct {
 
 // DefaultLeaseNamespace is where the Lease lives unless configured.
 const DefaultLeaseNamespace = "moat-system"
+
+// The election's default timing, client-go's and kube-controller-manager's.
+// moat-agent's flags take their defaults from here, so that the command
+// and library users of Config run the same election.
+const (
+	DefaultLeaseDuration = 15 * time.Second
+	DefaultRenewDeadline = 10 * time.Second
+	DefaultRetryPeriod   = 2 * time.Second
+)
+
+// CheckTiming reports whether the durations, as given (no defaults
+// applied), can run an election: 0 < RetryPeriod < RenewDeadline <
+// LeaseDuration, as client-go's leaderelection requires. It is the one
+// place the rule is written: New applies it after defaults, moat-agent's
+// Validate to the flags.
+func (le LeaderElection) CheckTiming() error {
+	if le.RetryPeriod <= 0 || le.RetryPeriod >= le.RenewDeadline || le.RenewDeadline >= le.LeaseDuration {
+		// No values: callers name them (New by field, moat-agent by flag).
+		return errors.New("want 0 < retry period < renew deadline < lease duration")
+	}
+	return nil
+}
 
 func (c *Config) complete() error {
 	if c.NodeName == "" {
@@ -96,19 +119,23 @@ func (c *Config) complete() error {
 		le.Identity = c.NodeName
 	}
 	if le.LeaseDuration <= 0 {
-		le.LeaseDuration = 15 * time.Second
+		le.LeaseDuration = DefaultLeaseDuration
 	}
 	if le.RenewDeadline <= 0 {
-		le.RenewDeadline = 10 * time.Second
+		le.RenewDeadline = DefaultRenewDeadline
 	}
 	if le.RetryPeriod <= 0 {
-		le.RetryPeriod = 2 * time.Second
+		le.RetryPeriod = DefaultRetryPeriod
 	}
 	if le.Candidates == 0 {
 		le.Candidates = DefaultCandidates
 	}
-	if le.RenewDeadline >= le.LeaseDuration || le.RetryPeriod >= le.RenewDeadline {
-		return fmt.Errorf("leader election: want retry period (%s) < renew deadline (%s) < lease duration (%s)", le.RetryPeriod, le.RenewDeadline, le.LeaseDuration)
+	// Without an election the timing is unused: moat-agent
+	// --leader-elect=false ignores the --leader-elect-* durations.
+	if le.Enabled {
+		if err := le.CheckTiming(); err != nil {
+			return fmt.Errorf("leader election: retry period %s, renew deadline %s, lease duration %s: %w", le.RetryPeriod, le.RenewDeadline, le.LeaseDuration, err)
+		}
 	}
 	return nil
 }

@@ -87,9 +87,9 @@ func New() (*Options, error) {
 		AllowNodeLocal:          true,
 		Resync:                  5 * time.Minute,
 		LeaderElect:             true,
-		LeaseDuration:           15 * time.Second,
-		RenewDeadline:           10 * time.Second,
-		RetryPeriod:             2 * time.Second,
+		LeaseDuration:           agent.DefaultLeaseDuration,
+		RenewDeadline:           agent.DefaultRenewDeadline,
+		RetryPeriod:             agent.DefaultRetryPeriod,
 		Candidates:              agent.DefaultCandidates,
 		LockFile:                DefaultLockFile,
 		LeaderElectionNamespace: envOr("POD_NAMESPACE", agent.DefaultLeaseNamespace),
@@ -173,8 +173,11 @@ func (o *Options) Validate() error {
 	if o.LeaderElect && o.LeaderElectionNamespace == "" {
 		errs = append(errs, errors.New("--leader-election-namespace is empty"))
 	}
-	if o.LeaderElect && (o.RetryPeriod <= 0 || o.RetryPeriod >= o.RenewDeadline || o.RenewDeadline >= o.LeaseDuration) {
-		errs = append(errs, fmt.Errorf("--leader-elect-retry-period=%s, --leader-elect-renew-deadline=%s, --leader-elect-lease-duration=%s: want 0 < retry period < renew deadline < lease duration", o.RetryPeriod, o.RenewDeadline, o.LeaseDuration))
+	if o.LeaderElect {
+		// agent.LeaderElection holds the rule; the flags only name it.
+		if err := o.Config().LeaderElection.CheckTiming(); err != nil {
+			errs = append(errs, fmt.Errorf("--leader-elect-retry-period=%s, --leader-elect-renew-deadline=%s, --leader-elect-lease-duration=%s: %w", o.RetryPeriod, o.RenewDeadline, o.LeaseDuration, err))
+		}
 	}
 	if err := o.ValidateLogging(); err != nil {
 		errs = append(errs, err)

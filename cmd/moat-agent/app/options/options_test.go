@@ -21,6 +21,8 @@ func TestValidate(t *testing.T) {
 		{"no lease namespace", func(o *Options) { o.LeaderElectionNamespace = "" }, []string{"--leader-election-namespace"}},
 		{"no lease namespace without election", func(o *Options) { o.LeaderElectionNamespace, o.LeaderElect = "", false }, nil},
 		{"retry period not below renew deadline", func(o *Options) { o.RetryPeriod = 10 * time.Second }, []string{"--leader-elect-retry-period=10s"}},
+		{"zero retry period", func(o *Options) { o.RetryPeriod = 0 }, []string{"--leader-elect-retry-period=0s", "0 < retry period"}},
+		{"lease duration not above renew deadline", func(o *Options) { o.LeaseDuration = o.RenewDeadline }, []string{"--leader-elect-lease-duration=10s"}},
 		{"election timing ignored without election", func(o *Options) { o.LeaderElect, o.RetryPeriod = false, time.Hour }, nil},
 		{"profiling without metrics", func(o *Options) { o.Profiling, o.MetricsBindAddress = true, "" }, []string{"--profiling needs --metrics-bind-address"}},
 		{"key without certificate", func(o *Options) { o.TLSPrivateKeyFile = "/k" }, []string{"--tls-cert-file and --tls-private-key-file"}},
