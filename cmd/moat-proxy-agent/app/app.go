@@ -61,43 +61,25 @@ func Run(ctx context.Context, o *options.Options, signals <-chan os.Signal) erro
 	if err != nil {
 		return err
 	}
-	gate := o.NodeToControlPlane()
-	targets, _ := o.ParsedTargets()
+	cfg := o.Config()
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	var leaf *x509.Certificate
 	if len(tlsCfg.Certificates) > 0 {
 		leaf = tlsCfg.Certificates[0].Leaf
 	}
-	agentID := o.AgentIDFor(leaf)
-	cfg := agent.Config{
-		Server:             o.Server(),
-		Creds:              credentials.NewTLS(tlsCfg),
-		AgentID:            agentID,
-		Identifiers:        o.AgentIdentifiers,
-		TokenPath:          o.ServiceAccountTokenPath,
-		SyncInterval:       o.SyncInterval,
-		MaxBackoff:         o.SyncIntervalCap,
-		DialTimeout:        o.DialTimeout,
-		ConnectTimeout:     o.ConnectTimeout,
-		NodeToControlPlane: gate,
-		Targets:            targets,
-		Log:                log,
-		Registry:           reg,
-	}
-	if gate && len(targets) > 0 {
-		ip := net.ParseIP(o.BindAddress)
-		lease, err := bindaddr.Ensure(ip, o.BindInterface)
+	cfg.Creds, cfg.AgentID, cfg.Log, cfg.Registry = credentials.NewTLS(tlsCfg), o.AgentIDFor(leaf), log, reg
+	if cfg.BindAddress != nil {
+		lease, err := bindaddr.Ensure(cfg.BindAddress, o.BindInterface)
 		if err != nil {
 			return err
 		}
-		log.Info("Bind address ready", "address", ip.String(), "interface", o.BindInterface, "owned", lease.Added, "adopted", lease.Adopted)
+		log.Info("Bind address ready", "address", cfg.BindAddress.String(), "interface", o.BindInterface, "owned", lease.Added, "adopted", lease.Adopted)
 		defer func() {
 			if err := lease.Release(); err != nil {
 				log.Error(err, "Release bind address")
 			}
 		}()
-		cfg.BindAddress = ip
 	}
 	a, err := agent.New(cfg)
 	if err != nil {
@@ -111,7 +93,7 @@ func Run(ctx context.Context, o *options.Options, signals <-chan os.Signal) erro
 	}
 	defer stop()
 	go drainOnSignal(ctx, cancel, a, signals, o.DrainTimeout)
-	log.Info("Starting moat-proxy-agent", "agentID", agentID, "server", cfg.Server, "nodeToControlPlane", gate, "targets", len(targets))
+	log.Info("Starting moat-proxy-agent", "agentID", cfg.AgentID, "server", cfg.Server, "nodeToControlPlane", cfg.NodeToControlPlane, "targets", len(cfg.Targets))
 	return a.Run(ctx)
 }
 

@@ -1,8 +1,8 @@
 // Package options is moat-proxy-agent's command line: every flag with its
 // default (Flags, named as upstream's proxy-agent plus KEP-2025's
 // --bind-address and --target), the checks that need neither files nor a
-// server (Validate), and what they configure. The run loop is in
-// cmd/moat-proxy-agent/app.
+// server (Validate), and the tunnel/agent.Config they make (Config). The
+// run loop is in cmd/moat-proxy-agent/app.
 package options
 
 import (
@@ -179,7 +179,7 @@ func (o *Options) Validate() error {
 	if o.DialTimeout <= 0 {
 		errs = append(errs, fmt.Errorf("--dial-timeout %s: must be positive", o.DialTimeout))
 	}
-	if _, err := o.ParsedTargets(); err != nil {
+	if _, err := o.parsedTargets(); err != nil {
 		errs = append(errs, err)
 	}
 	if ip := net.ParseIP(o.BindAddress); o.BindAddress != "" && ip == nil {
@@ -204,8 +204,8 @@ func (o *Options) Validate() error {
 	return errors.Join(errs...)
 }
 
-// ParsedTargets are the --target values; local ports must be distinct.
-func (o *Options) ParsedTargets() ([]dest.Target, error) {
+// parsedTargets are the --target values; local ports must be distinct.
+func (o *Options) parsedTargets() ([]dest.Target, error) {
 	var out []dest.Target
 	seen := map[uint16]bool{}
 	for _, s := range o.Targets {
@@ -227,7 +227,29 @@ func (o *Options) NodeToControlPlane() bool {
 	return o.Features.Enabled(features.EnableClusterToMasterTraffic)
 }
 
-// Server is the proxy server's host:port.
-func (o *Options) Server() string {
-	return net.JoinHostPort(o.ProxyServerHost, strconv.Itoa(o.ProxyServerPort))
+// Config is the agent's behaviour from validated options. The run loop
+// adds what needs files or the process: Creds (from --ca-cert,
+// --agent-cert, --agent-key), AgentID when the certificate names a node
+// (AgentIDFor), Log and Registry; and it makes BindAddress local before
+// the agent listens on it.
+func (o *Options) Config() agent.Config {
+	targets, _ := o.parsedTargets()
+	cfg := agent.Config{
+		Server:             net.JoinHostPort(o.ProxyServerHost, strconv.Itoa(o.ProxyServerPort)),
+		AgentID:            o.AgentID,
+		Identifiers:        o.AgentIdentifiers,
+		TokenPath:          o.ServiceAccountTokenPath,
+		SyncInterval:       o.SyncInterval,
+		MaxBackoff:         o.SyncIntervalCap,
+		DialTimeout:        o.DialTimeout,
+		ConnectTimeout:     o.ConnectTimeout,
+		NodeToControlPlane: o.NodeToControlPlane(),
+		Targets:            targets,
+	}
+	if cfg.NodeToControlPlane && len(targets) > 0 {
+		// Without the gate or a target nothing listens: the address is
+		// neither added nor used.
+		cfg.BindAddress = net.ParseIP(o.BindAddress)
+	}
+	return cfg
 }

@@ -5,6 +5,7 @@ import (
 	"crypto/x509/pkix"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/spf13/pflag"
 )
@@ -76,5 +77,43 @@ func TestAgentIDFor(t *testing.T) {
 	o.AgentID = "given"
 	if got := o.AgentIDFor(node); got != "given" {
 		t.Errorf("--agent-id=given, node certificate: %q", got)
+	}
+}
+
+// Config carries every flag the library reads, and a bind address only
+// when something listens on it (the gate on and a --target): otherwise
+// the run loop would add an address nothing uses.
+func TestFlagsFillConfig(t *testing.T) {
+	args := []string{"--ca-cert=ca", "--proxy-server-host=10.1.2.3", "--proxy-server-port=8132", "--agent-id=node1",
+		"--agent-identifiers=host=node1", "--service-account-token-path=/t", "--sync-interval=2s", "--sync-interval-cap=20s",
+		"--dial-timeout=3s", "--connect-timeout=15s", "--bind-address=169.254.169.1", "--target=6443:kubernetes:443"}
+	for _, gate := range []bool{false, true} {
+		o, err := New()
+		if err != nil {
+			t.Fatal(err)
+		}
+		fs := pflag.NewFlagSet("x", pflag.ContinueOnError)
+		for _, f := range o.Flags().FlagSets {
+			fs.AddFlagSet(f)
+		}
+		a := args
+		if gate {
+			a = append(a, "--feature-gates=EnableClusterToMasterTraffic=true")
+		}
+		if err := fs.Parse(a); err != nil {
+			t.Fatal(err)
+		}
+		if err := o.Validate(); err != nil {
+			t.Fatal(err)
+		}
+		c := o.Config()
+		if c.Server != "10.1.2.3:8132" || c.AgentID != "node1" || c.Identifiers != "host=node1" || c.TokenPath != "/t" ||
+			c.SyncInterval != 2*time.Second || c.MaxBackoff != 20*time.Second || c.DialTimeout != 3*time.Second ||
+			c.ConnectTimeout != 15*time.Second || c.NodeToControlPlane != gate || len(c.Targets) != 1 || c.Targets[0].LocalPort != 6443 {
+			t.Errorf("gate %v: Config() = %+v", gate, c)
+		}
+		if got := c.BindAddress; gate != (got != nil) || (gate && got.String() != "169.254.169.1") {
+			t.Errorf("gate %v: Config().BindAddress = %v", gate, got)
+		}
 	}
 }
