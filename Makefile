@@ -6,9 +6,10 @@ build:
 	ln -sf moat bin/kubectl-moat
 	ln -sf moat bin/kubectl_complete-moat
 
-# The three container images, without a registry (docs/install.md).
+# The three container images, without a registry (docs/install.md), tagged
+# with deploy.Version as the manifests name them.
 images:
-	./hack/image/build.sh dev
+	./hack/image/build.sh
 
 test:
 	./hack/test.sh

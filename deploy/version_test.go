@@ -3,6 +3,7 @@ package deploy
 import (
 	"io/fs"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"regexp"
 	"strings"
@@ -43,5 +44,24 @@ func TestManifestsPinTheVersion(t *testing.T) {
 	}
 	if found < 6 {
 		t.Errorf("found %d image references, want the agent's, the cleanup's, the tunnel's and the kustomize overrides (6 or more)", found)
+	}
+}
+
+// TestBuildScriptsReadTheVersion: hack/lib/version.sh, which gives
+// hack/image/build.sh and make images their default tag, reads Version
+// from this package's source, so that locally built images carry the tag
+// the manifests name (review 13: they were tagged dev).
+func TestBuildScriptsReadTheVersion(t *testing.T) {
+	if _, err := exec.LookPath("bash"); err != nil {
+		t.Skip("no bash")
+	}
+	cmd := exec.Command("bash", "-c", `set -e; source hack/lib/version.sh; moat_version .`)
+	cmd.Dir = ".." // the repository's root
+	out, err := cmd.Output()
+	if err != nil {
+		t.Fatalf("moat_version: %v", err)
+	}
+	if got := strings.TrimSpace(string(out)); got != Version {
+		t.Errorf("hack/lib/version.sh reads %q, want deploy.Version %q", got, Version)
 	}
 }

@@ -29,15 +29,24 @@
 #
 # The images are for this machine's architecture.
 #
-# Usage: hack/image/build.sh [TAG]     (default TAG: dev; PODMAN=podman)
+# Usage: hack/image/build.sh [TAG]     (PODMAN=podman)
+# The default TAG is the version of this tree (deploy.Version, e.g. v0.1.0),
+# the tag every manifest in deploy/ names, so that images built here run
+# with the manifests unchanged.
 set -euo pipefail
 
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 repo=$(cd "${here}/../.." && pwd)
 # shellcheck source=hack/lib/packages.sh
 source "${repo}/hack/lib/packages.sh"
+# shellcheck source=hack/lib/version.sh
+source "${repo}/hack/lib/version.sh"
 
-tag=${1:-dev}
+if [[ $# -ge 1 ]]; then
+	tag=$1
+else
+	tag=$(moat_version "${repo}")
+fi
 if [[ $# -gt 1 || ${tag} == -* ]]; then
 	echo "usage: $0 [TAG]" >&2
 	exit 2
