@@ -221,40 +221,6 @@ func decodeAttrs(data []byte, f func(*netlink.AttributeDecoder)) error {
 	return ad.Err()
 }
 
-// NFTShape reads the shape through a knftables.Interface: the chains it
-// lists and the rules of those to count. Slow on a real table (one nft process per
-// chain) and blind to hooks and the dormant flag, which knftables does
-// not list: for fakes and wrappers, where NetlinkShape cannot reach.
-type NFTShape struct {
-	NFT knftables.Interface
-}
-
-// ReadShape implements ShapeReader; every chain reads as a regular one.
-func (r NFTShape) ReadShape(ctx context.Context, count []string) (*TableShape, error) {
-	chains, err := r.NFT.List(ctx, "chains")
-	if knftables.IsNotFound(err) {
-		return nil, nil
-	}
-	if err != nil {
-		return nil, fmt.Errorf("list the chains of table inet %s: %w", Table, err)
-	}
-	sh := &TableShape{Chains: map[string]ChainShape{}}
-	for _, c := range chains {
-		sh.Chains[c] = ChainShape{Rules: -1}
-	}
-	for _, c := range count {
-		if _, ok := sh.Chains[c]; !ok {
-			continue
-		}
-		rules, err := r.NFT.ListRules(ctx, c)
-		if err != nil {
-			return nil, fmt.Errorf("list the rules of chain %s of table inet %s: %w", c, Table, err)
-		}
-		sh.Chains[c] = ChainShape{Rules: len(rules)}
-	}
-	return sh, nil
-}
-
 // expectedShape is the shape rs programs: the fixed chains with their
 // hooks and rules, and each policy chain (rules not counted: -1).
 func (rs *Ruleset) expectedShape() *TableShape {
@@ -278,7 +244,8 @@ func countedChains() []string {
 }
 
 // shapeDiff describes how got differs from want, "" when it does not.
-// With hooks false (NFTShape) hooks are not compared. At most a few
+// With hooks false (a reader other than NetlinkShape, which may not
+// see them) hooks are not compared. At most a few
 // differences are named, with the number of the others.
 func shapeDiff(want, got *TableShape, hooks bool) string {
 	var diffs []string
