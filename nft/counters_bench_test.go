@@ -13,6 +13,25 @@ import (
 	"github.com/moat-net/moat/policy"
 )
 
+// syncBenchNode programs benchNode of the agent scale benchmark's
+// 30,000-pod cluster in a private network namespace, which leave leaves.
+func syncBenchNode(b *testing.B) (iface knftables.Interface, s *Syncer, res Result, leave func()) {
+	g := clustergen.Generate(clustergen.Config{Nodes: 300, Namespaces: 3000, Pods: 30000, NetworkPolicies: 19000, ClusterPolicies: 1000, Seed: 1, Workloads: true})
+	prog := policy.Compile(g.ToCluster(), policy.Options{IngressNetworksAndNodes: true, Node: benchNode})
+	leave = enterPrivateNetns(b)
+	iface, err := NewInterface()
+	if err != nil {
+		leave()
+		b.Fatal(err)
+	}
+	s = New(iface, Options{Node: benchNode})
+	if res, err = s.Sync(context.Background(), prog); err != nil {
+		leave()
+		b.Fatal(err)
+	}
+	return iface, s, res, leave
+}
+
 // BenchmarkReadCounters programs benchNode of the agent scale benchmark's
 // 30,000-pod cluster (BenchmarkRelabelWorkloads' cluster and options) in
 // a private network namespace and reads its drop counters both ways,
@@ -23,19 +42,9 @@ import (
 // kernel on its behalf) plus, for nft, that of the nft child it waited
 // for.
 func BenchmarkReadCounters(b *testing.B) {
-	g := clustergen.Generate(clustergen.Config{Nodes: 300, Namespaces: 3000, Pods: 30000, NetworkPolicies: 19000, ClusterPolicies: 1000, Seed: 1, Workloads: true})
-	prog := policy.Compile(g.ToCluster(), policy.Options{IngressNetworksAndNodes: true, Node: benchNode})
-	defer enterPrivateNetns(b)()
-	iface, err := NewInterface()
-	if err != nil {
-		b.Fatal(err)
-	}
+	iface, s, res, leave := syncBenchNode(b)
+	defer leave()
 	ctx := context.Background()
-	s := New(iface, Options{Node: benchNode})
-	res, err := s.Sync(ctx, prog)
-	if err != nil {
-		b.Fatal(err)
-	}
 	counters := len(s.Applied().counters)
 	readers := []struct {
 		name string

@@ -4,9 +4,6 @@ import (
 	"context"
 	"testing"
 	"time"
-
-	"github.com/moat-net/moat/internal/clustergen"
-	"github.com/moat-net/moat/policy"
 )
 
 // BenchmarkVerifyReadings programs benchNode of the agent scale
@@ -17,19 +14,9 @@ import (
 // BenchmarkReadCounters (the dumps run in the kernel on this process's
 // behalf).
 func BenchmarkVerifyReadings(b *testing.B) {
-	g := clustergen.Generate(clustergen.Config{Nodes: 300, Namespaces: 3000, Pods: 30000, NetworkPolicies: 19000, ClusterPolicies: 1000, Seed: 1, Workloads: true})
-	prog := policy.Compile(g.ToCluster(), policy.Options{IngressNetworksAndNodes: true, Node: benchNode})
-	defer enterPrivateNetns(b)()
-	iface, err := NewInterface()
-	if err != nil {
-		b.Fatal(err)
-	}
+	_, s, res, leave := syncBenchNode(b)
+	defer leave()
 	ctx := context.Background()
-	s := New(iface, Options{Node: benchNode})
-	res, err := s.Sync(ctx, prog)
-	if err != nil {
-		b.Fatal(err)
-	}
 	readings := []struct {
 		name string
 		read func() error
