@@ -7,6 +7,7 @@ package features
 
 import (
 	"fmt"
+	"strings"
 
 	"k8s.io/component-base/featuregate"
 	logsapi "k8s.io/component-base/logs/api/v1"
@@ -57,9 +58,38 @@ func New() (featuregate.MutableVersionedFeatureGate, error) {
 // IngressNetworksAndNodes on unnamed).
 func NewCLI() (featuregate.MutableVersionedFeatureGate, error) {
 	fg := featuregate.NewFeatureGate()
-	cli := map[featuregate.Feature]featuregate.FeatureSpec{IngressNetworksAndNodes: specs[IngressNetworksAndNodes]}
+	cli := map[featuregate.Feature]featuregate.FeatureSpec{}
+	for _, g := range policyGates {
+		cli[g] = specs[g]
+	}
 	if err := fg.Add(cli); err != nil {
 		return nil, fmt.Errorf("register Moat's compiler feature gates: %w", err)
 	}
 	return fg, nil
+}
+
+// policyGates are the gates that change what the policy compiler decides:
+// the ones an operator sets to change enforcement, and the only ones the
+// moat CLI honours.
+var policyGates = []featuregate.Feature{IngressNetworksAndNodes}
+
+// PolicyGates lists the gates of policyGates that gates holds, as its
+// KnownFeatures describes them ("Name=true|false (ALPHA -
+// default=false)"), for the --feature-gates help of moat and moat-agent.
+// The agent's gate holds more (component-base's logging gates, which its
+// --logging-format reads, the tunnel's, and the registry's AllAlpha and
+// AllBeta), but listing those beside the compiler's would offer values
+// that change nothing an operator enforces with it; both commands list
+// the same gates through this one function.
+func PolicyGates(gates featuregate.MutableFeatureGate) []string {
+	var out []string
+	for _, k := range gates.KnownFeatures() {
+		name, _, _ := strings.Cut(k, "=")
+		for _, g := range policyGates {
+			if name == string(g) {
+				out = append(out, k)
+			}
+		}
+	}
+	return out
 }

@@ -35,3 +35,23 @@ func TestNew(t *testing.T) {
 		t.Error("an unknown gate was accepted")
 	}
 }
+
+// moat and moat-agent list the same gates on --feature-gates: the policy
+// compiler's, not the registry's AllAlpha and AllBeta, the logging gates
+// or the tunnel's, which the agent's gate also holds.
+func TestPolicyGates(t *testing.T) {
+	agent, err := New()
+	if err != nil {
+		t.Fatal(err)
+	}
+	cli, err := NewCLI()
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := "IngressNetworksAndNodes=true|false (ALPHA - default=false)"
+	for name, fg := range map[string]featuregate.MutableFeatureGate{"New": agent, "NewCLI": cli} {
+		if got := PolicyGates(fg); len(got) != 1 || got[0] != want {
+			t.Errorf("PolicyGates(%s()) = %q, want [%q]", name, got, want)
+		}
+	}
+}

@@ -93,7 +93,7 @@ func (f *inputFlags) register(cmd *cobra.Command) {
 	gates.AddFlag(fl)
 	if g := fl.Lookup("feature-gates"); g != nil {
 		g.Value = gateValue{g.Value}
-		g.Usage = "gates of the policy compiler, as moat-agent takes them (key=true|false,...); the CLI honours only:\n" + strings.Join(cliGates(gates), "\n")
+		g.Usage = "gates of the policy compiler, as moat-agent takes them (key=true|false,...); the CLI honours only:\n" + strings.Join(features.PolicyGates(gates), "\n")
 	}
 	_ = cmd.RegisterFlagCompletionFunc("context", completeContexts(f))
 }
@@ -120,18 +120,6 @@ func (g gateValue) Set(v string) error {
 		}
 	}
 	return g.Value.Set(v)
-}
-
-// cliGates are the gates --feature-gates offers, as the registry
-// describes them, without its AllAlpha and AllBeta (refused).
-func cliGates(gates featuregate.MutableFeatureGate) []string {
-	var known []string
-	for _, k := range gates.KnownFeatures() {
-		if !strings.HasPrefix(k, "AllAlpha=") && !strings.HasPrefix(k, "AllBeta=") {
-			known = append(known, k)
-		}
-	}
-	return known
 }
 
 // isLive reports whether the snapshot comes from a cluster.

@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"os"
 	"os/signal"
+	"strings"
 	"syscall"
 
 	"github.com/spf13/cobra"
@@ -15,6 +16,7 @@ import (
 
 	"github.com/moat-net/moat/agent"
 	"github.com/moat-net/moat/cmd/moat-agent/app/options"
+	"github.com/moat-net/moat/features"
 	"github.com/moat-net/moat/internal/daemon"
 	"github.com/moat-net/moat/internal/kubeconfig"
 	"github.com/moat-net/moat/internal/metricsauth"
@@ -63,13 +65,21 @@ func NewCommand() (*cobra.Command, error) {
 	if err != nil {
 		return nil, err
 	}
-	return daemon.NewCommand("moat-agent",
+	cmd := daemon.NewCommand("moat-agent",
 		"Enforce NetworkPolicies and ClusterNetworkPolicies on this node with nftables",
 		long, o, func(ctx context.Context, signals <-chan os.Signal) error {
 			ctx, stop := daemon.StopOnSignal(ctx, signals)
 			defer stop()
 			return Run(ctx, o)
-		}), nil
+		})
+	// The registry's own usage lists every gate the agent's gate holds
+	// (AllAlpha, AllBeta, the logging and tunnel gates): it lists the
+	// policy compiler's, as moat's --feature-gates does. The others are
+	// still taken (--logging-format reads the logging gates).
+	if g := cmd.Flags().Lookup("feature-gates"); g != nil {
+		g.Usage = "Feature gates of the policy compiler (key=true|false,...; see above), the same as moat's --feature-gates; component-base's logging gates are taken too. Options are:\n" + strings.Join(features.PolicyGates(o.Features), "\n")
+	}
+	return cmd, nil
 }
 
 // resyncOnHangup turns each SIGHUP into a request for a forced resync,

@@ -84,3 +84,29 @@ func TestBadFlags(t *testing.T) {
 		})
 	}
 }
+
+// --feature-gates lists the gates moat's does (features.PolicyGates), not
+// every gate the agent's registry holds: AllAlpha, AllBeta, the logging
+// gates and the tunnel's change nothing the agent enforces.
+func TestHelpListsPolicyGates(t *testing.T) {
+	out, err := execute(t, "--help")
+	if err != nil {
+		t.Fatal(err)
+	}
+	i := strings.Index(out, "--feature-gates ")
+	if i < 0 {
+		t.Fatal("--help does not list --feature-gates")
+	}
+	usage := out[i:]
+	if j := strings.Index(usage, "\n      --"); j >= 0 {
+		usage = usage[:j] // up to the next flag
+	}
+	if !strings.Contains(usage, "IngressNetworksAndNodes=true|false") {
+		t.Errorf("--feature-gates does not list IngressNetworksAndNodes: %q", usage)
+	}
+	for _, gate := range []string{"AllAlpha", "AllBeta", "ContextualLogging", "LoggingAlphaOptions", "LoggingBetaOptions", "EnableClusterToMasterTraffic"} {
+		if strings.Contains(usage, gate) {
+			t.Errorf("--feature-gates lists %s: %q", gate, usage)
+		}
+	}
+}
