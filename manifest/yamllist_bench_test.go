@@ -4,8 +4,6 @@ import (
 	"bufio"
 	"bytes"
 	"runtime"
-	"runtime/metrics"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -14,6 +12,7 @@ import (
 
 	"github.com/moat-net/moat/decode"
 	"github.com/moat-net/moat/internal/clustergen"
+	"github.com/moat-net/moat/internal/peakheap"
 )
 
 // BenchmarkYAMLList reads the 10k-pod cluster as `kubectl get -A -o yaml`
@@ -40,7 +39,7 @@ func BenchmarkYAMLList(b *testing.B) {
 	for b.Loop() {
 		for i, how := range []string{"batches", "whole"} {
 			runtime.GC()
-			stop := peakHeap()
+			stop := peakheap.Start()
 			t0, c0 := time.Now(), cpuTime(b)
 			res := &decode.Result{}
 			var err error
@@ -71,33 +70,4 @@ func cpuTime(b *testing.B) time.Duration {
 		b.Fatal(err)
 	}
 	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
-}
-
-// peakHeap samples the live heap every few milliseconds until stopped:
-// B/op counts what was allocated, this what was held at once.
-func peakHeap() (stop func() uint64) {
-	s := []metrics.Sample{{Name: "/memory/classes/heap/objects:bytes"}}
-	var peak uint64
-	done := make(chan struct{})
-	var wg sync.WaitGroup
-	wg.Add(1)
-	go func() {
-		defer wg.Done()
-		t := time.NewTicker(2 * time.Millisecond)
-		defer t.Stop()
-		for {
-			metrics.Read(s)
-			peak = max(peak, s[0].Value.Uint64())
-			select {
-			case <-done:
-				return
-			case <-t.C:
-			}
-		}
-	}()
-	return func() uint64 {
-		close(done)
-		wg.Wait()
-		return peak
-	}
 }

@@ -5,14 +5,12 @@ import (
 	"io"
 	"net/netip"
 	"runtime"
-	"runtime/metrics"
-	"sync"
 	"testing"
-	"time"
 
 	networkingv1 "k8s.io/api/networking/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
+	"github.com/moat-net/moat/internal/peakheap"
 	"github.com/moat-net/moat/matrix"
 	"github.com/moat-net/moat/policy"
 )
@@ -46,35 +44,6 @@ func reviewCluster(pods int) *policy.Program {
 	return policy.Compile(c, policy.Options{})
 }
 
-// peakHeap samples the live heap every few milliseconds until stopped:
-// B/op counts what was allocated, this what was held at once.
-func peakHeap() (stop func() uint64) {
-	s := []metrics.Sample{{Name: "/memory/classes/heap/objects:bytes"}}
-	var peak uint64
-	done := make(chan struct{})
-	var wg sync.WaitGroup
-	wg.Add(1)
-	go func() {
-		defer wg.Done()
-		t := time.NewTicker(2 * time.Millisecond)
-		defer t.Stop()
-		for {
-			metrics.Read(s)
-			peak = max(peak, s[0].Value.Uint64())
-			select {
-			case <-done:
-				return
-			case <-t.C:
-			}
-		}
-	}()
-	return func() uint64 {
-		close(done)
-		wg.Wait()
-		return peak
-	}
-}
-
 // BenchmarkMatrix prints the matrix of the review's cluster (5 ports,
 // every pod) in each format: time, bytes allocated (B/op), the peak live
 // heap (peak-MB) and the output's size. json and html are measured at
@@ -91,7 +60,7 @@ func BenchmarkMatrix(b *testing.B) {
 			b.Run(fmt.Sprintf("pods=%d/%s", pods, format), func(b *testing.B) {
 				b.ReportAllocs()
 				runtime.GC()
-				stop := peakHeap()
+				stop := peakheap.Start()
 				var out countWriter
 				for b.Loop() {
 					m, err := matrix.New(prog, matrix.Options{})
