@@ -48,9 +48,12 @@ func waitFor(t *testing.T, what string, cond func() bool) {
 	}
 }
 
-// The agent connects to a real moat-proxy-server, reports ready, and on the
-// first signal drains and returns; its endpoints follow the options.
-func TestRunDrainsOnSignal(t *testing.T) {
+// agentOptions starts a moat-proxy-server on loopback, its PKI in a fresh
+// directory and its options adjusted by serverOpts, stopped when the test
+// ends; it returns options for an agent that reaches it with a
+// certificate for agentCN, health served on loopback and a quick sync.
+func agentOptions(t *testing.T, agentCN string, serverOpts func(*srvoptions.Options)) *options.Options {
+	t.Helper()
 	dir := t.TempDir()
 	ca, err := pki.NewCA(dir, "cluster")
 	if err != nil {
@@ -60,7 +63,7 @@ func TestRunDrainsOnSignal(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	agLeaf, err := ca.Issue("proxy-agent")
+	agLeaf, err := ca.Issue(agentCN)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -72,10 +75,11 @@ func TestRunDrainsOnSignal(t *testing.T) {
 	so.AgentBindAddress, so.AgentPort = "127.0.0.1", freePort(t)
 	so.ClusterCert, so.ClusterKey, so.ClusterCACert = srvLeaf.CertFile, srvLeaf.KeyFile, ca.CertFile
 	so.HealthPort, so.AdminPort = 0, 0
+	serverOpts(so)
 	sctx, scancel := context.WithCancel(context.Background())
 	sdone := make(chan error, 1)
 	go func() { sdone <- srvapp.Run(sctx, so) }()
-	defer func() { scancel(); <-sdone }()
+	t.Cleanup(func() { scancel(); <-sdone })
 
 	o, err := options.New()
 	if err != nil {
@@ -84,8 +88,15 @@ func TestRunDrainsOnSignal(t *testing.T) {
 	o.ProxyServerHost, o.ProxyServerPort = "127.0.0.1", so.AgentPort
 	o.CACert, o.AgentCert, o.AgentKey = ca.CertFile, agLeaf.CertFile, agLeaf.KeyFile
 	o.HealthServerHost, o.HealthServerPort = "127.0.0.1", freePort(t)
-	o.AdminServerPort, o.Profiling = freePort(t), true
 	o.SyncInterval = 50 * time.Millisecond
+	return o
+}
+
+// The agent connects to a real moat-proxy-server, reports ready, and on the
+// first signal drains and returns; its endpoints follow the options.
+func TestRunDrainsOnSignal(t *testing.T) {
+	o := agentOptions(t, "proxy-agent", func(*srvoptions.Options) {})
+	o.AdminServerPort, o.Profiling = freePort(t), true
 	if err := o.Validate(); err != nil {
 		t.Fatal(err)
 	}
@@ -119,42 +130,8 @@ func TestRunDrainsOnSignal(t *testing.T) {
 // that has no --agent-id announces the node's name, so a server that
 // requires bound identities gives it a tunnel (it refuses any other ID).
 func TestRunAgentIDFromNodeCertificate(t *testing.T) {
-	dir := t.TempDir()
-	ca, err := pki.NewCA(dir, "cluster")
-	if err != nil {
-		t.Fatal(err)
-	}
-	srvLeaf, err := ca.Issue("proxy-server", "localhost", "127.0.0.1")
-	if err != nil {
-		t.Fatal(err)
-	}
-	agLeaf, err := ca.Issue("system:node:node-a")
-	if err != nil {
-		t.Fatal(err)
-	}
-	so, err := srvoptions.New()
-	if err != nil {
-		t.Fatal(err)
-	}
-	so.UDSName, so.ServerPort = filepath.Join(dir, "s.sock"), 0
-	so.AgentBindAddress, so.AgentPort = "127.0.0.1", freePort(t)
-	so.ClusterCert, so.ClusterKey, so.ClusterCACert = srvLeaf.CertFile, srvLeaf.KeyFile, ca.CertFile
-	so.HealthPort, so.AdminPort = 0, 0
-	so.AgentIdentityBinding = "required"
-	sctx, scancel := context.WithCancel(context.Background())
-	sdone := make(chan error, 1)
-	go func() { sdone <- srvapp.Run(sctx, so) }()
-	defer func() { scancel(); <-sdone }()
-
-	o, err := options.New()
-	if err != nil {
-		t.Fatal(err)
-	}
-	o.ProxyServerHost, o.ProxyServerPort = "127.0.0.1", so.AgentPort
-	o.CACert, o.AgentCert, o.AgentKey = ca.CertFile, agLeaf.CertFile, agLeaf.KeyFile
-	o.HealthServerHost, o.HealthServerPort = "127.0.0.1", freePort(t)
+	o := agentOptions(t, "system:node:node-a", func(so *srvoptions.Options) { so.AgentIdentityBinding = "required" })
 	o.AdminServerPort = 0
-	o.SyncInterval = 50 * time.Millisecond
 	if err := o.Validate(); err != nil {
 		t.Fatal(err)
 	}
