@@ -6,7 +6,6 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/moat-net/moat/manifest"
 	"github.com/moat-net/moat/policy"
 )
 
@@ -14,47 +13,15 @@ import (
 // 10.1.2.0/24, whose Node lists its gateway 10.1.2.1 among its addresses.
 // Pod a/q runs on n2 with an address from n1's CIDR (a CNI with IP pools
 // of its own). a/x is ingress-isolated except from pods and nodes.
-const forgedCluster = `
-apiVersion: v1
-kind: Node
-metadata: {name: n1}
-spec: {podCIDRs: [10.1.1.0/24, "fd00::1:0/112"]}
-status: {addresses: [{type: InternalIP, address: 10.0.0.1}]}
----
-apiVersion: v1
-kind: Node
-metadata: {name: n2}
-spec: {podCIDRs: [10.1.2.0/24]}
-status: {addresses: [{type: InternalIP, address: 10.0.0.2}, {type: InternalIP, address: 10.1.2.1}]}
----
-apiVersion: v1
-kind: Namespace
-metadata: {name: a}
----
-apiVersion: v1
-kind: Pod
-metadata: {name: x, namespace: a}
-spec: {nodeName: n1, containers: [{name: c}]}
-status: {podIPs: [{ip: 10.1.1.1}, {ip: "fd00::1:1"}]}
----
-apiVersion: v1
-kind: Pod
-metadata: {name: "y", namespace: a}
-spec: {nodeName: n2, containers: [{name: c}]}
-status: {podIP: 10.1.2.10}
----
-apiVersion: v1
-kind: Pod
-metadata: {name: q, namespace: a}
-spec: {nodeName: n2, containers: [{name: c}]}
-status: {podIP: 10.1.1.50}
----
-apiVersion: v1
-kind: Pod
-metadata: {name: h, namespace: a}
-spec: {nodeName: n1, hostNetwork: true, containers: [{name: c}]}
-status: {podIP: 10.0.0.1}
-`
+var forgedCluster = manifests(
+	fixNode{name: "n1", podCIDRs: []string{"10.1.1.0/24", "fd00::1:0/112"}, internal: []string{"10.0.0.1"}},
+	fixNode{name: "n2", podCIDRs: []string{"10.1.2.0/24"}, internal: []string{"10.0.0.2", "10.1.2.1"}},
+	fixNamespace("a"),
+	fixPod{namespace: "a", name: "x", node: "n1", ips: []string{"10.1.1.1", "fd00::1:1"}},
+	fixPod{namespace: "a", name: "y", node: "n2", ips: []string{"10.1.2.10"}},
+	fixPod{namespace: "a", name: "q", node: "n2", ips: []string{"10.1.1.50"}},
+	fixPod{namespace: "a", name: "h", node: "n1", hostNetwork: true, ips: []string{"10.0.0.1"}},
+)
 
 // TestForgedSources: a new connection from an address inside a node's
 // pod CIDRs, which no pod owns, is denied before any policy, as that
@@ -124,17 +91,4 @@ func TestForgedVerdictAllocatesNothing(t *testing.T) {
 	if n := testing.AllocsPerRun(100, func() { prog.Allowed(f) }); n != 0 {
 		t.Errorf("Allowed allocates %v times per forged flow", n)
 	}
-}
-
-// compileWith compiles manifests without the semantics base cluster.
-func compileWith(t *testing.T, y string, opts policy.Options) *policy.Program {
-	t.Helper()
-	res, err := (&manifest.Loader{Stdin: strings.NewReader(y)}).Load("-")
-	if err != nil {
-		t.Fatalf("load: %v", err)
-	}
-	if len(res.Dropped) > 0 {
-		t.Fatalf("dropped objects: %v %v", res.Dropped, res.Diagnostics)
-	}
-	return policy.Compile(&res.Cluster, opts)
 }

@@ -9,22 +9,11 @@ import (
 )
 
 // hairpinPod is pod a/p (app: p) alone on node n1.
-const hairpinPod = `
-apiVersion: v1
-kind: Node
-metadata: {name: n1}
-status: {addresses: [{type: InternalIP, address: 10.0.0.1}]}
----
-apiVersion: v1
-kind: Namespace
-metadata: {name: a}
----
-apiVersion: v1
-kind: Pod
-metadata: {name: p, namespace: a, labels: {app: p}}
-spec: {nodeName: n1, containers: [{name: c}]}
-status: {podIP: 10.1.1.1}
-`
+var hairpinPod = manifests(
+	fixNode{name: "n1", internal: []string{"10.0.0.1"}},
+	fixNamespace("a"),
+	fixPod{namespace: "a", name: "p", node: "n1", labels: map[string]string{"app": "p"}, ips: []string{"10.1.1.1"}},
+)
 
 const (
 	hairpinAdminDeny = `---

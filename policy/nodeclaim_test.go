@@ -6,7 +6,6 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/moat-net/moat/manifest"
 	"github.com/moat-net/moat/policy"
 )
 
@@ -14,35 +13,13 @@ import (
 // (a compromised node writing its own status), and 10.0.0.9, no pod's yet.
 // Pods in namespace b may reach nodes only; a/x is ingress-isolated but
 // from nodes.
-const nodeClaimCluster = `
-apiVersion: v1
-kind: Node
-metadata: {name: n1}
-status: {addresses: [{type: InternalIP, address: 10.0.0.1}]}
----
-apiVersion: v1
-kind: Node
-metadata: {name: n2}
-status: {addresses: [{type: InternalIP, address: 10.0.0.2}, {type: ExternalIP, address: 10.1.1.1}, {type: ExternalIP, address: 10.0.0.9}]}
----
-apiVersion: v1
-kind: Pod
-metadata: {name: x, namespace: a}
-spec: {nodeName: n1, containers: [{name: c}]}
-status: {podIP: 10.1.1.1}
----
-apiVersion: v1
-kind: Pod
-metadata: {name: z, namespace: b}
-spec: {nodeName: n1, containers: [{name: c}]}
-status: {podIP: 10.1.1.2}
----
-apiVersion: v1
-kind: Pod
-metadata: {name: w, namespace: b}
-spec: {nodeName: n1, containers: [{name: c}]}
-status: {podIP: 10.1.1.3}
----
+var nodeClaimCluster = manifests(
+	fixNode{name: "n1", internal: []string{"10.0.0.1"}},
+	fixNode{name: "n2", internal: []string{"10.0.0.2"}, external: []string{"10.1.1.1", "10.0.0.9"}},
+	fixPod{namespace: "a", name: "x", node: "n1", ips: []string{"10.1.1.1"}},
+	fixPod{namespace: "b", name: "z", node: "n1", ips: []string{"10.1.1.2"}},
+	fixPod{namespace: "b", name: "w", node: "n1", ips: []string{"10.1.1.3"}},
+	yamlDoc(`
 apiVersion: policy.networking.k8s.io/v1alpha2
 kind: ClusterNetworkPolicy
 metadata: {name: only-nodes}
@@ -53,7 +30,8 @@ spec:
   egress:
   - {name: to-nodes, action: Accept, to: [{nodes: {}}]}
   - {name: deny-rest, action: Deny, to: [{networks: ["0.0.0.0/0"]}]}
-`
+`),
+)
 
 // nodeClaimFlows are the flows whose verdicts show whether the nodes
 // peer holds 10.1.1.1 and 10.0.0.9: b/z's egress accepts nodes only.
@@ -74,22 +52,13 @@ func nodeClaimFlows(t *testing.T, p *policy.Program) map[string]bool {
 	return out
 }
 
-func loadCluster(t *testing.T, y string) *policy.Cluster {
-	t.Helper()
-	res, err := (&manifest.Loader{Stdin: strings.NewReader(y)}).Load("-")
-	if err != nil {
-		t.Fatalf("load: %v", err)
-	}
-	return &res.Cluster
-}
-
 // TestNodePeerLeavesOutPodAddresses: a `nodes` peer does not take an
 // address that a pod-network pod claims (review 7 F11: a Node listing pod
 // a/x's address made "Accept to nodes" accept a/x), and a warning names
 // node and pod; the Compiler refreshes the peer when a pod takes or gives
 // back a node's address, as a full compile of each step does.
 func TestNodePeerLeavesOutPodAddresses(t *testing.T) {
-	c := loadCluster(t, nodeClaimCluster)
+	c := loadAlone(t, nodeClaimCluster)
 	for _, opts := range []policy.Options{{}, {Node: "n1"}} {
 		comp := policy.NewCompiler(c, opts)
 		steps := []struct {
@@ -141,6 +110,6 @@ func TestNodePeerLeavesOutPodAddresses(t *testing.T) {
 			}
 			sameProgram(t, st.what, inc, full)
 		}
-		c = loadCluster(t, nodeClaimCluster)
+		c = loadAlone(t, nodeClaimCluster)
 	}
 }

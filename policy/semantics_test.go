@@ -5,7 +5,6 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/moat-net/moat/manifest"
 	"github.com/moat-net/moat/matrix"
 	"github.com/moat-net/moat/policy"
 )
@@ -83,15 +82,7 @@ func compile(t *testing.T, policies string, opts policy.Options) *policy.Program
 // load reads the base cluster and policies.
 func load(t *testing.T, policies string) *policy.Cluster {
 	t.Helper()
-	l := manifest.Loader{Stdin: strings.NewReader(baseCluster + "\n---\n" + policies)}
-	res, err := l.Load("-")
-	if err != nil {
-		t.Fatalf("load: %v", err)
-	}
-	if len(res.Dropped) > 0 {
-		t.Fatalf("dropped objects: %v %v", res.Dropped, res.Diagnostics)
-	}
-	return &res.Cluster
+	return loadAlone(t, baseCluster+"\n---\n"+policies)
 }
 
 func runFlows(t *testing.T, prog *policy.Program, cases []flowCase) {
