@@ -21,7 +21,7 @@ import (
 // A client-go candidate that does not lead reads the Lease every
 // RetryPeriod (up to 1.2 times it), a quorum read: with every agent of a
 // DaemonSet campaigning, 5,000 nodes cost the API server and etcd ~1,500
-// Lease GETs/s to elect one status writer (review 10, F3). So only the
+// Lease GETs/s to elect one status writer. So only the
 // agents of the LeaderElection.Candidates nodes first in hash order of
 // their names campaign. Every agent computes that order from its own Node
 // cache and evaluates it again as nodes come and go, so the agents agree
