@@ -20,6 +20,7 @@ import (
 
 	"github.com/moat-net/moat/deploy"
 	"github.com/moat-net/moat/internal/kubetest"
+	"github.com/moat-net/moat/internal/testenv"
 )
 
 // The cluster the agent container enforces for its node: a server pod and a
@@ -158,9 +159,9 @@ func testAgentImage(ctx context.Context, t *testing.T, pm *podman, root, image s
 		}
 	})
 
-	health := fmt.Sprintf("127.0.0.1:%d", freePort(t))
+	health := fmt.Sprintf("127.0.0.1:%d", testenv.FreePort(t))
 	args := daemonSetArgs(t, root, map[string]string{
-		"--metrics-bind-address": fmt.Sprintf("127.0.0.1:%d", freePort(t)),
+		"--metrics-bind-address": fmt.Sprintf("127.0.0.1:%d", testenv.FreePort(t)),
 		"--health-bind-address":  health,
 	})
 	args = append(args, "--kubeconfig=/etc/moat/kubeconfig", "--netns="+netns, "-v=2")

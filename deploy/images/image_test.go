@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"context"
 	"fmt"
-	"net"
 	"net/http"
 	"os"
 	"os/exec"
@@ -196,18 +195,6 @@ func waitHTTP(ctx context.Context, t *testing.T, pm *podman, container, url stri
 		time.Sleep(200 * time.Millisecond)
 	}
 	t.Fatalf("%s did not answer 200 within %s (last: %s)", url, timeout, last)
-}
-
-// freePort returns a TCP port on loopback that was free a moment ago; the
-// containers share the host's network, so they bind it there.
-func freePort(t *testing.T) int {
-	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port
 }
 
 func lastLines(b []byte, n int) string {

@@ -22,6 +22,8 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
 	kclient "sigs.k8s.io/apiserver-network-proxy/konnectivity-client/pkg/client"
+
+	"github.com/moat-net/moat/internal/testenv"
 )
 
 // testTunnelImages runs both tunnel images (scratch images: the binary and
@@ -56,8 +58,8 @@ func testTunnelImages(ctx context.Context, t *testing.T, pm *podman, serverImage
 	t.Cleanup(func() { srv.Close() })
 
 	prefix := fmt.Sprintf("moatimg-%d", os.Getpid())
-	agentPort, serverHealth, serverAdmin := freePort(t), freePort(t), freePort(t)
-	agentHealth, agentAdmin := freePort(t), freePort(t)
+	agentPort, serverHealth, serverAdmin := testenv.FreePort(t), testenv.FreePort(t), testenv.FreePort(t)
+	agentHealth, agentAdmin := testenv.FreePort(t), testenv.FreePort(t)
 	server := prefix + "-proxy-server"
 	pm.start(ctx, t, server,
 		"--network", "host",

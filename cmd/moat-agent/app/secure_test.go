@@ -7,6 +7,7 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
 
@@ -19,6 +20,7 @@ import (
 	"github.com/moat-net/moat/agent"
 	"github.com/moat-net/moat/internal/kubetest"
 	"github.com/moat-net/moat/internal/metricsauth"
+	"github.com/moat-net/moat/internal/testenv"
 )
 
 // TestSecureMetricsAgainstAPIServer (review 10, F15): the agent's metrics
@@ -83,7 +85,7 @@ func TestSecureMetricsAgainstAPIServer(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	addr := "127.0.0.1:" + freePort(t)
+	addr := "127.0.0.1:" + strconv.Itoa(testenv.FreePort(t))
 	srv, err := listen(addr, addr)
 	if err != nil {
 		t.Fatal(err)

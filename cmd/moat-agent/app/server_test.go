@@ -4,8 +4,8 @@ import (
 	"context"
 	"errors"
 	"io"
-	"net"
 	"net/http"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -13,6 +13,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/moat-net/moat/agent"
+	"github.com/moat-net/moat/internal/testenv"
 )
 
 // stubAgent answers the checks as told.
@@ -54,7 +55,7 @@ func TestEndpoints(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			metrics, health := tc.metrics, tc.health
 			if tc.wantMetricsOnHealth {
-				metrics = "127.0.0.1:" + freePort(t)
+				metrics = "127.0.0.1:" + strconv.Itoa(testenv.FreePort(t))
 				health = metrics
 			}
 			srv, err := listen(metrics, health)
@@ -106,17 +107,6 @@ func TestEndpoints(t *testing.T) {
 			}
 		})
 	}
-}
-
-func freePort(t *testing.T) string {
-	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer l.Close()
-	_, port, _ := net.SplitHostPort(l.Addr().String())
-	return port
 }
 
 func TestProfiling(t *testing.T) {

@@ -3,7 +3,6 @@ package app
 import (
 	"context"
 	"io"
-	"net"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -16,17 +15,9 @@ import (
 	"github.com/moat-net/moat/cmd/moat-proxy-agent/app/options"
 	srvapp "github.com/moat-net/moat/cmd/moat-proxy-server/app"
 	srvoptions "github.com/moat-net/moat/cmd/moat-proxy-server/app/options"
+	"github.com/moat-net/moat/internal/testenv"
 	"github.com/moat-net/moat/internal/testenv/pki"
 )
-
-func freePort(t *testing.T) int {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ln.Close()
-	return ln.Addr().(*net.TCPAddr).Port
-}
 
 func get(url string) (int, string) {
 	resp, err := http.Get(url)
@@ -72,7 +63,7 @@ func agentOptions(t *testing.T, agentCN string, serverOpts func(*srvoptions.Opti
 		t.Fatal(err)
 	}
 	so.UDSName, so.ServerPort = filepath.Join(dir, "s.sock"), 0
-	so.AgentBindAddress, so.AgentPort = "127.0.0.1", freePort(t)
+	so.AgentBindAddress, so.AgentPort = "127.0.0.1", testenv.FreePort(t)
 	so.ClusterCert, so.ClusterKey, so.ClusterCACert = srvLeaf.CertFile, srvLeaf.KeyFile, ca.CertFile
 	so.HealthPort, so.AdminPort = 0, 0
 	serverOpts(so)
@@ -87,7 +78,7 @@ func agentOptions(t *testing.T, agentCN string, serverOpts func(*srvoptions.Opti
 	}
 	o.ProxyServerHost, o.ProxyServerPort = "127.0.0.1", so.AgentPort
 	o.CACert, o.AgentCert, o.AgentKey = ca.CertFile, agLeaf.CertFile, agLeaf.KeyFile
-	o.HealthServerHost, o.HealthServerPort = "127.0.0.1", freePort(t)
+	o.HealthServerHost, o.HealthServerPort = "127.0.0.1", testenv.FreePort(t)
 	o.SyncInterval = 50 * time.Millisecond
 	return o
 }
@@ -96,7 +87,7 @@ func agentOptions(t *testing.T, agentCN string, serverOpts func(*srvoptions.Opti
 // first signal drains and returns; its endpoints follow the options.
 func TestRunDrainsOnSignal(t *testing.T) {
 	o := agentOptions(t, "proxy-agent", func(*srvoptions.Options) {})
-	o.AdminServerPort, o.Profiling = freePort(t), true
+	o.AdminServerPort, o.Profiling = testenv.FreePort(t), true
 	if err := o.Validate(); err != nil {
 		t.Fatal(err)
 	}

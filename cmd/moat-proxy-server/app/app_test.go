@@ -3,7 +3,6 @@ package app
 import (
 	"context"
 	"io"
-	"net"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -13,17 +12,9 @@ import (
 	"time"
 
 	"github.com/moat-net/moat/cmd/moat-proxy-server/app/options"
+	"github.com/moat-net/moat/internal/testenv"
 	"github.com/moat-net/moat/internal/testenv/pki"
 )
-
-func freePort(t *testing.T) int {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ln.Close()
-	return ln.Addr().(*net.TCPAddr).Port
-}
 
 func get(url string) (int, string) {
 	resp, err := http.Get(url)
@@ -50,10 +41,10 @@ func testOptions(t *testing.T, dir string) *options.Options {
 		t.Fatal(err)
 	}
 	o.UDSName, o.ServerPort = filepath.Join(dir, "konnectivity.sock"), 0
-	o.AgentBindAddress, o.AgentPort = "127.0.0.1", freePort(t)
+	o.AgentBindAddress, o.AgentPort = "127.0.0.1", testenv.FreePort(t)
 	o.ClusterCert, o.ClusterKey, o.ClusterCACert = leaf.CertFile, leaf.KeyFile, ca.CertFile
-	o.HealthBindAddress, o.HealthPort = "127.0.0.1", freePort(t)
-	o.AdminPort, o.Profiling = freePort(t), true
+	o.HealthBindAddress, o.HealthPort = "127.0.0.1", testenv.FreePort(t)
+	o.AdminPort, o.Profiling = testenv.FreePort(t), true
 	if err := o.Validate(); err != nil {
 		t.Fatal(err)
 	}
