@@ -107,17 +107,9 @@ func testAgentImage(ctx context.Context, t *testing.T, pm *podman, root, image s
 	env := kubetest.Start(ctx, t, kubetest.WithCRDs(crds))
 
 	// The agent's namespace, ServiceAccount and RBAC as shipped.
-	var objs []*unstructured.Unstructured
-	for _, f := range []string{"namespace.yaml", "rbac.yaml"} {
-		data, err := os.ReadFile(filepath.Join(root, "deploy/agent", f))
-		if err != nil {
-			t.Fatal(err)
-		}
-		o, err := kubetest.DecodeYAML(data)
-		if err != nil {
-			t.Fatalf("deploy/agent/%s: %v", f, err)
-		}
-		objs = append(objs, o...)
+	objs, err := kubetest.AgentManifests()
+	if err != nil {
+		t.Fatal(err)
 	}
 	cluster, err := kubetest.DecodeYAML([]byte(clusterYAML))
 	if err != nil {

@@ -192,3 +192,21 @@ func TestDecodeYAML(t *testing.T) {
 		})
 	}
 }
+
+// TestAgentManifests: what tests apply for the agent holds its namespace
+// and the ServiceAccount whose token they then use.
+func TestAgentManifests(t *testing.T) {
+	objs, err := AgentManifests()
+	if err != nil {
+		t.Fatal(err)
+	}
+	has := map[string]bool{}
+	for _, o := range objs {
+		has[o.GetKind()+" "+o.GetNamespace()+"/"+o.GetName()] = true
+	}
+	for _, want := range []string{"Namespace /moat-system", "ServiceAccount moat-system/moat-agent"} {
+		if !has[want] {
+			t.Errorf("no %s in %v", want, has)
+		}
+	}
+}

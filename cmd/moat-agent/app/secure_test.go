@@ -5,8 +5,6 @@ import (
 	"crypto/tls"
 	"io"
 	"net/http"
-	"os"
-	"path/filepath"
 	"strconv"
 	"strings"
 	"testing"
@@ -15,7 +13,6 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 
 	"github.com/moat-net/moat/agent"
 	"github.com/moat-net/moat/internal/kubetest"
@@ -36,21 +33,9 @@ func TestSecureMetricsAgainstAPIServer(t *testing.T) {
 	}
 	ctx := context.Background()
 	env := kubetest.Start(ctx, t)
-	root, err := kubetest.RepoRoot()
+	objs, err := kubetest.AgentManifests()
 	if err != nil {
 		t.Fatal(err)
-	}
-	var objs []*unstructured.Unstructured
-	for _, f := range []string{"namespace.yaml", "rbac.yaml"} {
-		data, err := os.ReadFile(filepath.Join(root, "deploy", "agent", f))
-		if err != nil {
-			t.Fatal(err)
-		}
-		o, err := kubetest.DecodeYAML(data)
-		if err != nil {
-			t.Fatalf("deploy/agent/%s: %v", f, err)
-		}
-		objs = append(objs, o...)
 	}
 	if err := env.Apply(ctx, objs, kubetest.ApplyOptions{}); err != nil {
 		t.Fatalf("apply agent RBAC: %v", err)
