@@ -13,7 +13,8 @@ import (
 )
 
 // liveQuickstart starts a real kube-apiserver holding the quickstart and
-// returns a kubeconfig whose context "moat-test" has namespace ns.
+// returns a kubeconfig whose context "moat-test" has namespace ns (none
+// if ns is empty).
 func liveQuickstart(t *testing.T, ns string) (*kubetest.Env, string) {
 	t.Helper()
 	if testing.Short() {
@@ -31,6 +32,9 @@ func liveQuickstart(t *testing.T, ns string) (*kubetest.Env, string) {
 	kc, err := kubesourcetest.WriteKubeconfig(env, t.TempDir(), "moat-test")
 	if err != nil {
 		t.Fatal(err)
+	}
+	if ns == "" {
+		return env, kc
 	}
 	cfg, err := clientcmd.LoadFromFile(kc)
 	if err != nil {

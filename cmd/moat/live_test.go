@@ -1,13 +1,8 @@
 package main
 
 import (
-	"context"
 	"strings"
 	"testing"
-
-	"github.com/moat-net/moat/deploy"
-	"github.com/moat-net/moat/internal/kubetest"
-	"github.com/moat-net/moat/kubesource/kubesourcetest"
 )
 
 // TestLiveCluster runs the commands against a real kube-apiserver holding
@@ -15,24 +10,8 @@ import (
 // -f files are layered on top as a proposed change, and the kubectl plugin
 // reads the cluster by default.
 func TestLiveCluster(t *testing.T) {
-	if testing.Short() {
-		t.Skip("starts a real kube-apiserver; runs without -short")
-	}
-	ctx := context.Background()
-	crds, err := deploy.CRDs(deploy.Experimental)
-	if err != nil {
-		t.Fatal(err)
-	}
-	env := kubetest.Start(ctx, t, kubetest.WithCRDs(crds))
-	const dir = "../../examples/quickstart"
-	if err := kubesourcetest.ApplyFiles(ctx, env, dir+"/cluster.yaml", dir+"/policy.yaml"); err != nil {
-		t.Fatal(err)
-	}
-	kc, err := kubesourcetest.WriteKubeconfig(env, t.TempDir(), "moat-test")
-	if err != nil {
-		t.Fatal(err)
-	}
-	golden := readFile(t, dir+"/matrix.golden")
+	env, kc := liveQuickstart(t, "")
+	golden := readFile(t, quickstart+"/matrix.golden")
 
 	out, errOut, code := run(t, "", "matrix", "--kubeconfig", kc, "--peer", "203.0.113.10")
 	if code != 0 || out != golden {
