@@ -30,20 +30,10 @@ func TestLiveCluster(t *testing.T) {
 		t.Errorf("unknown context: code %d, stderr %q", code, errOut)
 	}
 
-	// A proposed change layered on the cluster: db-from-api now also
-	// admits the web tier.
-	const change = `apiVersion: networking.k8s.io/v1
-kind: NetworkPolicy
-metadata: {name: db-from-api, namespace: backend}
-spec:
-  podSelector: {matchLabels: {app: db}}
-  policyTypes: [Ingress]
-  ingress:
-  - from: [{podSelector: {matchLabels: {app: api}}}, {namespaceSelector: {matchLabels: {team: web}}}]
-    ports: [{port: 5432}]
-`
+	// A proposed change layered on the cluster: dbAlsoFromWeb, db-from-api
+	// now also admitting the web tier.
 	before, _, _ := run(t, "", "explain", "--live", "--from", "frontend/web", "--to", "backend/db", "--port", "5432")
-	after, errOut, code := run(t, change, "explain", "--live", "-f", "-", "--from", "frontend/web", "--to", "backend/db", "--port", "5432")
+	after, errOut, code := run(t, dbAlsoFromWeb, "explain", "--live", "-f", "-", "--from", "frontend/web", "--to", "backend/db", "--port", "5432")
 	if !strings.Contains(before, "DENIED") || code != 0 || !strings.Contains(after, "ALLOWED") || !strings.Contains(after, "backend/db-from-api ingress rule 0 allows it") {
 		t.Errorf("layered change: before:\n%s\nafter (code %d):\n%s%s", before, code, after, errOut)
 	}
@@ -51,13 +41,13 @@ spec:
 		t.Errorf("stderr does not say the files are layered: %q", errOut)
 	}
 	// An invalid change is refused even though the cluster is fine.
-	bad := strings.Replace(change, "port: 5432", "port: 5432, endPort: 80", 1)
+	bad := strings.Replace(dbAlsoFromWeb, "port: 5432", "port: 5432, endPort: 80", 1)
 	if out, _, code := run(t, bad, "check", "--live", "-f", "-"); code != 1 || !strings.Contains(out, "NetworkPolicy backend/db-from-api: spec.ingress[0].ports[0].endPort") {
 		t.Errorf("invalid change: code %d, out %q", code, out)
 	}
 
 	// What-if against the cluster: the same change, as moat diff.
-	if out, errOut, code := run(t, change, "diff", "--live", "--after", "-"); code != exitChanged || !strings.Contains(out, "frontend/web  backend/db  5432/TCP  denied  allowed") {
+	if out, errOut, code := run(t, dbAlsoFromWeb, "diff", "--live", "--after", "-"); code != exitChanged || !strings.Contains(out, "frontend/web  backend/db  5432/TCP  denied  allowed") {
 		t.Errorf("live diff: code %d, stderr %q, out:\n%s", code, errOut, out)
 	}
 
