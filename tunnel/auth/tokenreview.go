@@ -9,10 +9,16 @@ package auth
 
 import (
 	"context"
+	"fmt"
+	"net/netip"
+	"strings"
 	"time"
 
 	"github.com/moat-net/moat/internal/tokenreview"
 	"github.com/prometheus/client_golang/prometheus"
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
 )
 
@@ -89,4 +95,51 @@ func (a *TokenReview) Authenticate(ctx context.Context, token string) (node stri
 		return v[0], nil
 	}
 	return "", nil
+}
+
+// Nodes reads Node objects for server.Config.Nodes: the addresses a
+// token-bound agent may claim are those of its node's status.addresses,
+// the ones kube-apiserver dials that node's kubelet at. It needs get on
+// nodes.
+type Nodes struct {
+	Client kubernetes.Interface
+	// Timeout bounds one read (default DefaultTimeout), so a slow API
+	// server cannot hold a connecting agent past the agent's
+	// --connect-timeout together with the token's review.
+	Timeout time.Duration
+}
+
+// NodeAddresses implements server.NodeLookup: the IP addresses (types
+// InternalIP and ExternalIP; others and unparsable values are skipped)
+// and the DNS names (Hostname, InternalDNS, ExternalDNS: lower-case,
+// without a trailing dot) the Node lists.
+func (n Nodes) NodeAddresses(ctx context.Context, node string) ([]netip.Addr, []string, error) {
+	timeout := n.Timeout
+	if timeout <= 0 {
+		timeout = DefaultTimeout
+	}
+	ctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+	obj, err := n.Client.CoreV1().Nodes().Get(ctx, node, metav1.GetOptions{})
+	if err != nil {
+		if apierrors.IsForbidden(err) {
+			return nil, nil, fmt.Errorf("get Node %q: %w (moat-proxy-server's --kubeconfig identity needs get on nodes: deploy/tunnel/moat-proxy-server-rbac.yaml)", node, err)
+		}
+		return nil, nil, fmt.Errorf("get Node %q: %w", node, err)
+	}
+	var addrs []netip.Addr
+	var hosts []string
+	for _, a := range obj.Status.Addresses {
+		switch a.Type {
+		case corev1.NodeInternalIP, corev1.NodeExternalIP:
+			if ip, err := netip.ParseAddr(a.Address); err == nil && ip.Zone() == "" {
+				addrs = append(addrs, ip.Unmap())
+			}
+		case corev1.NodeHostName, corev1.NodeInternalDNS, corev1.NodeExternalDNS:
+			if h := strings.ToLower(strings.TrimSuffix(a.Address, ".")); h != "" {
+				hosts = append(hosts, h)
+			}
+		}
+	}
+	return addrs, hosts, nil
 }

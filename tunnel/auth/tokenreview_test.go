@@ -3,8 +3,11 @@ package auth
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"net/http"
 	"net/http/httptest"
+	"net/netip"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -13,8 +16,14 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	authv1 "k8s.io/api/authentication/v1"
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/kubernetes/fake"
 	"k8s.io/client-go/rest"
+	k8stesting "k8s.io/client-go/testing"
 )
 
 // fakeAPIServer answers TokenReviews over real HTTP the way kube-apiserver
@@ -194,4 +203,42 @@ func eventually(t *testing.T, cond func() bool) {
 		time.Sleep(50 * time.Millisecond)
 	}
 	t.Fatal("condition never held")
+}
+
+// TestNodesAddresses: a token-bound agent may claim its Node's IP
+// addresses and DNS names, read as kube-apiserver would dial them; other
+// address types and unparsable values vouch for nothing, and a server
+// without permission to read Nodes says which RBAC it lacks.
+func TestNodesAddresses(t *testing.T) {
+	cs := fake.NewClientset(&corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "node-a"}, Status: corev1.NodeStatus{Addresses: []corev1.NodeAddress{
+		{Type: corev1.NodeInternalIP, Address: "192.0.2.10"},
+		{Type: corev1.NodeInternalIP, Address: "::ffff:192.0.2.12"},
+		{Type: corev1.NodeExternalIP, Address: "2001:db8::a"},
+		{Type: corev1.NodeInternalIP, Address: "fe80::1%eth0"}, // a zone is no node address
+		{Type: corev1.NodeInternalIP, Address: "not-an-ip"},
+		{Type: corev1.NodeHostName, Address: "Node-A"},
+		{Type: corev1.NodeInternalDNS, Address: "node-a.internal."},
+		{Type: corev1.NodeExternalDNS, Address: "node-a.example"},
+		{Type: "Other", Address: "192.0.2.99"},
+	}}})
+	addrs, hosts, err := Nodes{Client: cs}.NodeAddresses(context.Background(), "node-a")
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := []netip.Addr{netip.MustParseAddr("192.0.2.10"), netip.MustParseAddr("192.0.2.12"), netip.MustParseAddr("2001:db8::a")}
+	if !slices.Equal(addrs, want) {
+		t.Errorf("addresses %v, want %v", addrs, want)
+	}
+	if w := []string{"node-a", "node-a.internal", "node-a.example"}; !slices.Equal(hosts, w) {
+		t.Errorf("names %v, want %v", hosts, w)
+	}
+	if _, _, err := (Nodes{Client: cs}).NodeAddresses(context.Background(), "node-b"); !apierrors.IsNotFound(err) || !strings.Contains(err.Error(), `get Node "node-b"`) {
+		t.Errorf("missing Node: got %v, want NotFound naming it", err)
+	}
+	cs.PrependReactor("get", "nodes", func(k8stesting.Action) (bool, runtime.Object, error) {
+		return true, nil, apierrors.NewForbidden(corev1.Resource("nodes"), "node-a", errors.New("RBAC: no"))
+	})
+	if _, _, err := (Nodes{Client: cs}).NodeAddresses(context.Background(), "node-a"); err == nil || !strings.Contains(err.Error(), "moat-proxy-server-rbac.yaml") {
+		t.Errorf("forbidden: got %v, want the RBAC it lacks", err)
+	}
 }

@@ -2,7 +2,10 @@ package e2e
 
 import (
 	"context"
+	"errors"
+	"fmt"
 	"net"
+	"net/netip"
 	"strings"
 	"testing"
 
@@ -147,5 +150,98 @@ func TestIdentityBindingRouting(t *testing.T) {
 		}, hs.URL+"/x"); got != "hello /x" {
 			t.Fatalf("got %q", got)
 		}
+	}
+}
+
+// boundTokens authenticates token "node-X" as bound to node node-X and
+// "unbound" as bound to none, as a TokenReview of pod- or Node-bound tokens
+// does.
+type boundTokens struct{}
+
+func (boundTokens) Authenticate(_ context.Context, token string) (string, error) {
+	if token == "unbound" {
+		return "", nil
+	}
+	if strings.HasPrefix(token, "node-") {
+		return token, nil
+	}
+	return "", errors.New("invalid bearer token")
+}
+
+// nodeTable is a NodeLookup over fixed Node addresses; a node it does not
+// hold is an API error, as a failed read is.
+type nodeTable map[string][]string
+
+func (n nodeTable) NodeAddresses(_ context.Context, node string) ([]netip.Addr, []string, error) {
+	list, ok := n[node]
+	if !ok {
+		return nil, nil, fmt.Errorf("nodes %q not found", node)
+	}
+	var addrs []netip.Addr
+	var hosts []string
+	for _, s := range list {
+		if a, err := netip.ParseAddr(s); err == nil {
+			addrs = append(addrs, a)
+		} else {
+			hosts = append(hosts, s)
+		}
+	}
+	return addrs, hosts, nil
+}
+
+// TestIdentityBindingTokenNodeAddresses: an agent whose token is bound to a
+// node may claim the addresses and DNS names of that node's
+// status.addresses (read through Config.Nodes), so destHost routing by IP
+// works with per-pod tokens as it does with per-node certificates; another
+// node's address, or a claim the Node cannot be read to check, gets no
+// tunnel. Before, a token-bound agent could claim no ipv4=/ipv6= at all.
+func TestIdentityBindingTokenNodeAddresses(t *testing.T) {
+	p := newPKI(t)
+	shared := agentCreds(t, p, p.agent) // names no node: the token decides
+	nodeA := agentCreds(t, p, issue(t, p, "system:node:node-a", "10.1.0.9"))
+	ps := startServer(t, p, serverOpts{cfg: server.Config{Auth: boundTokens{}, Nodes: nodeTable{
+		"node-a": {"10.1.0.1", "fd00:1::1", "node-a.internal"},
+		"node-b": {"10.1.0.2"},
+	}}})
+	md := func(token, id, idents string) metadata.MD {
+		m := metadata.Pairs(proto.MetaAgentID, id, proto.MetaAuthorization, "Bearer "+token)
+		if idents != "" {
+			m.Set(proto.MetaAgentIdentifiers, idents)
+		}
+		return m
+	}
+	for _, c := range []struct {
+		name     string
+		creds    credentials.TransportCredentials
+		md       metadata.MD
+		wantCode codes.Code
+		wantErr  string
+	}{
+		{"its node's addresses and names", shared, md("node-a", "node-a", "ipv4=10.1.0.1&ipv6=fd00:1::1&host=node-a&host=Node-A.internal&default-route=true"), codes.OK, ""},
+		{"IPv4-mapped spelling of its address", shared, md("node-a", "node-a", "ipv6=::ffff:10.1.0.1"), codes.OK, ""},
+		{"certificate SAN and Node address together", nodeA, md("node-a", "node-a", "ipv4=10.1.0.9&ipv4=10.1.0.1"), codes.OK, ""},
+		{"another node's address", shared, md("node-a", "node-a", "ipv4=10.1.0.2"), codes.PermissionDenied,
+			`identifier 10.1.0.2 is not an IP address of Node "node-a"'s status.addresses`},
+		{"a name the Node does not list", shared, md("node-a", "node-a", "host=node-b"), codes.PermissionDenied, "identifier host=node-b"},
+		{"another node's ID", shared, md("node-a", "node-b", "ipv4=10.1.0.2"), codes.PermissionDenied, `names node "node-a"`},
+		{"a CIDR", shared, md("node-a", "node-a", "cidr=10.1.0.0/24"), codes.PermissionDenied, "claims many nodes' addresses"},
+		{"a Node that cannot be read", shared, md("node-c", "node-c", "ipv4=10.1.0.3"), codes.Unavailable, `nodes "node-c" not found`},
+		{"unbound token, trusted as upstream", shared, md("unbound", "anything", "ipv4=10.1.0.2"), codes.OK, ""},
+	} {
+		err := tryConnect(t, ps.agentAddr, c.creds, c.md)
+		switch {
+		case c.wantCode == codes.OK && err != nil:
+			t.Errorf("%s: refused: %v", c.name, err)
+		case c.wantCode != codes.OK && (status.Code(err) != c.wantCode || !strings.Contains(err.Error(), c.wantErr)):
+			t.Errorf("%s: got %v, want %s with %q", c.name, err, c.wantCode, c.wantErr)
+		}
+	}
+
+	// Without a NodeLookup (a library user that reads no Node objects)
+	// the token vouches only for its node's name, and the error says so.
+	ps2 := startServer(t, p, serverOpts{cfg: server.Config{Auth: boundTokens{}}})
+	err := tryConnect(t, ps2.agentAddr, shared, md("node-a", "node-a", "ipv4=10.1.0.1"))
+	if status.Code(err) != codes.PermissionDenied || !strings.Contains(err.Error(), "does not read Node objects") {
+		t.Errorf("without Nodes: got %v, want PermissionDenied saying the server reads no Node objects", err)
 	}
 }

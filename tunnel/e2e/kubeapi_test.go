@@ -14,7 +14,6 @@ import (
 	"google.golang.org/grpc/status"
 	authv1 "k8s.io/api/authentication/v1"
 	corev1 "k8s.io/api/core/v1"
-	rbacv1 "k8s.io/api/rbac/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
 
@@ -27,8 +26,8 @@ import (
 )
 
 // TestTokenReviewRealAPIServer checks agent tokens with a real kube-apiserver:
-// the server reviews tokens with its own service account bound to
-// system:auth-delegator (as in a cluster); an agent with a token for the
+// the server reviews tokens as upstream's system:konnectivity-server user
+// with deploy/tunnel's RBAC (as in a cluster); an agent with a token for the
 // agent service account and audience gets a tunnel, tokens for another
 // account or audience do not.
 func TestTokenReviewRealAPIServer(t *testing.T) {
@@ -39,23 +38,25 @@ func TestTokenReviewRealAPIServer(t *testing.T) {
 	defer cancel()
 	env := kubetest.Start(ctx, t)
 	const ns, audience = "kube-system", "system:konnectivity-server"
-	for _, sa := range []string{"konnectivity-agent", "konnectivity-server", "someone-else"} {
+	for _, sa := range []string{"konnectivity-agent", "someone-else"} {
 		if _, err := env.Client.CoreV1().ServiceAccounts(ns).Create(ctx, &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Name: sa}}, metav1.CreateOptions{}); err != nil {
 			t.Fatal(err)
 		}
 	}
-	if _, err := env.Client.RbacV1().ClusterRoleBindings().Create(ctx, &rbacv1.ClusterRoleBinding{
-		ObjectMeta: metav1.ObjectMeta{Name: "konnectivity-server:auth-delegator"},
-		RoleRef:    rbacv1.RoleRef{APIGroup: "rbac.authorization.k8s.io", Kind: "ClusterRole", Name: "system:auth-delegator"},
-		Subjects:   []rbacv1.Subject{{Kind: "ServiceAccount", Namespace: ns, Name: "konnectivity-server"}},
-	}, metav1.CreateOptions{}); err != nil {
-		t.Fatal(err)
-	}
-	srvCfg, err := env.ServiceAccountConfig(ctx, ns, "konnectivity-server")
+	// The server runs as upstream's konnectivity-server user with exactly
+	// the shipped RBAC: token reviews, and the Nodes tokens are bound to.
+	rbac, err := os.ReadFile("../../deploy/tunnel/moat-proxy-server-rbac.yaml")
 	if err != nil {
 		t.Fatal(err)
 	}
-	cs, err := kubernetes.NewForConfig(srvCfg)
+	objs, err := kubetest.DecodeYAML(rbac)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := env.Apply(ctx, objs, kubetest.ApplyOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	cs, err := kubernetes.NewForConfig(env.ImpersonatingConfig("system:konnectivity-server"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -73,7 +74,8 @@ func TestTokenReviewRealAPIServer(t *testing.T) {
 		return f
 	}
 	p := newPKI(t)
-	ps := startServer(t, p, serverOpts{cfg: server.Config{Auth: auth.New(auth.Config{Client: cs, Namespace: ns, ServiceAccount: "konnectivity-agent", Audience: audience})}})
+	ps := startServer(t, p, serverOpts{cfg: server.Config{Auth: auth.New(auth.Config{Client: cs, Namespace: ns, ServiceAccount: "konnectivity-agent", Audience: audience}),
+		Nodes: auth.Nodes{Client: cs}}})
 	good := startAgent(t, p, ps.agentAddr, func(c *agent.Config) { c.TokenPath = token("konnectivity-agent", audience) })
 	otherSA := startAgent(t, p, ps.agentAddr, func(c *agent.Config) { c.TokenPath = token("someone-else", audience) })
 	otherAud := startAgent(t, p, ps.agentAddr, func(c *agent.Config) { c.TokenPath = token("konnectivity-agent", "https://kubernetes.default.svc") })
@@ -88,10 +90,23 @@ func TestTokenReviewRealAPIServer(t *testing.T) {
 	// default identity binding such an agent must be node-a, and a client
 	// certificate naming another node contradicts it. The unbound tokens
 	// above name no node and were accepted under any agentID.
-	nodeObj, err := env.Client.CoreV1().Nodes().Create(ctx, &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "node-a"}}, metav1.CreateOptions{})
-	if err != nil {
-		t.Fatal(err)
+	// Their Node objects list their addresses, as kubelets report them:
+	// node-a's agent may claim node-a's, not node-b's.
+	node := func(name string, addrs ...corev1.NodeAddress) *corev1.Node {
+		n, err := env.Client.CoreV1().Nodes().Create(ctx, &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: name}}, metav1.CreateOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		n.Status.Addresses = addrs
+		if n, err = env.Client.CoreV1().Nodes().UpdateStatus(ctx, n, metav1.UpdateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		return n
 	}
+	nodeObj := node("node-a", corev1.NodeAddress{Type: corev1.NodeInternalIP, Address: "192.0.2.10"},
+		corev1.NodeAddress{Type: corev1.NodeInternalIP, Address: "2001:db8::a"},
+		corev1.NodeAddress{Type: corev1.NodeHostName, Address: "node-a.example"})
+	node("node-b", corev1.NodeAddress{Type: corev1.NodeInternalIP, Address: "192.0.2.11"})
 	pod, err := env.Client.CoreV1().Pods(ns).Create(ctx, &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "konnectivity-agent-a"},
 		Spec: corev1.PodSpec{NodeName: "node-a", ServiceAccountName: "konnectivity-agent", Containers: []corev1.Container{{Name: "agent", Image: "agent"}}}},
 		metav1.CreateOptions{})
@@ -112,17 +127,24 @@ func TestTokenReviewRealAPIServer(t *testing.T) {
 	shared := agentCreds(t, p, p.agent)
 	nodeB := agentCreds(t, p, issue(t, p, "system:node:node-b"))
 	for _, c := range []struct {
-		name, token, agentID string
-		creds                credentials.TransportCredentials
-		wantErr              string
+		name, token, agentID, idents string
+		creds                        credentials.TransportCredentials
+		wantErr                      string
 	}{
-		{"pod-bound token as its node", podToken, "node-a", shared, ""},
-		{"Node-bound token as its node", nodeToken, "node-a", shared, ""},
-		{"pod-bound token as another agent", podToken, "agent-x", shared, `token (TokenReview node-name) names node "node-a"`},
-		{"Node-bound token as another node", nodeToken, "node-b", shared, `names node "node-a"`},
-		{"pod-bound token, certificate of another node", podToken, "node-a", nodeB, `names node "node-b" but its token`},
+		{"pod-bound token as its node", podToken, "node-a", "", shared, ""},
+		{"Node-bound token as its node", nodeToken, "node-a", "", shared, ""},
+		{"pod-bound token, its Node's addresses", podToken, "node-a", "ipv4=192.0.2.10&ipv6=2001:db8::a&host=node-a.example&default-route=true", shared, ""},
+		{"Node-bound token, its Node's address", nodeToken, "node-a", "ipv4=192.0.2.10", shared, ""},
+		{"pod-bound token, another Node's address", podToken, "node-a", "ipv4=192.0.2.11", shared, `identifier 192.0.2.11 is not an IP address of Node "node-a"'s status.addresses`},
+		{"pod-bound token as another agent", podToken, "agent-x", "", shared, `token (TokenReview node-name) names node "node-a"`},
+		{"Node-bound token as another node", nodeToken, "node-b", "ipv4=192.0.2.11", shared, `names node "node-a"`},
+		{"pod-bound token, certificate of another node", podToken, "node-a", "", nodeB, `names node "node-b" but its token`},
 	} {
-		err := tryConnect(t, ps.agentAddr, c.creds, metadata.Pairs(proto.MetaAgentID, c.agentID, proto.MetaAuthorization, "Bearer "+c.token))
+		md := metadata.Pairs(proto.MetaAgentID, c.agentID, proto.MetaAuthorization, "Bearer "+c.token)
+		if c.idents != "" {
+			md.Set(proto.MetaAgentIdentifiers, c.idents)
+		}
+		err := tryConnect(t, ps.agentAddr, c.creds, md)
 		switch {
 		case c.wantErr == "" && err != nil:
 			t.Errorf("%s: refused: %v", c.name, err)

@@ -87,16 +87,36 @@ func nodeCert(c *x509.Certificate) credential {
 	return cr
 }
 
+// NodeLookup reads what a Node object says about its node: the IP
+// addresses (InternalIP, ExternalIP) and DNS names (Hostname, InternalDNS,
+// ExternalDNS) of its status.addresses. A token names its node but not the
+// node's addresses; this is where a token-bound agent's ipv4=, ipv6= and
+// host= claims are checked, against the addresses kube-apiserver itself
+// dials the node's kubelet at.
+type NodeLookup interface {
+	NodeAddresses(ctx context.Context, node string) (addrs []netip.Addr, hosts []string, err error)
+}
+
+// lookupError is a failed NodeLookup: the agent's claims could not be
+// checked (not that they were wrong), so it is refused as Unavailable and
+// retries.
+type lookupError struct{ err error }
+
+func (e lookupError) Error() string { return e.err.Error() }
+func (e lookupError) Unwrap() error { return e.err }
+
 // bindIdentity checks an agent's claims against its credentials: where one
 // names a node, the agentID must be that node's name, and every identifier
-// the destHost strategy routes by must be one the credential vouches for:
+// the destHost strategy routes by must be one the credentials vouch for:
 // host= the node's name or a DNS SAN of its certificate, ipv4=/ipv6= an IP
-// SAN; cidr= (a claim on many nodes' addresses) never. default-route=true
-// is allowed: it competes for the defaultRoute strategy, which picks among
-// every such agent, not for any one node's traffic.
+// SAN; with a token bound to the node (and Config.Nodes set) also a
+// DNS name or IP address of the Node's status.addresses; cidr= (a claim on
+// many nodes' addresses) never. default-route=true is allowed: it competes
+// for the defaultRoute strategy, which picks among every such agent, not
+// for any one node's traffic.
 //
 // It returns the node the agent is bound to, "" if none.
-func (s *Server) bindIdentity(cert, token credential, agentID string, ids proto.Identifiers) (string, error) {
+func (s *Server) bindIdentity(ctx context.Context, cert, token credential, agentID string, ids proto.Identifiers) (string, error) {
 	if s.cfg.IdentityBinding == BindOff {
 		return "", nil
 	}
@@ -117,18 +137,43 @@ func (s *Server) bindIdentity(cert, token credential, agentID string, ids proto.
 	if agentID != cr.node {
 		return "", fmt.Errorf("its %s names node %q: run the agent with --agent-id=%s%s", cr.what, cr.node, cr.node, hint)
 	}
+	if len(ids.CIDRs) > 0 {
+		return "", fmt.Errorf("identifier cidr=%s claims many nodes' addresses, which a node's credential cannot vouch for%s", ids.CIDRs[0], hint)
+	}
+	hostOK := func(h string) bool { return h == strings.ToLower(cr.node) || slices.Contains(cr.hosts, h) }
+	addrOK := func(a netip.Addr) bool { return slices.Contains(cr.addrs, a) }
+	// What vouches for the claims, for the errors: the certificate where
+	// it names the node, the Node object where a token is bound to it.
+	var vouchers []string
+	if cert.node != "" {
+		vouchers = append(vouchers, "its certificate")
+	}
+	if token.node != "" && s.cfg.Nodes != nil &&
+		(slices.ContainsFunc(ids.Hosts, func(h string) bool { return !hostOK(h) }) ||
+			slices.ContainsFunc(ids.Addrs, func(a netip.Addr) bool { return !addrOK(a) })) {
+		// Looked up only for a claim the certificate does not cover, so
+		// agents claiming nothing but their name cost no request.
+		addrs, hosts, err := s.cfg.Nodes.NodeAddresses(ctx, token.node)
+		if err != nil {
+			return "", lookupError{fmt.Errorf("its %s names node %q, whose addresses vouch for its identifiers, but they could not be read: %w", token.what, token.node, err)}
+		}
+		cr.addrs = append(slices.Clip(cr.addrs), addrs...)
+		cr.hosts = append(slices.Clip(cr.hosts), hosts...)
+		vouchers = append(vouchers, fmt.Sprintf("Node %q's status.addresses", token.node))
+	}
+	if len(vouchers) == 0 {
+		vouchers = append(vouchers, "its credentials (a token bound to a node vouches only for the node's name when the server does not read Node objects)")
+	}
+	by := strings.Join(vouchers, " or ")
 	for _, h := range ids.Hosts {
-		if h != strings.ToLower(cr.node) && !slices.Contains(cr.hosts, h) {
-			return "", fmt.Errorf("identifier host=%s is neither its node's name %q nor a DNS name of its certificate%s", h, cr.node, hint)
+		if !hostOK(h) {
+			return "", fmt.Errorf("identifier host=%s is neither its node's name %q nor a DNS name of %s%s", h, cr.node, by, hint)
 		}
 	}
 	for _, a := range ids.Addrs {
-		if !slices.Contains(cr.addrs, a) {
-			return "", fmt.Errorf("identifier %s is not an IP address of its certificate (its %s vouches for %v)%s", a, cr.what, cr.addrs, hint)
+		if !addrOK(a) {
+			return "", fmt.Errorf("identifier %s is not an IP address of %s (they vouch for %v)%s", a, by, cr.addrs, hint)
 		}
-	}
-	if len(ids.CIDRs) > 0 {
-		return "", fmt.Errorf("identifier cidr=%s claims many nodes' addresses, which a node's credential cannot vouch for%s", ids.CIDRs[0], hint)
 	}
 	return cr.node, nil
 }

@@ -49,6 +49,11 @@ type Config struct {
 	// IdentityBinding ties agents' agentID and identifiers to the node
 	// their client certificate or token names (default BindAuto).
 	IdentityBinding IdentityBinding
+	// Nodes, if set, reads the addresses of the node an agent's token is
+	// bound to, which such an agent may then claim as identifiers (ipv4=,
+	// ipv6=, host=); without it a token-bound agent may claim only its
+	// node's name (and what its certificate vouches for).
+	Nodes NodeLookup
 	// DialTimeout bounds a dial in either direction (default 10s).
 	DialTimeout time.Duration
 	// Window and MaxQueue tune per-connection flow control (see mux.Config).
@@ -151,7 +156,11 @@ func (s *Server) Connect(st proto.AgentService_ConnectServer) error {
 			return status.Errorf(codes.Unauthenticated, "agent %s: %v", agentID, err)
 		}
 	}
-	bound, err := s.bindIdentity(certCredential(ctx), token, agentID, idents)
+	bound, err := s.bindIdentity(ctx, certCredential(ctx), token, agentID, idents)
+	if le := (lookupError{}); errors.As(err, &le) {
+		s.log.Info("Agent refused: its node's addresses could not be read", "agentID", agentID, "err", err)
+		return status.Errorf(codes.Unavailable, "agent %s: %v", agentID, err)
+	}
 	if err != nil {
 		s.log.Info("Agent rejected: claims do not match its credentials", "agentID", agentID, "identifiers", md.Get(proto.MetaAgentIdentifiers), "err", err)
 		s.metrics.BadPacket("identity")

@@ -69,6 +69,9 @@ func Run(ctx context.Context, o *options.Options) error {
 		}
 		cfg.Auth = auth.New(auth.Config{Client: cs, Namespace: o.AgentNamespace, ServiceAccount: o.AgentServiceAccount,
 			Audience: o.AuthenticationAud, Registry: reg})
+		// A token names its node, not the node's addresses: the Node
+		// object says which ipv4=/ipv6=/host= its agent may claim.
+		cfg.Nodes = auth.Nodes{Client: cs}
 	}
 	for _, w := range o.Warnings() {
 		log.Info("Warning: " + w)
