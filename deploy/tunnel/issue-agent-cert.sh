@@ -1,0 +1,89 @@
+#!/usr/bin/env bash
+# Issues one node's moat-proxy-agent client certificate: subject CN
+# system:node:<node>, the node's name as a DNS SAN and the given addresses
+# and names as further SANs, for client authentication only, signed by the
+# agent CA (the CA of moat-proxy-server's --cluster-ca-cert). Each node gets
+# its own certificate, so the server can hold each agent to its node
+# (--agent-identity-binding, docs/tunnel.md "Authentication"): its agentID
+# must be <node> (the agent's default --agent-id with such a certificate)
+# and it may claim only host=/ipv4=/ipv6= identifiers among these SANs.
+#
+# Usage: issue-agent-cert.sh NODE [ADDRESS_OR_NAME...]
+#   NODE  the Node's name (kubectl get nodes; the kubelet's --hostname-override)
+#   ADDRESS_OR_NAME  IP addresses and DNS names kube-apiserver reaches this
+#         node's kubelet at (its InternalIP, its Hostname address), which
+#         the agent may then claim with --agent-identifiers
+# Environment:
+#   CA_CERT  agent CA certificate (default /etc/kubernetes/pki/konnectivity/agent-ca.crt)
+#   CA_KEY   its private key (default /etc/kubernetes/pki/konnectivity/agent-ca.key)
+#   OUT      directory for agent.crt and agent.key (default ./NODE); copy
+#            both to the node's /etc/kubernetes/pki/konnectivity/
+#   DAYS     validity in days (default 365); reissue before it ends
+#
+# Use a CA of its own for agents, not the cluster CA: kube-apiserver
+# accepts a certificate of its client CA as a login, and this one names
+# user system:node:<node>.
+set -euo pipefail
+
+if [[ $# -lt 1 || $1 == -* ]]; then
+	sed -n '/^# Usage:/,/^# *DAYS/p' "$0" | sed 's/^# \{0,1\}//' >&2
+	exit 2
+fi
+node=$1
+shift
+ca_cert=${CA_CERT:-/etc/kubernetes/pki/konnectivity/agent-ca.crt}
+ca_key=${CA_KEY:-/etc/kubernetes/pki/konnectivity/agent-ca.key}
+out=${OUT:-./${node}}
+days=${DAYS:-365}
+
+# A Node's name is a DNS subdomain (RFC 1123); checking it here also keeps
+# it from smuggling fields into the subject or the extensions below.
+dns='^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$'
+if [[ ! ${node} =~ ${dns} || ${#node} -gt 253 ]]; then
+	echo "issue-agent-cert.sh: node name ${node@Q} is not a lower-case DNS subdomain (RFC 1123), as Node names are" >&2
+	exit 2
+fi
+if [[ ! ${days} =~ ^[1-9][0-9]*$ ]]; then
+	echo "issue-agent-cert.sh: DAYS=${days@Q} is not a positive number of days" >&2
+	exit 2
+fi
+sans="DNS:${node}"
+for san in "$@"; do
+	if [[ ${san} =~ ^[0-9.]+$ || ${san} == *:* ]]; then
+		# openssl refuses a malformed IP SAN, naming it.
+		if [[ ! ${san} =~ ^[0-9a-fA-F.:]+$ ]]; then
+			echo "issue-agent-cert.sh: ${san@Q} is not an IP address (zones are not allowed)" >&2
+			exit 2
+		fi
+		sans+=",IP:${san}"
+	elif [[ ${san,,} =~ ${dns} ]]; then
+		sans+=",DNS:${san,,}"
+	else
+		echo "issue-agent-cert.sh: ${san@Q} is neither an IP address nor a DNS name" >&2
+		exit 2
+	fi
+done
+for f in "${ca_cert}" "${ca_key}"; do
+	[[ -r ${f} ]] || { echo "issue-agent-cert.sh: cannot read ${f} (set CA_CERT and CA_KEY)" >&2; exit 1; }
+done
+
+umask 077
+mkdir -p "${out}"
+tmp=$(mktemp -d)
+trap 'rm -rf "${tmp}"' EXIT
+cat >"${tmp}/ext.cnf" <<EXT
+[agent]
+basicConstraints = critical,CA:FALSE
+keyUsage = critical,digitalSignature
+extendedKeyUsage = clientAuth
+subjectAltName = ${sans}
+EXT
+openssl req -new -newkey ec -pkeyopt ec_paramgen_curve:prime256v1 -nodes \
+	-keyout "${tmp}/agent.key" -subj "/CN=system:node:${node}" -out "${tmp}/agent.csr" 2>/dev/null
+openssl x509 -req -in "${tmp}/agent.csr" -CA "${ca_cert}" -CAkey "${ca_key}" \
+	-set_serial "0x$(openssl rand -hex 16)" -days "${days}" -sha256 \
+	-extfile "${tmp}/ext.cnf" -extensions agent -out "${tmp}/agent.crt"
+mv "${tmp}/agent.key" "${out}/agent.key"
+chmod 0644 "${tmp}/agent.crt"
+mv "${tmp}/agent.crt" "${out}/agent.crt"
+echo "issued ${out}/agent.crt (CN system:node:${node}, SANs ${sans}) and ${out}/agent.key" >&2
