@@ -16,6 +16,7 @@ import (
 	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
+	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	cliflag "k8s.io/component-base/cli/flag"
 	"sigs.k8s.io/yaml"
@@ -38,8 +39,9 @@ func flagSet(name string, fss cliflag.NamedFlagSets) *pflag.FlagSet {
 	return fs
 }
 
-// TestDeployManifests decodes the static pods strictly and runs their
-// command lines through the binaries' own flag parsing and validation.
+// TestDeployManifests decodes the static pods and the DaemonSet strictly
+// and runs their command lines through the binaries' own flag parsing and
+// validation.
 func TestDeployManifests(t *testing.T) {
 	type opts interface {
 		Flags() cliflag.NamedFlagSets
@@ -68,6 +70,32 @@ func TestDeployManifests(t *testing.T) {
 		if err := o.Validate(); err != nil {
 			t.Fatalf("%s: %v", file, err)
 		}
+	}
+	// The DaemonSet's agent, its downward-API variables filled in as the
+	// kubelet does.
+	b, err := os.ReadFile("../../deploy/tunnel/moat-proxy-agent-daemonset.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	docs := strings.Split(string(b), "\n---\n")
+	var ds appsv1.DaemonSet
+	if len(docs) != 2 {
+		t.Fatalf("moat-proxy-agent-daemonset.yaml: %d documents, want its ServiceAccount and DaemonSet", len(docs))
+	}
+	if err := yaml.UnmarshalStrict([]byte(docs[1]), &ds); err != nil {
+		t.Fatalf("moat-proxy-agent-daemonset.yaml: %v", err)
+	}
+	vars := strings.NewReplacer("$(NODE_NAME)", "node-a", "$(HOST_IP)", "192.0.2.10")
+	var dsArgs []string
+	for _, a := range ds.Spec.Template.Spec.Containers[0].Command[1:] {
+		dsArgs = append(dsArgs, vars.Replace(a))
+	}
+	ao, _ := agentoptions.New()
+	if err := flagSet("daemonset", ao.Flags()).Parse(dsArgs); err != nil {
+		t.Fatalf("DaemonSet: %v", err)
+	}
+	if err := ao.Validate(); err != nil {
+		t.Fatalf("DaemonSet: %v", err)
 	}
 	unit, err := os.ReadFile("../../deploy/tunnel/moat-proxy-agent.service")
 	if err != nil {

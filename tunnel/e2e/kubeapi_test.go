@@ -17,6 +17,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
 
+	agentoptions "github.com/moat-net/moat/cmd/moat-proxy-agent/app/options"
 	"github.com/moat-net/moat/internal/kubetest"
 	"github.com/moat-net/moat/internal/testenv"
 	"github.com/moat-net/moat/tunnel/agent"
@@ -29,7 +30,9 @@ import (
 // the server reviews tokens as upstream's system:konnectivity-server user
 // with deploy/tunnel's RBAC (as in a cluster); an agent with a token for the
 // agent service account and audience gets a tunnel, tokens for another
-// account or audience do not.
+// account or audience do not; tokens bound to a pod or Node hold the agent
+// to that node and to the addresses its Node lists, the DaemonSet agent of
+// deploy/tunnel included.
 func TestTokenReviewRealAPIServer(t *testing.T) {
 	if testing.Short() {
 		testenv.Require(t, "a run without -short (this test starts a real kube-apiserver)")
@@ -126,6 +129,65 @@ func TestTokenReviewRealAPIServer(t *testing.T) {
 	nodeToken := bound(authv1.BoundObjectReference{Kind: "Node", APIVersion: "v1", Name: nodeObj.Name, UID: nodeObj.UID})
 	shared := agentCreds(t, p, p.agent)
 	nodeB := agentCreds(t, p, issue(t, p, "system:node:node-b"))
+
+	// deploy/tunnel's DaemonSet agent as its pod on node-a runs: the
+	// manifest applied for real (its ServiceAccount, its pod template), a
+	// token for that pod with the audience the template projects (what the
+	// kubelet writes), and its command line with the downward API's values
+	// (node-a's name, its node IP).
+	dsYAML, err := os.ReadFile("../../deploy/tunnel/moat-proxy-agent-daemonset.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if objs, err = kubetest.DecodeYAML(dsYAML); err != nil {
+		t.Fatal(err)
+	}
+	if err := env.Apply(ctx, objs, kubetest.ApplyOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	ds, err := env.Client.AppsV1().DaemonSets(ns).Get(ctx, "moat-proxy-agent", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	dsPod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "moat-proxy-agent-node-a", Labels: ds.Spec.Template.Labels}, Spec: *ds.Spec.Template.Spec.DeepCopy()}
+	dsPod.Spec.NodeName = "node-a"
+	if dsPod, err = env.Client.CoreV1().Pods(ns).Create(ctx, dsPod, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	var projected *corev1.ServiceAccountTokenProjection
+	for _, v := range dsPod.Spec.Volumes {
+		if v.Projected != nil && len(v.Projected.Sources) > 0 && v.Projected.Sources[0].ServiceAccountToken != nil {
+			projected = v.Projected.Sources[0].ServiceAccountToken
+		}
+	}
+	if projected == nil || projected.Audience != audience || dsPod.Spec.ServiceAccountName != "konnectivity-agent" {
+		t.Fatalf("DaemonSet: projected token %+v of service account %q, want audience %q of konnectivity-agent", projected, dsPod.Spec.ServiceAccountName, audience)
+	}
+	dsToken := bound(authv1.BoundObjectReference{Kind: "Pod", APIVersion: "v1", Name: dsPod.Name, UID: dsPod.UID})
+	dsArgs := func(node, hostIP string) (agentID, idents string) {
+		o, err := agentoptions.New()
+		if err != nil {
+			t.Fatal(err)
+		}
+		env := strings.NewReplacer("$(NODE_NAME)", node, "$(HOST_IP)", hostIP)
+		var args []string
+		for _, a := range dsPod.Spec.Containers[0].Command[1:] {
+			args = append(args, env.Replace(a))
+		}
+		if err := flagSet("daemonset", o.Flags()).Parse(args); err != nil {
+			t.Fatal(err)
+		}
+		if err := o.Validate(); err != nil {
+			t.Fatal(err)
+		}
+		if o.ServiceAccountTokenPath == "" || o.AgentCert != "" {
+			t.Fatalf("DaemonSet agent: token path %q, certificate %q; want a token only", o.ServiceAccountTokenPath, o.AgentCert)
+		}
+		return o.AgentIDFor(nil), o.AgentIdentifiers
+	}
+	dsID, dsIdents := dsArgs("node-a", "192.0.2.10")
+	// The same pod's token with node-b's name and node IP.
+	dsIDB, dsIdentsB := dsArgs("node-b", "192.0.2.11")
 	for _, c := range []struct {
 		name, token, agentID, idents string
 		creds                        credentials.TransportCredentials
@@ -139,6 +201,9 @@ func TestTokenReviewRealAPIServer(t *testing.T) {
 		{"pod-bound token as another agent", podToken, "agent-x", "", shared, `token (TokenReview node-name) names node "node-a"`},
 		{"Node-bound token as another node", nodeToken, "node-b", "ipv4=192.0.2.11", shared, `names node "node-a"`},
 		{"pod-bound token, certificate of another node", podToken, "node-a", "", nodeB, `names node "node-b" but its token`},
+		{"DaemonSet agent on its node", dsToken, dsID, dsIdents, shared, ""},
+		{"DaemonSet agent's token with another node's flags", dsToken, dsIDB, dsIdentsB, shared, `names node "node-a"`},
+		{"DaemonSet agent claiming another node's IP", dsToken, dsID, strings.Replace(dsIdents, "192.0.2.10", "192.0.2.11", 1), shared, "identifier 192.0.2.11 is not an IP address"},
 	} {
 		md := metadata.Pairs(proto.MetaAgentID, c.agentID, proto.MetaAuthorization, "Bearer "+c.token)
 		if c.idents != "" {

@@ -121,7 +121,7 @@ func (o *Options) Flags() cliflag.NamedFlagSets {
 	fs.StringVar(&o.AgentIdentityBinding, "agent-identity-binding", o.AgentIdentityBinding,
 		"auto: an agent whose client certificate (CN "+proto.NodeCertPrefix+"<node>) or token (bound to a pod or Node) names a node must use that node's name as --agent-id, and may claim only identifiers its credential vouches for (host=<node> or a DNS SAN, ipv4/ipv6= an IP SAN, no cidr=); "+
 			"required: as auto, and agents whose credentials name no node are refused; off: agents' own claims are trusted, as upstream")
-	fs.StringVar(&o.Kubeconfig, "kubeconfig", o.Kubeconfig, "kubeconfig for TokenReview; empty uses $KUBECONFIG, ~/.kube/config, then the in-cluster service account")
+	fs.StringVar(&o.Kubeconfig, "kubeconfig", o.Kubeconfig, "kubeconfig for TokenReview and reading the Nodes agent tokens are bound to (RBAC: deploy/tunnel/moat-proxy-server-rbac.yaml); empty uses $KUBECONFIG, ~/.kube/config, then the in-cluster service account")
 	fs.DurationVar(&o.DialTimeout, "dial-timeout", o.DialTimeout, "bound on a dial in either direction")
 	fs.IntVar(&o.Window, "flow-control-window", o.Window, "per-connection receive window in bytes with Moat agents; announced to each agent, which sends at most that much unacknowledged data per connection")
 	fs.Var(upstreamflags.PositiveDuration{D: &o.DialTimeout}, "backend-dial-timeout", "upstream's name for --dial-timeout's wait for an agent's DIAL_RSP; 0 (upstream: no bound) keeps --dial-timeout")
