@@ -149,7 +149,7 @@ func newMetrics() *metrics {
 	})
 	m.tableEdited = prometheus.NewCounter(prometheus.CounterOpts{
 		Name: "moat_agent_table_edited_total",
-		Help: "Times the agent found its table inet moat edited by another program (a fixed chain flushed, deleted or given other rules, a chain added, the table flushed or made dormant) and replaced it. The node's enforcement was undermined in between.",
+		Help: "Times the agent found its table inet moat edited by another program (a fixed chain flushed, deleted or given other rules, a policy chain's rules or a verdict map's elements added or deleted, a chain added, the table flushed or made dormant) and replaced it. The node's enforcement was undermined in between.",
 	})
 	m.lastSuccess = prometheus.NewGauge(prometheus.GaugeOpts{
 		Name: "moat_agent_last_successful_sync_timestamp_seconds",

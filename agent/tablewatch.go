@@ -18,9 +18,9 @@ import (
 type TableVerifier interface {
 	// Verify returns an error wrapping nft.ErrTableMissing when the
 	// table last programmed is gone, one wrapping nft.ErrTableEdited
-	// when another program edited it (its chains or the rules of its
-	// fixed chains differ, or it is dormant), another error when it
-	// cannot tell.
+	// when another program edited it (its chains, the rules of its fixed
+	// chains or the kernel's use count of a chain differ, or it is
+	// dormant), another error when it cannot tell.
 	Verify(ctx context.Context) error
 }
 

@@ -5,6 +5,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"net/netip"
 	"sort"
 	"strings"
 
@@ -24,17 +25,24 @@ var ErrTableEdited = errors.New("table inet " + Table + " was edited")
 
 // TableShape is what of table inet moat Verify compares with the ruleset
 // last programmed: whether the table is dormant (no hook of it sees a
-// packet), its chains with their hooks, and the number of rules of the
-// fixed chains (staticChains: the base chains forward, input and output
-// and those they lead every packet through). That catches what operators
-// do by hand: a fixed chain flushed or deleted, a rule inserted or
-// deleted there, `nft flush table` (every chain empty), a chain added.
-// The policy chains' rules are not counted: reading every rule of the
-// table costs ~70 ms of CPU at 30,000 pods (7,200 rules, 4 MB of netlink
-// messages; BENCHMARKS.md, "Verifying the table"), the fixed chains'
-// ~1 ms. Nor are a rule replaced in place (`nft replace rule ... handle
-// N`, same count) and the elements of sets and maps (63,000 at 30,000
-// pods). The checked resync (--resync) repairs those.
+// packet), its chains with their hooks and the kernel's use count of
+// each, and the number of rules of the fixed chains (staticChains: the
+// base chains forward, input and output and those they lead every packet
+// through). That catches what operators do by hand: a fixed chain flushed
+// or deleted, a rule inserted or deleted there, `nft flush table` (every
+// chain empty), a chain added; and, through the use counts, which come
+// with the chain dump, a rule added to or deleted from a policy chain (a
+// policy chain flushed) and a verdict map element added, deleted or
+// pointed at another chain (a pod taken out of the egress or ingress map
+// is unpoliced). The policy chains' rules are not read: reading every
+// rule of the table costs ~70 ms of CPU at 30,000 pods (7,200 rules, 4
+// MB of netlink messages; BENCHMARKS.md, "Verifying the table"), the
+// fixed chains' ~1 ms. Not seen: a rule replaced in place (`nft replace
+// rule ... handle N`: same counts), the elements of plain sets (peer
+// addresses, pods4: up to 63,000 elements at 30,000 pods, which the
+// kernel does not count for a dump to report) and a verdict map element
+// whose verdict names no chain (accept, drop). The checked resync
+// (--resync) repairs those.
 type TableShape struct {
 	// Dormant: NFT_TABLE_F_DORMANT is set.
 	Dormant bool
@@ -50,6 +58,14 @@ type ChainShape struct {
 	Hook string
 	// Rules is how many rules the chain holds, -1 when not counted.
 	Rules int
+	// Use is the kernel's use count of the chain (NFTA_CHAIN_USE): the
+	// rules it holds plus the rules and verdict map elements that jump
+	// or go to it; -1 when not known. Every chain's comes with the chain
+	// dump at no extra cost, so Verify sees a rule added to or deleted
+	// from any chain (policy chains included) and a verdict map element
+	// added, deleted or pointed at another chain (the egress and ingress
+	// maps say which pods are policed at all).
+	Use int
 }
 
 // ShapeReader reads the shape of table inet moat, counting the rules of
@@ -150,13 +166,15 @@ func (r NetlinkShape) ReadShape(ctx context.Context, count []string) (*TableShap
 			continue
 		}
 		var table, chain string
-		c := ChainShape{Rules: -1}
+		c := ChainShape{Rules: -1, Use: -1}
 		err := decodeAttrs(m.Data, func(ad *netlink.AttributeDecoder) {
 			switch ad.Type() {
 			case unix.NFTA_CHAIN_TABLE:
 				table = ad.String()
 			case unix.NFTA_CHAIN_NAME:
 				chain = ad.String()
+			case unix.NFTA_CHAIN_USE:
+				c.Use = int(ad.Uint32())
 			case unix.NFTA_CHAIN_HOOK:
 				ad.Nested(func(nad *netlink.AttributeDecoder) error {
 					for nad.Next() {
@@ -222,16 +240,52 @@ func decodeAttrs(data []byte, f func(*netlink.AttributeDecoder)) error {
 }
 
 // expectedShape is the shape rs programs: the fixed chains with their
-// hooks and rules, and each policy chain (rules not counted: -1).
+// hooks and rules, each policy chain (rules not counted: -1), and the use
+// count the kernel keeps of every chain (ChainShape.Use).
 func (rs *Ruleset) expectedShape() *TableShape {
 	sh := &TableShape{Chains: make(map[string]ChainShape, len(staticChains)+len(rs.chains))}
+	refs := rs.chainRefs()
 	for _, c := range staticChains {
-		sh.Chains[c.name] = ChainShape{Hook: string(c.hook), Rules: len(c.rules)}
+		sh.Chains[c.name] = ChainShape{Hook: string(c.hook), Rules: len(c.rules), Use: len(c.rules) + refs[c.name]}
 	}
-	for name := range rs.chains {
-		sh.Chains[name] = ChainShape{Rules: -1}
+	for name, c := range rs.chains {
+		sh.Chains[name] = ChainShape{Rules: -1, Use: renderedRules(c) + refs[name]}
 	}
 	return sh
+}
+
+// chainRefs counts, by chain, the jumps and gotos to it that rs
+// programs: in the fixed chains' rules, in the policy chains' rules (each
+// rendered rule of a chainRule carries its verdict) and in the verdict
+// maps' elements. The kernel counts each of them in the target chain's
+// use, beside the chain's own rules.
+func (rs *Ruleset) chainRefs() map[string]int {
+	refs := map[string]int{}
+	for _, c := range staticChains {
+		for _, r := range c.rules {
+			f := strings.Fields(r)
+			for i := 0; i+1 < len(f); i++ {
+				if f[i] == "jump" || f[i] == "goto" {
+					refs[f[i+1]]++
+				}
+			}
+		}
+	}
+	for _, c := range rs.chains {
+		for _, r := range c.Rules {
+			if r.Verdict.Kind == verdictGoto {
+				refs[r.Verdict.Target] += renderedRules(&policyChain{Rules: []chainRule{r}})
+			}
+		}
+	}
+	for _, m := range []map[netip.Addr]string{rs.egress, rs.ingress, rs.egressNext, rs.ingressNext} {
+		for _, chain := range m {
+			if chain != "" {
+				refs[chain]++
+			}
+		}
+	}
+	return refs
 }
 
 // countedChains are the chains whose rules Verify counts: the fixed ones.
@@ -262,6 +316,8 @@ func shapeDiff(want, got *TableShape, hooks bool) string {
 			diffs = append(diffs, fmt.Sprintf("chain %s has hook %q, programmed with %q", name, g.Hook, w.Hook))
 		case w.Rules >= 0 && g.Rules >= 0 && g.Rules != w.Rules:
 			diffs = append(diffs, fmt.Sprintf("chain %s has %d rules, programmed with %d", name, g.Rules, w.Rules))
+		case w.Use >= 0 && g.Use >= 0 && g.Use != w.Use:
+			diffs = append(diffs, fmt.Sprintf("chain %s is used %d times (its rules, and rules and map elements jumping to it), programmed with %d: a rule or verdict map element was added, deleted or changed", name, g.Use, w.Use))
 		}
 	}
 	var extra []string

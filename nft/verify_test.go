@@ -3,6 +3,7 @@ package nft
 import (
 	"context"
 	"errors"
+	"net/netip"
 	"os/exec"
 	"strings"
 	"testing"
@@ -154,8 +155,7 @@ func TestKernelVerifyNoticesEdits(t *testing.T) {
 			{"insert", "rule", "inet", Table, "forward", "accept"},
 			{"add", "rule", "inet", Table, "input", "accept"},
 			{"flush", "chain", "inet", Table, dispatchChain},
-			// A policy chain flushed is not noticed (its rules are not counted:
-			// TableShape); the checked resync repairs it.
+			// Policy chains: TestKernelVerifyNoticesPolicyChainEdits.
 			{"flush", "table", "inet", Table},
 			{"add", "table", "inet", Table, "{ flags dormant ; }"},
 			{"add", "chain", "inet", Table, "extra", "{ type filter hook prerouting priority -300 ; }"},
@@ -177,6 +177,92 @@ func TestKernelVerifyNoticesEdits(t *testing.T) {
 			nftCmd("delete", "table", "ip", "someone-else")
 			if err := s.Verify(ctx); err != nil {
 				t.Fatalf("Verify of the repaired table after another writer's commits: %v", err)
+			}
+		}
+	})
+}
+
+// TestKernelVerifyNoticesPolicyChainEdits: edits inside the policy chains
+// and of the verdict maps that send each pod to its chains keep the fixed
+// chains as programmed, yet leave a pod unpoliced (its egress element
+// deleted, its chain flushed) or judged by other rules (an accept
+// inserted, its element pointing at another chain). The kernel counts each
+// chain's use (its rules and the rules and map elements that jump or go
+// to it) and reports it with the chains Verify reads already: Verify
+// reports each such edit as ErrTableEdited, as it does for the fixed
+// chains, and a replace repairs it.
+func TestKernelVerifyNoticesPolicyChainEdits(t *testing.T) {
+	inPrivateNetns(t, func() {
+		ctx := context.Background()
+		nft, err := NewInterface()
+		if err != nil {
+			t.Fatal(err)
+		}
+		s := New(nft, Options{Node: "node-1"})
+		prog := compileFile(t, "tiers.yaml", policy.Options{IngressNetworksAndNodes: true})
+		if _, err := s.Sync(ctx, prog); err != nil {
+			t.Fatal(err)
+		}
+		rs := s.Applied()
+		var policyChain string
+		for _, name := range sortedKeys(rs.chains) {
+			if len(rs.chains[name].Rules) > 0 {
+				policyChain = name
+				break
+			}
+		}
+		var pod netip.Addr
+		var podChain string
+		for _, a := range sortedAddrs(rs.egress) {
+			if a.Is4() && rs.egress[a] != conflictChain {
+				pod, podChain = a, rs.egress[a]
+				break
+			}
+		}
+		var otherChain string
+		for _, name := range sortedKeys(rs.chains) {
+			if name != podChain {
+				otherChain = name
+				break
+			}
+		}
+		if policyChain == "" || !pod.IsValid() || otherChain == "" {
+			t.Fatalf("the ruleset lacks a policy chain with rules (%q), an IPv4 pod in egress4 (%v) or a second chain (%q)", policyChain, pod, otherChain)
+		}
+		nftCmd := func(args ...string) {
+			t.Helper()
+			if out, err := exec.Command("nft", args...).CombinedOutput(); err != nil {
+				t.Fatalf("nft %v: %v: %s", args, err, out)
+			}
+		}
+		// Another writer's commit makes Verify read the table: the use
+		// counts of the chains as programmed are no edit.
+		nftCmd("add", "table", "ip", "someone-else")
+		if err := s.Verify(ctx); err != nil {
+			t.Fatalf("Verify after another writer's commit: %v", err)
+		}
+		for _, edit := range []string{
+			"insert rule inet " + Table + " " + policyChain + " accept",
+			"add rule inet " + Table + " " + policyChain + " accept",
+			"flush chain inet " + Table + " " + policyChain,
+			"delete element inet " + Table + " egress4 { " + pod.String() + " }",
+			// One commit: the pod keeps an element, pointing elsewhere.
+			"delete element inet " + Table + " egress4 { " + pod.String() + " }; add element inet " + Table + " egress4 { " + pod.String() + " : jump " + otherChain + " }",
+		} {
+			nftCmd(edit)
+			err := s.Verify(ctx)
+			if !errors.Is(err, ErrTableEdited) {
+				t.Fatalf("Verify after nft %s: %v, want ErrTableEdited", edit, err)
+			}
+			t.Logf("nft %s: %v", edit, err)
+			s.Invalidate()
+			if res, err := s.Sync(ctx, prog); err != nil || !res.Full {
+				t.Fatalf("Sync after Invalidate: %+v, %v (want a full replace)", res, err)
+			}
+			nftCmd("add", "table", "ip", "someone-else") // no change: the generation stays
+			nftCmd("delete", "table", "ip", "someone-else")
+			if err := s.Verify(ctx); err != nil {
+				t.Fatalf("Verify of the table repaired after nft %s, after another writer's commits: %v", edit, err)
 			}
 		}
 	})
