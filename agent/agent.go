@@ -340,7 +340,7 @@ func (a *Agent) sync(ctx context.Context) error {
 	}
 	if _, ok, _ := a.inf.nodes.GetStore().GetByKey(a.cfg.NodeName); !ok {
 		a.nodeNotFound()
-		return nil
+		return a.restoreTable(ctx)
 	}
 	if a.nodeMissing.Swap(false) {
 		a.log.Info("Node found: programming it", "node", a.cfg.NodeName)
@@ -496,6 +496,55 @@ func (a *Agent) nodeNotFound() {
 	a.metrics.ready.Set(0)
 	// When the Node appears, the next sync scans again and clears it.
 	a.problemsDirty = true
+}
+
+// TableRestorer is the optional part of a Dataplane that programs the
+// ruleset it last applied again, as a full replace; *nft.Syncer has it
+// (nft.Syncer.Restore).
+type TableRestorer interface {
+	Restore(ctx context.Context) (nft.Result, error)
+}
+
+// restoreTable repairs a table found missing or edited (tablewatch.go)
+// while no Node is named cfg.NodeName: with no Node there is nothing to
+// compile, and nodeNotFound's rule (the table in place stays) would
+// leave the node enforcing nothing until the Node comes back, which for a
+// deleted Node may be never. So the dataplane programs again what was in
+// force before the loss (the last ruleset compiled while the Node
+// existed): the node fails closed, as it was. The agent stays not ready
+// (the Node is missing). A failure is returned, so the sync is retried
+// with backoff. Nothing is restored when nothing was programmed (an agent
+// that started without its Node never read the table) or the dataplane
+// cannot (no TableRestorer).
+func (a *Agent) restoreTable(ctx context.Context) error {
+	if !a.tableMissing.Load() && !a.tableChanged.Load() {
+		return nil
+	}
+	r, ok := a.dp.(TableRestorer)
+	if !ok {
+		return nil
+	}
+	sctx, cancel := context.WithTimeout(ctx, a.cfg.SyncTimeout)
+	res, err := r.Restore(sctx)
+	cancel()
+	if errors.Is(err, nft.ErrNothingToRestore) {
+		a.log.Error(err, "Table inet moat is missing or edited and no Node is named --node-name: nothing to program it from until the Node appears")
+		return nil
+	}
+	if !res.Applied {
+		return fmt.Errorf("restore the last table of node %s, whose Node is missing: %w", a.cfg.NodeName, err)
+	}
+	a.metrics.conntrack.Add(float64(res.ConntrackDeleted))
+	a.tableMissing.Store(false)
+	a.tableChanged.Store(false)
+	a.log.Info("Table inet moat restored with the last ruleset programmed, since no Node is named --node-name to compile for",
+		"rules", res.Stats.Rules, "elements", res.Stats.Elements, "connectionsCut", res.ConntrackDeleted)
+	if err != nil {
+		// Only the cut failed: the dataplane keeps it pending for its
+		// next Sync, once the Node is back.
+		a.log.Error(err, "Table restored but removing the established connections it denies failed; retried once the Node is back")
+	}
+	return nil
 }
 
 // countPolicies sets the policy gauges from the compiler's counts (a

@@ -139,6 +139,10 @@ type Syncer struct {
 	links      []PodLink
 	linkKey    linkKey
 	linksStale bool
+	// restorable is the ruleset a failed Restore took from applied, for
+	// the next Restore to try again; nil when applied holds it or an
+	// apply or Invalidate has superseded it.
+	restorable *Ruleset
 }
 
 // LinkRefresh is how often moat-agent has the pod links resolved again
@@ -281,6 +285,12 @@ func (s *Syncer) linkResolver() LinkResolver {
 func (s *Syncer) apply(ctx context.Context, rs *Ruleset, in *buildInputs) (Result, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	s.restorable = nil
+	return s.applyLocked(ctx, rs, in)
+}
+
+// applyLocked is apply with s.mu held.
+func (s *Syncer) applyLocked(ctx context.Context, rs *Ruleset, in *buildInputs) (Result, error) {
 	res := Result{Stats: rs.Stats(), Warnings: rs.warnings}
 	if s.checkNext {
 		s.checkNext = false
@@ -468,6 +478,41 @@ func (s *Syncer) check(ctx context.Context) *GenerationCheck {
 	return c
 }
 
+// ErrNothingToRestore is what Restore returns when the Syncer holds no
+// ruleset it programmed: no Sync succeeded yet, or the last one failed.
+var ErrNothingToRestore = errors.New("no ruleset programmed to restore")
+
+// Restore programs the ruleset last applied again, replacing the whole
+// table in one transaction whatever the kernel holds, and cuts the
+// established connections it denies when the table was found missing or
+// edited (Verify), as the replace of a Sync does. It is for when nothing
+// new can be compiled but the table must not stay lost: moat-agent calls
+// it when its Node is gone (nothing to compile for) and Verify finds the
+// table deleted or edited. The rules it restores are the ones that were in
+// force before the loss: failing closed, not open. When it fails, the
+// next Restore tries the same ruleset again.
+func (s *Syncer) Restore(ctx context.Context) (Result, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	rs, in := s.applied, s.inputs
+	if rs == nil {
+		rs, in = s.restorable, nil
+	}
+	if rs == nil {
+		return Result{}, fmt.Errorf("restore table inet %s on node %s: %w", Table, s.opts.Node, ErrNothingToRestore)
+	}
+	// With nothing applied, applyLocked replaces the whole table.
+	s.applied, s.inputs = nil, nil
+	s.checkNext = false
+	res, err := s.applyLocked(ctx, rs, in)
+	if !res.Applied {
+		s.restorable = rs
+	} else {
+		s.restorable = nil
+	}
+	return res, err
+}
+
 // Applied returns the ruleset last programmed, nil if none (or if the
 // last attempt failed).
 func (s *Syncer) Applied() *Ruleset {
@@ -493,6 +538,7 @@ func (s *Syncer) Invalidate() {
 	s.checkNext = false
 	s.cache = newBuildCache()
 	s.linksStale = true
+	s.restorable = nil
 	s.mu.Unlock()
 }
 

@@ -267,3 +267,46 @@ func TestKernelVerifyNoticesPolicyChainEdits(t *testing.T) {
 		}
 	})
 }
+
+// TestKernelRestore: Restore puts back, as a full replace, the ruleset
+// last applied after `nft flush ruleset` (moat-agent's repair while its
+// Node is missing and there is nothing new to compile), and Verify is
+// content after it. A Syncer that programmed nothing has nothing to
+// restore.
+func TestKernelRestore(t *testing.T) {
+	inPrivateNetns(t, func() {
+		ctx := context.Background()
+		nft, err := NewInterface()
+		if err != nil {
+			t.Fatal(err)
+		}
+		s := New(nft, Options{Node: "node-1"})
+		if _, err := s.Restore(ctx); !errors.Is(err, ErrNothingToRestore) {
+			t.Fatalf("Restore before any sync: %v, want ErrNothingToRestore", err)
+		}
+		prog := compileFile(t, "tiers.yaml", policy.Options{IngressNetworksAndNodes: true})
+		if _, err := s.Sync(ctx, prog); err != nil {
+			t.Fatal(err)
+		}
+		want := nftList(t)
+		if out, err := exec.Command("nft", "flush", "ruleset").CombinedOutput(); err != nil {
+			t.Fatalf("nft flush ruleset: %v: %s", err, out)
+		}
+		if err := s.Verify(ctx); !errors.Is(err, ErrTableMissing) {
+			t.Fatalf("Verify after nft flush ruleset: %v, want ErrTableMissing", err)
+		}
+		res, err := s.Restore(ctx)
+		if err != nil || !res.Applied || !res.Full {
+			t.Fatalf("Restore: %+v, %v (want a full replace applied)", res, err)
+		}
+		if got := nftList(t); got != want {
+			t.Fatalf("table after Restore differs from the one programmed:\n%s\nwant:\n%s", got, want)
+		}
+		if err := s.Verify(ctx); err != nil {
+			t.Fatalf("Verify after Restore: %v", err)
+		}
+		if res, err := s.Sync(ctx, prog); err != nil || !res.Reused {
+			t.Fatalf("Sync of the same program after Restore: %+v, %v (want Reused)", res, err)
+		}
+	})
+}
