@@ -250,6 +250,9 @@ func (a *Agent) Run(ctx context.Context) error {
 			a.refreshLinks(ctx, lc, nft.LinkRefresh)
 		}()
 	}
+	if rw, ok := a.dp.(RouteWatcher); ok {
+		a.watchRoutes(ctx, rw)
+	}
 	if v, ok := a.dp.(TableVerifier); ok {
 		wg.Add(1)
 		go func() {

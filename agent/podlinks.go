@@ -2,6 +2,7 @@ package agent
 
 import (
 	"context"
+	"errors"
 	"time"
 
 	"github.com/moat-net/moat/nft"
@@ -56,5 +57,30 @@ func (a *Agent) refreshLinks(ctx context.Context, lc LinkChecker, period time.Du
 			lc.RefreshLinks()
 			a.queue.Add(syncKey)
 		}
+	}
+}
+
+// RouteWatcher is a Dataplane that can say when the node's host routes
+// change (nft.Syncer.WatchRoutes): on a node without pod CIDRs a routed
+// CNI's new pod is then failed closed by the next sync (nft.PodLink's
+// Unknown), before its address reaches the agent through the API server.
+type RouteWatcher interface {
+	WatchRoutes(ctx context.Context, changed func(), failed func(error)) error
+}
+
+// watchRoutes queues a sync whenever the dataplane reports a route
+// change, until ctx ends. Without a watch (not supported, or it failed)
+// the periodic link refresh (refreshLinks) still finds new pods' routes,
+// within nft.LinkRefresh.
+func (a *Agent) watchRoutes(ctx context.Context, rw RouteWatcher) {
+	err := rw.WatchRoutes(ctx, func() { a.queue.Add(syncKey) }, func(err error) {
+		if ctx.Err() == nil {
+			a.log.Error(err, "Stopped watching the node's routes; new pods' routes are found by the periodic link refresh", "period", nft.LinkRefresh)
+		}
+	})
+	switch {
+	case errors.Is(err, nft.ErrRoutesNotWatched):
+	case err != nil:
+		a.log.Info("Not watching the node's routes; new pods' routes are found by the periodic link refresh", "period", nft.LinkRefresh, "err", err)
 	}
 }

@@ -174,8 +174,13 @@ func (rs *Ruleset) lookup(base string, remote netip.Addr, p Packet) bool {
 }
 
 // spoofed reports whether the base chains drop a new connection from src
-// as forged: in the node's pod CIDRs, and no local pod's address.
+// as forged: in the node's pod CIDRs and no local pod's address, or the
+// address of an Unknown link (podnet holds it, pods does not).
 func (rs *Ruleset) spoofed(src netip.Addr) bool {
+	if rs.unknownAddr(src) {
+		// An Unknown link's address: podnet holds it, pods does not.
+		return true
+	}
 	for _, p := range rs.podNets {
 		if p.Contains(src) {
 			_, found := slices.BinarySearchFunc(rs.pods, src, netip.Addr.Compare)

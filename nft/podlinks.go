@@ -25,13 +25,32 @@ type PodLink struct {
 	// Index is the interface index in the node's network namespace.
 	Index int
 	Addr  netip.Addr
+	// Unknown: the node routes Addr to a pod interface of its own (a
+	// veth with a host route), but no pod the agent knows holds Addr: a
+	// pod created since the agent last heard of the node's pods. Only
+	// resolved on a node without pod CIDRs (NetlinkLinks), where nothing
+	// else would stop it: the interface is checked (podifs) and accepts
+	// no source (no podsrc element), and Addr is an unknown address in
+	// the pod network (a /32 or /128 of podnet4/6, not in pods4/6), so
+	// that new connections from and to it fail closed until the agent
+	// learns the pod.
+	Unknown bool
 }
 
 func (l PodLink) compare(o PodLink) int {
 	if l.Index != o.Index {
 		return l.Index - o.Index
 	}
-	return l.Addr.Compare(o.Addr)
+	if c := l.Addr.Compare(o.Addr); c != 0 {
+		return c
+	}
+	switch {
+	case l.Unknown == o.Unknown:
+		return 0
+	case o.Unknown:
+		return -1
+	}
+	return 1
 }
 
 // LinkQuery is what a LinkResolver is asked about one node.
@@ -70,6 +89,17 @@ type LinkResolver interface {
 // routing pods through a gateway) is left out, and its interface is then
 // checked only if another pod's address makes it a pod interface: the
 // check fails open for interfaces it cannot identify.
+//
+// On a node without pod CIDRs (q.PodCIDRs empty), where no pod network
+// range tells a pod the agent has not learnt yet from any other address,
+// it also lists the kernel's host routes (main table; unicast, no
+// gateway, /32 or /128) through veth interfaces other than the excluded
+// ones, and returns those to an address no known pod holds as Unknown
+// links: routed CNIs (a veth and a host route per pod: Calico, kindnet's
+// ptp, the AWS VPC CNI) install them before the pod's containers start,
+// so such a pod fails closed instead of meeting no chain. Host routes
+// through anything but a veth (a VPN's tunnel, a WireGuard peer, a
+// dummy) are left alone: they lead to no pod.
 type NetlinkLinks struct {
 	// Handle selects the network namespace; nil uses the namespace of
 	// the calling thread.
@@ -110,6 +140,118 @@ func (r NetlinkLinks) ResolveLinks(ctx context.Context, q LinkQuery) ([]PodLink,
 		}
 		if idx, ok := podRoute(routes[0], a, q.PodCIDRs); ok && !excluded[idx] {
 			out = append(out, PodLink{Index: idx, Addr: a})
+		}
+	}
+	if len(q.PodCIDRs) == 0 {
+		unknown, err := unknownPodRoutes(h, q, excluded)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, unknown...)
+	}
+	return out, nil
+}
+
+// RouteWatcher is a LinkResolver that can say when the node's host routes
+// change: a routed CNI adds a pod's host route before its containers
+// start, so resolving then fails the new pod closed (Unknown links) long
+// before its address reaches the agent through the API server.
+type RouteWatcher interface {
+	// WatchRoutes subscribes, before it returns, to the routes of the
+	// namespace it resolves in, and then calls changed from another
+	// goroutine after each host route (/32, /128) of the main table is
+	// added or deleted, until ctx ends or the subscription fails (then
+	// failed is called with why, once).
+	WatchRoutes(ctx context.Context, changed func(), failed func(error)) error
+}
+
+// WatchRoutes implements RouteWatcher for the calling thread's network
+// namespace; with a Handle (another namespace) it cannot, and says so.
+func (r NetlinkLinks) WatchRoutes(ctx context.Context, changed func(), failed func(error)) error {
+	if r.Handle != nil {
+		return errors.New("watching routes is only supported in the calling thread's network namespace")
+	}
+	ch := make(chan netlink.RouteUpdate, 256)
+	done := make(chan struct{})
+	errc := make(chan error, 1)
+	err := netlink.RouteSubscribeWithOptions(ch, done, netlink.RouteSubscribeOptions{ErrorCallback: func(err error) {
+		select {
+		case errc <- err:
+		default:
+		}
+	}})
+	if err != nil {
+		return fmt.Errorf("subscribe to route changes: %w", err)
+	}
+	go func() {
+		defer func() {
+			close(done) // closes the socket; the reader then closes ch
+			for range ch {
+			}
+		}()
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case u, ok := <-ch:
+				if !ok {
+					err := errors.New("subscription ended")
+					select {
+					case err = <-errc:
+					default:
+					}
+					failed(fmt.Errorf("route changes: %w", err))
+					return
+				}
+				if u.Table != unix.RT_TABLE_MAIN || u.Dst == nil {
+					continue
+				}
+				if p, ok := prefixOf(u.Dst); ok && p.IsSingleIP() {
+					changed()
+				}
+			}
+		}
+	}()
+	return nil
+}
+
+// unknownPodRoutes lists the host routes through veths (not excluded) to
+// addresses that are neither a pod address of q nor a node address: the
+// Unknown links of NetlinkLinks. One dump of the main routing table, and
+// one link lookup per interface such a route names.
+func unknownPodRoutes(h *netlink.Handle, q LinkQuery, excluded map[int]bool) ([]PodLink, error) {
+	routes, err := h.RouteListFiltered(netlink.FAMILY_ALL, &netlink.Route{Table: unix.RT_TABLE_MAIN}, netlink.RT_FILTER_TABLE)
+	if err != nil {
+		return nil, fmt.Errorf("list routes: %w", err)
+	}
+	veth := map[int]bool{}
+	var out []PodLink
+	for _, rt := range routes {
+		if rt.Dst == nil || rt.LinkIndex <= 0 || excluded[rt.LinkIndex] {
+			continue
+		}
+		dst, ok := prefixOf(rt.Dst)
+		if !ok || !dst.IsSingleIP() {
+			continue
+		}
+		a := dst.Addr()
+		if !a.IsGlobalUnicast() || slices.Contains(q.NodeAddrs, a) {
+			continue
+		}
+		if _, known := slices.BinarySearchFunc(q.Addrs, a, netip.Addr.Compare); known {
+			continue
+		}
+		if idx, ok := podRoute(rt, a, nil); !ok || idx != rt.LinkIndex {
+			continue
+		}
+		isVeth, seen := veth[rt.LinkIndex]
+		if !seen {
+			l, err := h.LinkByIndex(rt.LinkIndex)
+			isVeth = err == nil && l.Type() == "veth"
+			veth[rt.LinkIndex] = isVeth
+		}
+		if isVeth {
+			out = append(out, PodLink{Index: rt.LinkIndex, Addr: a, Unknown: true})
 		}
 	}
 	return out, nil
@@ -214,7 +356,7 @@ func normaliseLinks(links []PodLink) []PodLink {
 	out := make([]PodLink, 0, len(links))
 	for _, l := range links {
 		if l.Index > 0 && l.Addr.IsValid() {
-			out = append(out, PodLink{Index: l.Index, Addr: l.Addr.Unmap()})
+			out = append(out, PodLink{Index: l.Index, Addr: l.Addr.Unmap(), Unknown: l.Unknown})
 		}
 	}
 	slices.SortFunc(out, PodLink.compare)
@@ -242,8 +384,53 @@ func (rs *Ruleset) forgedOn(iif int, src netip.Addr) bool {
 	if _, found := slices.BinarySearchFunc(rs.links, iif, func(l PodLink, i int) int { return l.Index - i }); !found {
 		return false
 	}
+	// Only a known pod's link accepts its source (podsrc).
 	_, found := slices.BinarySearchFunc(rs.links, PodLink{Index: iif, Addr: src}, PodLink.compare)
 	return !found
+}
+
+// knownLinks are the links of known pods' addresses: the elements of
+// podsrc4/6.
+func knownLinks(links []PodLink) []PodLink {
+	out := make([]PodLink, 0, len(links))
+	for _, l := range links {
+		if !l.Unknown {
+			out = append(out, l)
+		}
+	}
+	return out
+}
+
+// unknownAddr reports whether a is the address of an Unknown link: a pod
+// the node routes but the agent does not know yet.
+func (rs *Ruleset) unknownAddr(a netip.Addr) bool {
+	for _, l := range rs.links {
+		if l.Unknown && l.Addr == a {
+			return true
+		}
+	}
+	return false
+}
+
+// podNetElements are the elements of podnet4/6: the node's pod CIDRs and
+// the address of each Unknown link as a host prefix (none inside a pod
+// CIDR: links kept from an earlier resolution may be, and the interval
+// set would refuse the overlap).
+func (rs *Ruleset) podNetElements() []netip.Prefix {
+	out := slices.Clone(rs.podNets)
+	for _, l := range rs.links {
+		if !l.Unknown {
+			continue
+		}
+		inside := false
+		for _, p := range rs.podNets {
+			inside = inside || p.Contains(l.Addr)
+		}
+		if p := netip.PrefixFrom(l.Addr, l.Addr.BitLen()); !inside && !slices.Contains(out, p) {
+			out = append(out, p)
+		}
+	}
+	return out
 }
 
 // withLinks is rs with other links: the same sets, chains and maps

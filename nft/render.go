@@ -109,9 +109,9 @@ var staticChains = []staticChain{
 // CIDRs but is no address of a pod on the node: a pod forging its source
 // would otherwise miss its egress chain (dispatch finds it by source
 // address) and leave through the base chain's accept policy. A pod the
-// agent has not learnt yet is caught too (fail closed until it is). The
-// sets are empty, and so the rules match nothing, when the Node has no
-// spec.podCIDRs. Packets the node sends never meet them: output does not
+// agent has not learnt yet is caught too (fail closed until it is). When
+// the Node has no spec.podCIDRs, podnet4/6 hold only the addresses the
+// node routes to pods the agent does not know (PodLink.Unknown). Packets the node sends never meet them: output does not
 // have them, and input skips what arrives on loopback (the node's own
 // packets to itself, which may carry the node's gateway address in a pod
 // CIDR).
@@ -131,8 +131,8 @@ var spoofRules = []string{
 // Pod is started" (Kubernetes docs, Network Policies, "Pod lifecycle").
 // Forward alone has them: in input the destination is the node itself,
 // whose gateway address may be in a pod CIDR, and in output the node's
-// own connections (kubelet probes) are node-local. The sets are empty,
-// and the rules match nothing, when the Node has no spec.podCIDRs.
+// own connections (kubelet probes) are node-local. Without
+// spec.podCIDRs podnet4/6 hold only the Unknown links' addresses.
 var unknownDstRules = []string{
 	"ip daddr @podnet4 ip daddr != @pods4 counter name " + counterUnknownDst + " drop",
 	"ip6 daddr @podnet6 ip6 daddr != @pods6 counter name " + counterUnknownDst + " drop",
@@ -526,7 +526,7 @@ func fullTransaction(tx *knftables.Transaction, rs *Ruleset, prev map[string]Cou
 	for _, a := range rs.conflicts() {
 		tx.Add(conflictElement(a))
 	}
-	for _, p := range rs.podNets {
+	for _, p := range rs.podNetElements() {
 		tx.Add(podNetElement(p))
 	}
 	for _, a := range rs.pods {
@@ -535,7 +535,7 @@ func fullTransaction(tx *knftables.Transaction, rs *Ruleset, prev map[string]Cou
 	for _, i := range linkIndexes(rs.links) {
 		tx.Add(podIfElement(i))
 	}
-	for _, l := range rs.links {
+	for _, l := range knownLinks(rs.links) {
 		tx.Add(podSrcElement(l))
 	}
 	for _, a := range sortedAddrs(rs.egress) {
@@ -629,10 +629,10 @@ func patchDispatch(tx *knftables.Transaction, old, rs *Ruleset) {
 	diffAddrList(tx, old.nodeClaimed, rs.nodeClaimed, nodeClaimedElement)
 	diffAddrList(tx, old.hostLocalTypes(), rs.hostLocalTypes(), hostLocalElement)
 	diffAddrList(tx, old.conflicts(), rs.conflicts(), conflictElement)
-	diffAddrList(tx, old.podNets, rs.podNets, podNetElement)
+	diffAddrList(tx, old.podNetElements(), rs.podNetElements(), podNetElement)
 	diffAddrList(tx, old.pods, rs.pods, podElement)
 	diffAddrList(tx, linkIndexes(old.links), linkIndexes(rs.links), podIfElement)
-	diffAddrList(tx, old.links, rs.links, podSrcElement)
+	diffAddrList(tx, knownLinks(old.links), knownLinks(rs.links), podSrcElement)
 	diffVerdictMap(tx, policy.Egress, old.egress, rs.egress, mapName, mapElement)
 	diffVerdictMap(tx, policy.Ingress, old.ingress, rs.ingress, mapName, mapElement)
 	diffVerdictMap(tx, policy.Egress, old.egressNext, rs.egressNext, nextMapName, nextElement)

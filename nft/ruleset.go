@@ -186,8 +186,10 @@ type Ruleset struct {
 	podNets []netip.Prefix
 	pods    []netip.Addr
 	// links are the node's pod interfaces and the pod addresses routed
-	// through each (sorted, see PodLink): not built from the Program
-	// but resolved on the node, nil when not (Build, moat nft).
+	// through each (sorted, see PodLink; on a node without pod CIDRs
+	// also the Unknown ones, of pods the agent does not know yet): not
+	// built from the Program but resolved on the node, nil when not
+	// (Build, moat nft).
 	links []PodLink
 	// counters describes the table's drop counters by counter name: the
 	// fixed ones and one per policy rule (or NetworkPolicy isolation)
@@ -216,8 +218,8 @@ func (rs *Ruleset) Stats() Stats {
 	for _, s := range rs.sets {
 		st.Elements += s.len()
 	}
-	st.Elements += len(rs.egress) + len(rs.ingress) + len(rs.egressNext) + len(rs.ingressNext) + 2*len(rs.self) + len(rs.nodeLocal) + len(rs.podNets) + len(rs.pods)
-	st.Elements += len(rs.nodeClaimed) + len(rs.hostLocalTypes()) + len(rs.conflicts()) + len(linkIndexes(rs.links)) + len(rs.links)
+	st.Elements += len(rs.egress) + len(rs.ingress) + len(rs.egressNext) + len(rs.ingressNext) + 2*len(rs.self) + len(rs.nodeLocal) + len(rs.podNetElements()) + len(rs.pods)
+	st.Elements += len(rs.nodeClaimed) + len(rs.hostLocalTypes()) + len(rs.conflicts()) + len(linkIndexes(rs.links)) + len(knownLinks(rs.links))
 	return st
 }
 

@@ -167,6 +167,37 @@ func (s *Syncer) RefreshLinks() {
 	s.mu.Unlock()
 }
 
+// ErrRoutesNotWatched is what WatchRoutes returns when the Syncer's
+// LinkResolver cannot watch routes (no RouteWatcher).
+var ErrRoutesNotWatched = errors.New("the pod link resolver does not watch routes")
+
+// WatchRoutes has changed called whenever the node's host routes change
+// while the node has no pod CIDRs (see RouteWatcher and PodLink.Unknown),
+// after making the next Sync resolve the links again (RefreshLinks): a
+// new pod's host route then fails it closed at the next sync instead of
+// up to LinkRefresh later. With pod CIDRs, their sets already fail new
+// pods closed, and nothing is called. It returns ErrRoutesNotWatched at
+// once when the LinkResolver cannot watch.
+func (s *Syncer) WatchRoutes(ctx context.Context, changed func(), failed func(error)) error {
+	s.mu.Lock()
+	w, ok := s.linkResolver().(RouteWatcher)
+	s.mu.Unlock()
+	if !ok {
+		return ErrRoutesNotWatched
+	}
+	return w.WatchRoutes(ctx, func() {
+		s.mu.Lock()
+		noCIDRs := len(s.linkKey.cidrs) == 0
+		if noCIDRs {
+			s.linksStale = true
+		}
+		s.mu.Unlock()
+		if noCIDRs {
+			changed()
+		}
+	}, failed)
+}
+
 // New returns a Syncer for the table "inet moat" behind nft, which the
 // caller creates with knftables.New(knftables.InetFamily, nft.Table) (or
 // knftables.NewFake for tests).
