@@ -3,6 +3,7 @@ package agent
 import (
 	"context"
 	"errors"
+	"net/netip"
 	"sync"
 	"testing"
 	"time"
@@ -38,6 +39,8 @@ func (c *flakyConntrack) Delete(ctx context.Context, deny func(nft.Packet) bool)
 	}
 	return 0, nil
 }
+
+func (c *flakyConntrack) DeleteAddrs(context.Context, []netip.Addr) (int, error) { return 0, nil }
 
 func (c *flakyConntrack) count() int {
 	c.mu.Lock()

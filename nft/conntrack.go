@@ -20,7 +20,20 @@ type Conntrack interface {
 	// Delete removes every entry whose first packet deny rejects and
 	// returns how many it removed.
 	Delete(ctx context.Context, deny func(Packet) bool) (int, error)
+	// DeleteAddrs removes every entry that has one of addrs as the
+	// source or destination of either direction (the pod's side of a
+	// Service's or a masquerade's translation too) and returns how many
+	// it removed.
+	DeleteAddrs(ctx context.Context, addrs []netip.Addr) (int, error)
 }
+
+// noConntrack is the Conntrack of a Syncer on an Interface that programs
+// no kernel it knows of (Options.Conntrack): it removes nothing.
+type noConntrack struct{}
+
+func (noConntrack) Delete(context.Context, func(Packet) bool) (int, error) { return 0, nil }
+
+func (noConntrack) DeleteAddrs(context.Context, []netip.Addr) (int, error) { return 0, nil }
 
 // NetlinkConntrack is the kernel's conntrack table, reached over netlink.
 type NetlinkConntrack struct {
@@ -77,6 +90,67 @@ func (c NetlinkConntrack) Delete(ctx context.Context, deny func(Packet) bool) (i
 		}
 	}
 	return total, errors.Join(errs...)
+}
+
+// DeleteAddrs implements Conntrack, dumping only the families of addrs.
+// Addresses the namespace holds as its own are left out: their entries
+// are the node's connections, which no pod's departure ends. When those
+// cannot be read nothing is deleted.
+func (c NetlinkConntrack) DeleteAddrs(ctx context.Context, addrs []netip.Addr) (int, error) {
+	local, err := c.localAddrs()
+	if err != nil {
+		return 0, fmt.Errorf("conntrack: the node's addresses: %w", err)
+	}
+	f := addrFilter{}
+	var families []netlink.InetFamily
+	for _, a := range addrs {
+		a = a.Unmap()
+		if _, own := local[a]; own || !a.IsValid() {
+			continue
+		}
+		f[a] = struct{}{}
+		fam := netlink.InetFamily(netlink.FAMILY_V6)
+		if a.Is4() {
+			fam = netlink.InetFamily(netlink.FAMILY_V4)
+		}
+		if !slices.Contains(families, fam) {
+			families = append(families, fam)
+		}
+	}
+	total := 0
+	var errs []error
+	for _, fam := range families {
+		if err := ctx.Err(); err != nil {
+			return total, err
+		}
+		var n uint
+		var err error
+		if c.Handle != nil {
+			n, err = c.Handle.ConntrackDeleteFilters(netlink.ConntrackTable, fam, f)
+		} else {
+			n, err = netlink.ConntrackDeleteFilters(netlink.ConntrackTable, fam, f)
+		}
+		total += int(n)
+		if err != nil {
+			errs = append(errs, fmt.Errorf("conntrack family %d: %w", fam, err))
+		}
+	}
+	return total, errors.Join(errs...)
+}
+
+// addrFilter matches the entries with one of its addresses on either
+// side of either direction.
+type addrFilter map[netip.Addr]struct{}
+
+func (f addrFilter) MatchConntrackFlow(flow *netlink.ConntrackFlow) bool {
+	for _, ip := range [][]byte{flow.Forward.SrcIP, flow.Forward.DstIP, flow.Reverse.SrcIP, flow.Reverse.DstIP} {
+		if a, ok := netip.AddrFromSlice(ip); ok {
+			if _, hit := f[a.Unmap()]; hit {
+				return true
+			}
+		}
+	}
+	return false
 }
 
 // localAddrs are the addresses of every interface of the namespace.

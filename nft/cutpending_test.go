@@ -3,6 +3,7 @@ package nft
 import (
 	"context"
 	"errors"
+	"net/netip"
 	"sync"
 	"testing"
 
@@ -27,6 +28,8 @@ func (c *flakyConntrack) Delete(ctx context.Context, deny func(Packet) bool) (in
 	}
 	return 1, nil
 }
+
+func (c *flakyConntrack) DeleteAddrs(context.Context, []netip.Addr) (int, error) { return 0, nil }
 
 func (c *flakyConntrack) count() int {
 	c.mu.Lock()

@@ -227,7 +227,7 @@ func TestNoReuseAfterInvalidate(t *testing.T) {
 	}
 	// A ruleset applied without what it was built from (as the kernel
 	// test's bad one) is never kept.
-	if _, err := s.apply(ctx, Build(prog, "node-1"), nil); err != nil {
+	if _, err := s.apply(ctx, Build(prog, "node-1"), nil, nil); err != nil {
 		t.Fatal(err)
 	}
 	if res, err := s.Sync(ctx, prog); err != nil || res.Reused {

@@ -125,7 +125,7 @@ func TestKernelSyncFullDiffAndFailure(t *testing.T) {
 			}
 		}
 		before := nftList(t)
-		if _, err := s.apply(ctx, bad, nil); err == nil {
+		if _, err := s.apply(ctx, bad, nil, nil); err == nil {
 			t.Fatal("applying an invalid ruleset succeeded")
 		}
 		if after := nftList(t); after != before {

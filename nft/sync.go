@@ -21,8 +21,12 @@ type Options struct {
 	// CutDenied removes, right after each transaction that changed the
 	// rules, the established connections the new rules deny.
 	CutDenied bool
-	// Conntrack is where those connections are found; nil means
-	// NetlinkConntrack in the calling thread's network namespace.
+	// Conntrack is where those connections are found, and those of pod
+	// addresses that change owners. nil means, for the Interface
+	// NewInterface returns, NetlinkConntrack in the calling thread's
+	// network namespace; for any other Interface (knftables' fake) none:
+	// nothing is removed, and the calling thread's namespace, which is
+	// not the one programmed, is left alone.
 	Conntrack Conntrack
 	// Counters reads the drop counters, for Syncer.Counters and for
 	// carrying them over a full replace. nil means, for the Interface
@@ -65,6 +69,10 @@ type Result struct {
 	Stats Stats
 	// ConntrackDeleted counts established connections removed.
 	ConntrackDeleted int
+	// ConntrackReleased counts the conntrack entries removed because
+	// their pod address left the node or passed to another pod (see
+	// Syncer.release), whatever Options.CutDenied says.
+	ConntrackReleased int
 	// CutAfterLoss is true when the sync cut the established
 	// connections its ruleset denies only because the table had been
 	// missing or edited (without Options.CutDenied): see Verify.
@@ -130,6 +138,10 @@ type Syncer struct {
 	// replace found none): whatever was connected meanwhile was
 	// accepted by no policy. It stays set until a cut succeeds.
 	cutOnce bool
+	// owners are the owners of the node's pod addresses at the last
+	// release of those that changed owners (Syncer.release); nil until
+	// the first sync that applied its rules.
+	owners addrOwners
 	// replaced: a full replace has succeeded (the first one checks
 	// whether there was a table before it).
 	replaced bool
@@ -203,7 +215,10 @@ func (s *Syncer) WatchRoutes(ctx context.Context, changed func(), failed func(er
 // knftables.NewFake for tests).
 func New(nft knftables.Interface, opts Options) *Syncer {
 	if opts.Conntrack == nil {
-		opts.Conntrack = NetlinkConntrack{}
+		opts.Conntrack = noConntrack{}
+		if _, ok := nft.(kernelNFT); ok {
+			opts.Conntrack = NetlinkConntrack{}
+		}
 	}
 	return &Syncer{nft: nft, opts: opts, cache: newBuildCache()}
 }
@@ -245,6 +260,7 @@ type kernelNFT struct {
 func (s *Syncer) Sync(ctx context.Context, prog *policy.Program) (Result, error) {
 	start := time.Now()
 	in := readInputs(prog, s.opts.Node)
+	owners := localOwners(prog, s.opts.Node)
 	s.mu.Lock()
 	links, linksErr := s.resolveLinks(ctx, prog)
 	if s.applied != nil && in.equal(s.inputs) {
@@ -253,15 +269,12 @@ func (s *Syncer) Sync(ctx context.Context, prog *policy.Program) (Result, error)
 			rs = rs.withLinks(links)
 			s.mu.Unlock()
 			resolved := time.Since(start)
-			res, err := s.apply(ctx, rs, in)
+			res, err := s.apply(ctx, rs, in, owners)
 			res.Build, res.Links, res.LinksErr = resolved, len(links), linksErr
 			return res, err
 		}
 		res := Result{Applied: true, Reused: true, Stats: rs.Stats(), Warnings: rs.warnings, Build: time.Since(start), Links: len(links), LinksErr: linksErr}
-		var err error
-		if s.cutPending {
-			err = s.cutDenied(ctx, rs, &res)
-		}
+		err := s.afterApply(ctx, rs, owners, &res, s.cutPending)
 		s.mu.Unlock()
 		return res, err
 	}
@@ -269,7 +282,7 @@ func (s *Syncer) Sync(ctx context.Context, prog *policy.Program) (Result, error)
 	rs.links = links
 	s.mu.Unlock()
 	built := time.Since(start)
-	res, err := s.apply(ctx, rs, in)
+	res, err := s.apply(ctx, rs, in, owners)
 	res.Build, res.Links, res.LinksErr = built, len(links), linksErr
 	return res, err
 }
@@ -309,11 +322,12 @@ func (s *Syncer) linkResolver() LinkResolver {
 }
 
 // apply programs a ruleset built by Build from inputs in (nil: not
-// known). On an nft error the previous rules stay in force, the error is
+// known), for a Program whose node's pod addresses have owners (nil: not
+// known, see Syncer.release). On an nft error the previous rules stay in force, the error is
 // returned and the next apply replaces the whole table. When rules were
 // applied but removing established connections failed, the Result has
 // Applied set and the error says so.
-func (s *Syncer) apply(ctx context.Context, rs *Ruleset, in *buildInputs) (Result, error) {
+func (s *Syncer) apply(ctx context.Context, rs *Ruleset, in *buildInputs, owners addrOwners) (Result, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.restorable = nil
@@ -341,10 +355,7 @@ func (s *Syncer) applyLocked(ctx context.Context, rs *Ruleset, in *buildInputs) 
 			s.applied, s.inputs = rs, in
 			s.counters = rs.counters
 			res.Applied = true
-			if s.cutPending {
-				return res, s.cutDenied(ctx, rs, &res)
-			}
-			return res, nil
+			return res, s.afterApply(ctx, rs, owners, &res, s.cutPending)
 		}
 		if s.generationReader() != nil {
 			markCommit(tx)
@@ -403,7 +414,7 @@ func (s *Syncer) applyLocked(ctx context.Context, rs *Ruleset, in *buildInputs) 
 		s.replaced = true
 		res.Applied = true
 	}
-	return res, s.cutDenied(ctx, rs, &res)
+	return res, s.afterApply(ctx, rs, owners, &res, true)
 }
 
 // cutDenied removes the established connections rs denies when
