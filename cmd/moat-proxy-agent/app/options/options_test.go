@@ -1,6 +1,7 @@
 package options
 
 import (
+	"bytes"
 	"crypto/x509"
 	"crypto/x509/pkix"
 	"strings"
@@ -9,6 +10,26 @@ import (
 
 	"github.com/spf13/pflag"
 )
+
+// parseOut parses args as the command does and returns the options and
+// what the flag set printed (deprecation warnings).
+func parseOut(t *testing.T, args []string) (*Options, string) {
+	t.Helper()
+	o, err := New()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out bytes.Buffer
+	fs := pflag.NewFlagSet("x", pflag.ContinueOnError)
+	fs.SetOutput(&out)
+	for _, f := range o.Flags().FlagSets {
+		fs.AddFlagSet(f)
+	}
+	if err := fs.Parse(args); err != nil {
+		t.Fatalf("%v: %v", args, err)
+	}
+	return o, out.String()
+}
 
 func TestOptionsValidate(t *testing.T) {
 	cases := []struct {
@@ -33,18 +54,8 @@ func TestOptionsValidate(t *testing.T) {
 		{[]string{"--ca-cert=ca", "--logging-format=json", "-v=2", "--feature-gates=EnableClusterToMasterTraffic=true"}, ""},
 	}
 	for _, c := range cases {
-		o, err := New()
-		if err != nil {
-			t.Fatal(err)
-		}
-		fs := pflag.NewFlagSet("x", pflag.ContinueOnError)
-		for _, f := range o.Flags().FlagSets {
-			fs.AddFlagSet(f)
-		}
-		if err := fs.Parse(c.args); err != nil {
-			t.Fatalf("%v: %v", c.args, err)
-		}
-		err = o.Validate()
+		o, _ := parseOut(t, c.args)
+		err := o.Validate()
 		if c.wantErr == "" && err != nil {
 			t.Errorf("%v: %v", c.args, err)
 		}
@@ -88,21 +99,11 @@ func TestFlagsFillConfig(t *testing.T) {
 		"--agent-identifiers=host=node1", "--service-account-token-path=/t", "--sync-interval=2s", "--sync-interval-cap=20s",
 		"--dial-timeout=3s", "--connect-timeout=15s", "--bind-address=169.254.169.1", "--target=6443:kubernetes:443"}
 	for _, gate := range []bool{false, true} {
-		o, err := New()
-		if err != nil {
-			t.Fatal(err)
-		}
-		fs := pflag.NewFlagSet("x", pflag.ContinueOnError)
-		for _, f := range o.Flags().FlagSets {
-			fs.AddFlagSet(f)
-		}
 		a := args
 		if gate {
 			a = append(a, "--feature-gates=EnableClusterToMasterTraffic=true")
 		}
-		if err := fs.Parse(a); err != nil {
-			t.Fatal(err)
-		}
+		o, _ := parseOut(t, a)
 		if err := o.Validate(); err != nil {
 			t.Fatal(err)
 		}

@@ -1,11 +1,8 @@
 package options
 
 import (
-	"bytes"
 	"strings"
 	"testing"
-
-	"github.com/spf13/pflag"
 )
 
 // An upstream proxy-agent command line, as the kubernetes.io konnectivity
@@ -25,25 +22,13 @@ func TestUpstreamAgentFlags(t *testing.T) {
 		"--xfr-channel-size=150", "--warn-on-channel-limit", "--enable-contention-profiling=false",
 		"--enable-push-service-account-token=false", "--alpn-proto=konnectivity",
 	}
-	o, err := New()
-	if err != nil {
-		t.Fatal(err)
-	}
-	var out bytes.Buffer
-	fs := pflag.NewFlagSet("x", pflag.ContinueOnError)
-	fs.SetOutput(&out)
-	for _, f := range o.Flags().FlagSets {
-		fs.AddFlagSet(f)
-	}
-	if err := fs.Parse(args); err != nil {
-		t.Fatalf("upstream flags: %v", err)
-	}
+	o, out := parseOut(t, args)
 	if err := o.Validate(); err != nil {
 		t.Fatalf("upstream flags: %v", err)
 	}
 	for _, f := range []string{"logtostderr", "sync-forever", "probe-interval", "keepalive-time", "count-server-leases", "alpn-proto"} {
-		if !strings.Contains(out.String(), "Flag --"+f+" has been deprecated") {
-			t.Errorf("no warning for --%s in %q", f, out.String())
+		if !strings.Contains(out, "Flag --"+f+" has been deprecated") {
+			t.Errorf("no warning for --%s in %q", f, out)
 		}
 	}
 	if o.ProxyServerPort != 8132 || o.AgentID != "node1" {

@@ -4,25 +4,14 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/spf13/pflag"
-
 	"github.com/moat-net/moat/tunnel/server"
 )
 
-// parse applies args to fresh options as the command line would.
+// parse applies args to fresh options as the command line would
+// (parseOut without what the flag set printed).
 func parse(t *testing.T, args []string) *Options {
 	t.Helper()
-	o, err := New()
-	if err != nil {
-		t.Fatal(err)
-	}
-	fs := pflag.NewFlagSet("x", pflag.ContinueOnError)
-	for _, f := range o.Flags().FlagSets {
-		fs.AddFlagSet(f)
-	}
-	if err := fs.Parse(args); err != nil {
-		t.Fatalf("%v: %v", args, err)
-	}
+	o, _ := parseOut(t, args)
 	return o
 }
 
