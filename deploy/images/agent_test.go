@@ -10,13 +10,11 @@ import (
 	"testing"
 	"time"
 
-	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/types"
-	"sigs.k8s.io/yaml"
 
 	"github.com/moat-net/moat/deploy"
 	"github.com/moat-net/moat/internal/kubetest"
@@ -99,7 +97,7 @@ const nodeIP = "192.0.2.10"
 // capabilities to enter it). It checks
 // that the container becomes ready, programs the node's table from the
 // cluster's objects, follows a change, and writes policy status.
-func testAgentImage(ctx context.Context, t *testing.T, pm *podman, root, image string) {
+func testAgentImage(ctx context.Context, t *testing.T, pm *podman, image string) {
 	crds, err := deploy.CRDs(deploy.Standard)
 	if err != nil {
 		t.Fatal(err)
@@ -152,7 +150,7 @@ func testAgentImage(ctx context.Context, t *testing.T, pm *podman, root, image s
 	})
 
 	health := fmt.Sprintf("127.0.0.1:%d", testenv.FreePort(t))
-	args := daemonSetArgs(t, root, map[string]string{
+	args := daemonSetArgs(t, map[string]string{
 		"--metrics-bind-address": fmt.Sprintf("127.0.0.1:%d", testenv.FreePort(t)),
 		"--health-bind-address":  health,
 	})
@@ -164,7 +162,7 @@ func testAgentImage(ctx context.Context, t *testing.T, pm *podman, root, image s
 	// manifest lacks fails here (review 10, F12: NET_RAW was granted
 	// unused while this ran --privileged).
 	caps := []string{"--cap-drop=all", "--cap-add=SYS_ADMIN", "--security-opt=no-new-privileges"}
-	for _, c := range daemonSetCapabilities(t, root) {
+	for _, c := range daemonSetCapabilities(t) {
 		caps = append(caps, "--cap-add="+c)
 	}
 	pm.start(ctx, t, container, append(append([]string{
@@ -256,15 +254,11 @@ func testAgentImage(ctx context.Context, t *testing.T, pm *podman, root, image s
 // daemonSetArgs returns the agent container's arguments from
 // deploy/agent/daemonset.yaml, with $(NODE_NAME) expanded and the given
 // flags' values replaced (the test binds its own loopback ports).
-func daemonSetArgs(t *testing.T, root string, replace map[string]string) []string {
+func daemonSetArgs(t *testing.T, replace map[string]string) []string {
 	t.Helper()
-	data, err := os.ReadFile(filepath.Join(root, "deploy/agent/daemonset.yaml"))
+	ds, err := kubetest.AgentDaemonSet()
 	if err != nil {
 		t.Fatal(err)
-	}
-	var ds appsv1.DaemonSet
-	if err := yaml.UnmarshalStrict(data, &ds); err != nil {
-		t.Fatalf("deploy/agent/daemonset.yaml: %v", err)
 	}
 	var args []string
 	for _, a := range ds.Spec.Template.Spec.Containers[0].Args {
@@ -278,15 +272,11 @@ func daemonSetArgs(t *testing.T, root string, replace map[string]string) []strin
 }
 
 // daemonSetCapabilities are the capabilities the DaemonSet adds.
-func daemonSetCapabilities(t *testing.T, root string) []string {
+func daemonSetCapabilities(t *testing.T) []string {
 	t.Helper()
-	data, err := os.ReadFile(filepath.Join(root, "deploy/agent/daemonset.yaml"))
+	ds, err := kubetest.AgentDaemonSet()
 	if err != nil {
 		t.Fatal(err)
-	}
-	var ds appsv1.DaemonSet
-	if err := yaml.UnmarshalStrict(data, &ds); err != nil {
-		t.Fatalf("deploy/agent/daemonset.yaml: %v", err)
 	}
 	sc := ds.Spec.Template.Spec.Containers[0].SecurityContext
 	if sc == nil || sc.Capabilities == nil {

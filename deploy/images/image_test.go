@@ -50,7 +50,7 @@ func TestImages(t *testing.T) {
 		images[name] = ref
 	}
 
-	t.Run("agent", func(t *testing.T) { testAgentImage(ctx, t, pm, root, images["moat-agent"]) })
+	t.Run("agent", func(t *testing.T) { testAgentImage(ctx, t, pm, images["moat-agent"]) })
 	t.Run("tunnel", func(t *testing.T) {
 		testTunnelImages(ctx, t, pm, images["moat-proxy-server"], images["moat-proxy-agent"])
 	})

@@ -1,15 +1,12 @@
 package kubetest
 
 import (
-	"os"
 	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
 
-	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
-	"sigs.k8s.io/yaml"
 
 	agentoptions "github.com/moat-net/moat/cmd/moat-agent/app/options"
 )
@@ -25,17 +22,9 @@ var agentFlags = []string{
 // DaemonSet that a server-side dry run cannot judge: which privileges it
 // has, that it runs everywhere, and that the kubelet can probe it.
 func TestAgentDaemonSetIsLeastPrivilege(t *testing.T) {
-	root, err := RepoRoot()
+	ds, err := AgentDaemonSet()
 	if err != nil {
 		t.Fatal(err)
-	}
-	data, err := os.ReadFile(filepath.Join(root, "deploy/agent/daemonset.yaml"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	var ds appsv1.DaemonSet
-	if err := yaml.UnmarshalStrict(data, &ds); err != nil {
-		t.Fatalf("deploy/agent/daemonset.yaml: %v", err)
 	}
 	spec := ds.Spec.Template.Spec
 	if !spec.HostNetwork {
