@@ -89,15 +89,7 @@ func TestServiceHairpin(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	var ln *net.TCPListener
-	if err := l.p.Do(func() error {
-		var err error
-		ln, err = net.ListenTCP("tcp4", &net.TCPAddr{Port: 80})
-		return err
-	}); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { ln.Close() })
+	ln := listenTCP(t, l.p, "tcp4", net.TCPAddr{Port: 80})
 	marker := listen(t, l.r, "udp", 9998)[0]
 	cluster := spoofNode + namespaceA + podPV4
 	for _, c := range []struct {

@@ -216,6 +216,21 @@ func listen(t *testing.T, ns *NS, network string, ports ...int) []*net.UDPConn {
 	return out
 }
 
+// listenTCP opens a TCP listener in ns, closed when the test ends.
+func listenTCP(t *testing.T, ns *NS, network string, addr net.TCPAddr) *net.TCPListener {
+	t.Helper()
+	var l *net.TCPListener
+	if err := ns.Do(func() error {
+		var err error
+		l, err = net.ListenTCP(network, &addr)
+		return err
+	}); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { l.Close() })
+	return l
+}
+
 // send sends one UDP datagram from src to dst inside ns.
 func send(t *testing.T, ns *NS, src, dst netip.AddrPort, msg string) {
 	t.Helper()

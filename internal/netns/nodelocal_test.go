@@ -345,15 +345,7 @@ spec:
   podSelector: {}
   policyTypes: [Ingress]
 `
-	var ln net.Listener
-	if err := l.p.Do(func() error {
-		var err error
-		ln, err = net.Listen("tcp", ":7000")
-		return err
-	}); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { ln.Close() })
+	ln := listenTCP(t, l.p, "tcp", net.TCPAddr{Port: 7000})
 	go func() {
 		for {
 			c, err := ln.Accept()

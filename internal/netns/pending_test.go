@@ -55,15 +55,7 @@ func TestPendingPodUnreachableUntilKnown(t *testing.T) {
 	}
 	l := newSpoofLab(t, "moat-pnd-")
 	dp := program(t, l.r, spoofNode+namespaceA+pendingPod+pendingPolicy, policy.Options{})
-	var ln *net.TCPListener
-	if err := l.p.Do(func() error {
-		var err error
-		ln, err = net.ListenTCP("tcp4", &net.TCPAddr{Port: 80})
-		return err
-	}); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { ln.Close() })
+	ln := listenTCP(t, l.p, "tcp4", net.TCPAddr{Port: 80})
 	marker := listen(t, l.r, "udp", 9998)[0]
 
 	// The outside host's SYN, then a datagram to the node on the same

@@ -280,15 +280,7 @@ func TestPodLinkLocalToNode(t *testing.T) {
 		t.Fatalf("probe table: %v: %s", err, out)
 	}
 
-	var tcp *net.TCPListener
-	if err := l.r.Do(func() error {
-		var err error
-		tcp, err = net.ListenTCP("tcp", &net.TCPAddr{IP: net.IPv6unspecified, Port: 10250})
-		return err
-	}); err != nil {
-		t.Fatal(err)
-	}
-	defer tcp.Close()
+	listenTCP(t, l.r, "tcp", net.TCPAddr{IP: net.IPv6unspecified, Port: 10250})
 	node := listen(t, l.r, "udp", 9996)
 	out := listen(t, l.c, "udp", 9998)
 	send(t, l.p, ap("[fd00:244::5]:40000"), ap("[fd00:1::2]:9998"), "warm-up")

@@ -160,15 +160,7 @@ func TestBridgeLinkLocalToIsolatedPod(t *testing.T) {
 	)
 	dp := program(t, r, bridgeCluster, policy.Options{})
 	ll := linkLocal(t, v)
-	var tcp *net.TCPListener
-	if err := v.Do(func() error {
-		var err error
-		tcp, err = net.ListenTCP("tcp", &net.TCPAddr{Port: 8080})
-		return err
-	}); err != nil {
-		t.Fatal(err)
-	}
-	defer tcp.Close()
+	listenTCP(t, v, "tcp", net.TCPAddr{Port: 8080})
 	ls := listen(t, v, "udp", 9998)
 	send(t, o, ap("10.244.0.6:40000"), ap("10.244.0.5:9998"), "warm-up")
 	receiveUntil(t, ls[0])
