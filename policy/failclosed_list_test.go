@@ -61,13 +61,6 @@ spec:
 
 func flowVerdict(t *testing.T, prog *policy.Program, from, to string, port uint16) bool {
 	t.Helper()
-	src, err := prog.ParseEndpoint(from)
-	if err != nil {
-		t.Fatal(err)
-	}
-	dst, err := prog.ParseEndpoint(to)
-	if err != nil {
-		t.Fatal(err)
-	}
+	src, dst := endpoints(t, prog, from, to)
 	return prog.Allowed(policy.Flow{Src: src, Dst: dst, Proto: policy.ProtoTCP, Port: port})
 }

@@ -115,18 +115,26 @@ func judge(t *testing.T, prog *policy.Program, from, to string, port uint16, pro
 	return judgeFlow(t, prog, from, to, port, proto).Allowed
 }
 
-// judgeFlow evaluates one flow between endpoints named as on the command
-// line (namespace/pod or IP).
-func judgeFlow(t *testing.T, prog *policy.Program, from, to string, port uint16, proto string) matrix.Flow {
+// endpoints parses a flow's ends named as on the command line
+// (namespace/pod or IP).
+func endpoints(t *testing.T, prog *policy.Program, from, to string) (src, dst policy.Endpoint) {
 	t.Helper()
 	src, err := prog.ParseEndpoint(from)
 	if err != nil {
 		t.Fatal(err)
 	}
-	dst, err := prog.ParseEndpoint(to)
+	dst, err = prog.ParseEndpoint(to)
 	if err != nil {
 		t.Fatal(err)
 	}
+	return src, dst
+}
+
+// judgeFlow evaluates one flow between endpoints named as on the command
+// line (namespace/pod or IP).
+func judgeFlow(t *testing.T, prog *policy.Program, from, to string, port uint16, proto string) matrix.Flow {
+	t.Helper()
+	src, dst := endpoints(t, prog, from, to)
 	pp, err := matrix.ParsePortProto(strconv.Itoa(int(port)) + "/" + proto)
 	if err != nil {
 		t.Fatal(err)
