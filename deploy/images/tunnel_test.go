@@ -2,15 +2,8 @@ package images_test
 
 import (
 	"context"
-	"crypto/ecdsa"
-	"crypto/elliptic"
-	"crypto/rand"
-	"crypto/x509"
-	"crypto/x509/pkix"
-	"encoding/pem"
 	"fmt"
 	"io"
-	"math/big"
 	"net"
 	"net/http"
 	"os"
@@ -24,6 +17,7 @@ import (
 	kclient "sigs.k8s.io/apiserver-network-proxy/konnectivity-client/pkg/client"
 
 	"github.com/moat-net/moat/internal/testenv"
+	"github.com/moat-net/moat/internal/testenv/pki"
 )
 
 // testTunnelImages runs both tunnel images (scratch images: the binary and
@@ -45,7 +39,18 @@ func testTunnelImages(ctx context.Context, t *testing.T, pm *podman, serverImage
 			t.Fatal(err)
 		}
 	}
-	writePKI(t, pkiDir)
+	// The CA, the server's certificate (for 127.0.0.1) and the agent's,
+	// in PEM, as the containers read them.
+	ca, err := pki.NewCA(pkiDir, "cluster")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, name := range []string{"server", "agent"} {
+		if _, err := ca.Issue(name, "localhost", "127.0.0.1"); err != nil {
+			t.Fatal(err)
+		}
+	}
+	caFile := "/pki/" + filepath.Base(ca.CertFile)
 
 	// The destination on the node side: a plain HTTP server on loopback.
 	l, err := net.Listen("tcp", "127.0.0.1:0")
@@ -74,7 +79,7 @@ func testTunnelImages(ctx context.Context, t *testing.T, pm *podman, serverImage
 		fmt.Sprintf("--agent-port=%d", agentPort),
 		"--cluster-cert=/pki/server.crt",
 		"--cluster-key=/pki/server.key",
-		"--cluster-ca-cert=/pki/ca.crt",
+		"--cluster-ca-cert="+caFile,
 		"--health-bind-address=127.0.0.1",
 		fmt.Sprintf("--health-port=%d", serverHealth),
 		"--admin-bind-address=127.0.0.1",
@@ -89,7 +94,7 @@ func testTunnelImages(ctx context.Context, t *testing.T, pm *podman, serverImage
 		agentImage,
 		"--proxy-server-host=127.0.0.1",
 		fmt.Sprintf("--proxy-server-port=%d", agentPort),
-		"--ca-cert=/pki/ca.crt",
+		"--ca-cert="+caFile,
 		"--agent-cert=/pki/agent.crt",
 		"--agent-key=/pki/agent.key",
 		"--agent-id=image-test",
@@ -119,72 +124,5 @@ func testTunnelImages(ctx context.Context, t *testing.T, pm *podman, serverImage
 	body, err := io.ReadAll(resp.Body)
 	if err != nil || string(body) != greeting {
 		t.Fatalf("through the tunnel got %q (%v), want %q", body, err, greeting)
-	}
-}
-
-// writePKI writes a CA, the server's certificate (for 127.0.0.1) and the
-// agent's client certificate, in PEM, as the containers read them.
-func writePKI(t *testing.T, dir string) {
-	t.Helper()
-	caKey := newKey(t)
-	caTmpl := &x509.Certificate{
-		SerialNumber:          big.NewInt(1),
-		Subject:               pkix.Name{CommonName: "moat image test CA"},
-		NotBefore:             time.Now().Add(-time.Hour),
-		NotAfter:              time.Now().Add(24 * time.Hour),
-		IsCA:                  true,
-		KeyUsage:              x509.KeyUsageCertSign,
-		BasicConstraintsValid: true,
-	}
-	caDER, err := x509.CreateCertificate(rand.Reader, caTmpl, caTmpl, &caKey.PublicKey, caKey)
-	if err != nil {
-		t.Fatal(err)
-	}
-	ca, err := x509.ParseCertificate(caDER)
-	if err != nil {
-		t.Fatal(err)
-	}
-	writePEM(t, filepath.Join(dir, "ca.crt"), "CERTIFICATE", caDER)
-	for i, leaf := range []struct {
-		name  string
-		usage x509.ExtKeyUsage
-	}{{"server", x509.ExtKeyUsageServerAuth}, {"agent", x509.ExtKeyUsageClientAuth}} {
-		key := newKey(t)
-		tmpl := &x509.Certificate{
-			SerialNumber: big.NewInt(int64(i + 2)),
-			Subject:      pkix.Name{CommonName: leaf.name},
-			NotBefore:    time.Now().Add(-time.Hour),
-			NotAfter:     time.Now().Add(24 * time.Hour),
-			KeyUsage:     x509.KeyUsageDigitalSignature,
-			ExtKeyUsage:  []x509.ExtKeyUsage{leaf.usage},
-			IPAddresses:  []net.IP{net.IPv4(127, 0, 0, 1)},
-			DNSNames:     []string{"localhost"},
-		}
-		der, err := x509.CreateCertificate(rand.Reader, tmpl, ca, &key.PublicKey, caKey)
-		if err != nil {
-			t.Fatal(err)
-		}
-		keyDER, err := x509.MarshalECPrivateKey(key)
-		if err != nil {
-			t.Fatal(err)
-		}
-		writePEM(t, filepath.Join(dir, leaf.name+".crt"), "CERTIFICATE", der)
-		writePEM(t, filepath.Join(dir, leaf.name+".key"), "EC PRIVATE KEY", keyDER)
-	}
-}
-
-func newKey(t *testing.T) *ecdsa.PrivateKey {
-	t.Helper()
-	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return key
-}
-
-func writePEM(t *testing.T, path, typ string, der []byte) {
-	t.Helper()
-	if err := os.WriteFile(path, pem.EncodeToMemory(&pem.Block{Type: typ, Bytes: der}), 0o600); err != nil {
-		t.Fatal(err)
 	}
 }
