@@ -11,7 +11,6 @@ import (
 	"runtime/debug"
 	"strconv"
 	"strings"
-	"syscall"
 	"testing"
 
 	"github.com/go-json-experiment/json/jsontext"
@@ -21,6 +20,7 @@ import (
 
 	"github.com/moat-net/moat/api/v1alpha2"
 	"github.com/moat-net/moat/internal/clustergen"
+	"github.com/moat-net/moat/internal/cputime"
 )
 
 // The decode benchmarks read a dump of a generated cluster as `kubectl get
@@ -84,15 +84,8 @@ func dump(b *testing.B, cfg clustergen.Config, style clustergen.JSONStyle) (stri
 // far less than the elapsed time, so it is the figure to compare designs
 // by.
 func cpuTime() func() float64 {
-	get := func() float64 {
-		var ru syscall.Rusage
-		if syscall.Getrusage(syscall.RUSAGE_SELF, &ru) != nil {
-			return 0
-		}
-		return float64(ru.Utime.Nano()+ru.Stime.Nano()) / 1e6
-	}
-	start := get()
-	return func() float64 { return get() - start }
+	start := cputime.Process()
+	return func() float64 { return float64(cputime.Process()-start) / 1e6 }
 }
 
 // BenchmarkDecode decodes the dumps with DecodeJSON, as `moat explain -f`

@@ -4,7 +4,6 @@ import (
 	"bufio"
 	"bytes"
 	"runtime"
-	"syscall"
 	"testing"
 	"time"
 
@@ -12,6 +11,7 @@ import (
 
 	"github.com/moat-net/moat/decode"
 	"github.com/moat-net/moat/internal/clustergen"
+	"github.com/moat-net/moat/internal/cputime"
 	"github.com/moat-net/moat/internal/peakheap"
 )
 
@@ -40,7 +40,7 @@ func BenchmarkYAMLList(b *testing.B) {
 		for i, how := range []string{"batches", "whole"} {
 			runtime.GC()
 			stop := peakheap.Start()
-			t0, c0 := time.Now(), cpuTime(b)
+			t0, c0 := time.Now(), cputime.Process()
 			res := &decode.Result{}
 			var err error
 			if how == "batches" {
@@ -49,7 +49,7 @@ func BenchmarkYAMLList(b *testing.B) {
 				err = wholeDoc(res, "dump.yaml", doc)
 			}
 			sum[i].elapsed += time.Since(t0)
-			sum[i].cpu += cpuTime(b) - c0
+			sum[i].cpu += cputime.Process() - c0
 			peak[i] = max(peak[i], stop())
 			if err != nil || len(res.Cluster.Pods) != clustergen.Scale.Pods || len(res.Dropped) > 0 {
 				b.Fatalf("%s: %v: %d pods, dropped %v", how, err, len(res.Cluster.Pods), res.Dropped)
@@ -61,13 +61,4 @@ func BenchmarkYAMLList(b *testing.B) {
 		b.ReportMetric(sum[i].cpu.Seconds()/float64(b.N), how+"-cpu-s/op")
 		b.ReportMetric(float64(peak[i])/(1<<20), how+"-peak-MB")
 	}
-}
-
-// cpuTime is the process's CPU time so far, all threads.
-func cpuTime(b *testing.B) time.Duration {
-	var ru syscall.Rusage
-	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
-		b.Fatal(err)
-	}
-	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
 }

@@ -6,11 +6,11 @@ import (
 	"net/netip"
 	"runtime"
 	"slices"
-	"syscall"
 	"testing"
 	"time"
 
 	"github.com/moat-net/moat/internal/clustergen"
+	"github.com/moat-net/moat/internal/cputime"
 	"github.com/moat-net/moat/policy"
 )
 
@@ -49,13 +49,13 @@ func BenchmarkCompileWorkloads(b *testing.B) {
 			var base runtime.MemStats
 			runtime.ReadMemStats(&base)
 			var prog *policy.Program
-			cpu := cpuTime()
+			cpu := cputime.Process()
 			for b.Loop() {
 				prog = nil
 				prog = policy.Compile(c, policy.Options{IngressNetworksAndNodes: true})
 			}
 			b.StopTimer()
-			b.ReportMetric((cpuTime()-cpu).Seconds()/float64(b.N), "cpu-s/op")
+			b.ReportMetric((cputime.Process()-cpu).Seconds()/float64(b.N), "cpu-s/op")
 			runtime.GC()
 			var after runtime.MemStats
 			runtime.ReadMemStats(&after)
@@ -65,17 +65,6 @@ func BenchmarkCompileWorkloads(b *testing.B) {
 			b.ReportMetric(float64(after.Sys)/(1<<20), "sys-MiB")
 		})
 	}
-}
-
-// cpuTime is the CPU time the process used so far (all threads, the
-// garbage collector's included): on a shared machine it shows the work
-// done when wall time shows the load.
-func cpuTime() time.Duration {
-	var ru syscall.Rusage
-	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
-		return 0
-	}
-	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
 }
 
 // BenchmarkEvaluate measures one flow's verdict as the number of policies
@@ -134,22 +123,22 @@ func BenchmarkEvaluateWorkloads(b *testing.B) {
 			indexMiB := float64(int64(after.HeapAlloc)-int64(before.HeapAlloc)) / (1 << 20)
 			b.Run("verdict", func(b *testing.B) {
 				i := 0
-				cpu := cpuTime()
+				cpu := cputime.Process()
 				for b.Loop() {
 					prog.Allowed(flows[i%len(flows)])
 					i++
 				}
-				b.ReportMetric(float64(cpuTime()-cpu)/float64(b.N), "cpu-ns/op")
+				b.ReportMetric(float64(cputime.Process()-cpu)/float64(b.N), "cpu-ns/op")
 				b.ReportMetric(indexMiB, "index-MiB")
 			})
 			b.Run("explained", func(b *testing.B) {
 				i := 0
-				cpu := cpuTime()
+				cpu := cputime.Process()
 				for b.Loop() {
 					prog.Evaluate(flows[i%len(flows)])
 					i++
 				}
-				b.ReportMetric(float64(cpuTime()-cpu)/float64(b.N), "cpu-ns/op")
+				b.ReportMetric(float64(cputime.Process()-cpu)/float64(b.N), "cpu-ns/op")
 			})
 		})
 	}
@@ -291,7 +280,7 @@ func BenchmarkCompilerMemory(b *testing.B) {
 		for _, node := range []string{"", "node-000"} {
 			b.Run(fmt.Sprintf("pods=%d/node=%q", cfg.Pods, node), func(b *testing.B) {
 				var comp *policy.Compiler
-				cpu := cpuTime()
+				cpu := cputime.Process()
 				for b.Loop() {
 					comp = nil
 					runtime.GC()
@@ -303,7 +292,7 @@ func BenchmarkCompilerMemory(b *testing.B) {
 					runtime.ReadMemStats(&after)
 					b.ReportMetric(float64(int64(after.HeapAlloc)-int64(base.HeapAlloc))/(1<<20), "compiler-MiB")
 				}
-				b.ReportMetric((cpuTime()-cpu).Seconds()/float64(b.N), "cpu-s/op")
+				b.ReportMetric((cputime.Process()-cpu).Seconds()/float64(b.N), "cpu-s/op")
 				runtime.KeepAlive(comp)
 			})
 		}
@@ -319,9 +308,9 @@ func BenchmarkValidatePolicies(b *testing.B) {
 	var spent [2]time.Duration
 	for b.Loop() {
 		for i, remember := range []bool{false, true} {
-			start := cpuTime()
+			start := cputime.Process()
 			policy.ValidatePolicies(c, remember)
-			spent[i] += cpuTime() - start
+			spent[i] += cputime.Process() - start
 		}
 	}
 	b.ReportMetric(spent[0].Seconds()/float64(b.N), "plain-cpu-s")

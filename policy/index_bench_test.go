@@ -4,9 +4,9 @@ import (
 	"fmt"
 	"net/netip"
 	"slices"
-	"syscall"
 	"testing"
-	"time"
+
+	"github.com/moat-net/moat/internal/cputime"
 )
 
 // exceptOwn24 is every IPv4 address except 11.<c/256>.<c%256>.0/24.
@@ -106,11 +106,11 @@ func BenchmarkBuildIndex(b *testing.B) {
 		for _, n := range s.sizes {
 			ms := s.gen(n)
 			b.Run(fmt.Sprintf("%s/n=%d", s.name, n), func(b *testing.B) {
-				cpu := processCPU()
+				cpu := cputime.Process()
 				for b.Loop() {
 					buildIndex(ms).paintAll()
 				}
-				b.ReportMetric((processCPU()-cpu).Seconds()/float64(b.N), "cpu-s/op")
+				b.ReportMetric((cputime.Process()-cpu).Seconds()/float64(b.N), "cpu-s/op")
 			})
 		}
 	}
@@ -128,23 +128,12 @@ func BenchmarkBuildIndexOneLookup(b *testing.B) {
 			ms := s.gen(n)
 			b.Run(fmt.Sprintf("%s/n=%d", s.name, n), func(b *testing.B) {
 				b.ReportAllocs()
-				cpu := processCPU()
+				cpu := cputime.Process()
 				for b.Loop() {
 					buildIndex(ms).lookup(a, -1, ProtoTCP, 10000)
 				}
-				b.ReportMetric((processCPU()-cpu).Seconds()/float64(b.N), "cpu-s/op")
+				b.ReportMetric((cputime.Process()-cpu).Seconds()/float64(b.N), "cpu-s/op")
 			})
 		}
 	}
-}
-
-// processCPU is the CPU time of the whole process (all threads, the
-// garbage collector's included): on a shared machine it tells designs
-// apart where wall time swings with the load.
-func processCPU() time.Duration {
-	var ru syscall.Rusage
-	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
-		return 0
-	}
-	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
 }
