@@ -331,11 +331,11 @@ func (s *Syncer) apply(ctx context.Context, rs *Ruleset, in *buildInputs, owners
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.restorable = nil
-	return s.applyLocked(ctx, rs, in)
+	return s.applyLocked(ctx, rs, in, owners)
 }
 
 // applyLocked is apply with s.mu held.
-func (s *Syncer) applyLocked(ctx context.Context, rs *Ruleset, in *buildInputs) (Result, error) {
+func (s *Syncer) applyLocked(ctx context.Context, rs *Ruleset, in *buildInputs, owners addrOwners) (Result, error) {
 	res := Result{Stats: rs.Stats(), Warnings: rs.warnings}
 	if s.checkNext {
 		s.checkNext = false
@@ -546,7 +546,9 @@ func (s *Syncer) Restore(ctx context.Context) (Result, error) {
 	// With nothing applied, applyLocked replaces the whole table.
 	s.applied, s.inputs = nil, nil
 	s.checkNext = false
-	res, err := s.applyLocked(ctx, rs, in)
+	// The owners of the pod addresses are those of the last release
+	// (nil: nothing to release).
+	res, err := s.applyLocked(ctx, rs, in, nil)
 	if !res.Applied {
 		s.restorable = rs
 	} else {
