@@ -80,7 +80,7 @@ func (l *Loader) loadPath(d *Result, p string, seen map[string]int) error {
 			in = io.TeeReader(in, l.StdinCopy)
 		}
 		before := objects(d)
-		if err := decodeStream(d, "<stdin>", in); err != nil {
+		if err := decodeStream(d, "<stdin>", in, nil); err != nil {
 			return err
 		}
 		if objects(d) == before {
@@ -335,7 +335,7 @@ func IsManifestName(path string) bool {
 	return false
 }
 func (l *Loader) loadFile(d *Result, p string) error {
-	var f io.ReadCloser
+	var f fs.File
 	var err error
 	if l.FS != nil {
 		f, err = l.FS.Open(p)
@@ -346,5 +346,20 @@ func (l *Loader) loadFile(d *Result, p string) error {
 		return fmt.Errorf("read %s: %w", p, err)
 	}
 	defer f.Close()
-	return decodeStream(d, p, f)
+	return decodeStream(d, p, f, rereadable(f))
+}
+
+// rereadable returns f as an io.ReaderAt when it is a regular file, which
+// a file opened here is read from its start: its List items can then be
+// read again at their offsets instead of held. A pipe (-f <(kubectl get
+// ...), -f /dev/stdin of a pipe) has a ReadAt that fails: nil.
+func rereadable(f fs.File) io.ReaderAt {
+	at, ok := f.(io.ReaderAt)
+	if !ok {
+		return nil
+	}
+	if st, err := f.Stat(); err != nil || !st.Mode().IsRegular() {
+		return nil
+	}
+	return at
 }

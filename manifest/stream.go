@@ -7,11 +7,11 @@ import (
 	"fmt"
 	"io"
 	"reflect"
+	"slices"
 	"strings"
 
 	goyaml "go.yaml.in/yaml/v2"
 
-	"k8s.io/apimachinery/pkg/util/yaml"
 	sigsyaml "sigs.k8s.io/yaml"
 
 	"github.com/moat-net/moat/decode"
@@ -20,13 +20,16 @@ import (
 // decodeStream reads one file or stdin. JSON (what `kubectl get -o json`
 // prints, one or more values) is decoded as it streams; anything else is
 // multi-document YAML, converted to JSON a document at a time, and the
-// items of a List a batch at a time (yamllist.go).
-func decodeStream(res *decode.Result, name string, r io.Reader) error {
+// items of a List a batch at a time (yamllist.go). at, if not nil, reads
+// r's bytes at their offsets (a file opened for this): a List's items are
+// then not held in memory but read again a batch at a time.
+func decodeStream(res *decode.Result, name string, r io.Reader, at io.ReaderAt) error {
 	br := bufio.NewReaderSize(r, 64<<10)
 	if looksLikeJSON(br) {
 		return res.DecodeJSON(name, br)
 	}
-	return decodeYAML(res, name, br, 1)
+	_, err := decodeYAMLAt(res, name, br, at, 1)
+	return err
 }
 
 // looksLikeJSON peeks at the first non-blank bytes: a JSON object starts
@@ -52,32 +55,196 @@ func looksLikeJSON(br *bufio.Reader) bool {
 
 // decodeYAML splits a YAML stream into documents; first numbers the first.
 func decodeYAML(res *decode.Result, name string, r *bufio.Reader, first int) error {
-	reader := yaml.NewYAMLReader(r)
+	_, err := decodeYAMLAt(res, name, r, nil, first)
+	return err
+}
+
+// decodeYAMLAt is decodeYAML, where at (if not nil) reads r's bytes at
+// their offsets from r's start. Each document's text is held while it is
+// read, as the YAML converter needs it, except a List's items when at is
+// given: those are read again from at a batch at a time, so memory holds
+// one document's top-level members and a few batches rather than a
+// cluster dump's text (tens of megabytes, grown in a buffer, which with
+// the garbage collector's headroom more than doubled the peak: see
+// BENCHMARKS.md). A document that turns out not to be read in batches is
+// read again whole. streamed counts the Lists read from at in batches.
+//
+// The input is read twice, so a file rewritten in place while it is
+// read could give pieces of two versions: as when reading it once while
+// it changes, the conversion or the decoding then fails or reads what
+// the bytes say.
+func decodeYAMLAt(res *decode.Result, name string, r *bufio.Reader, at io.ReaderAt, first int) (streamed int, err error) {
+	docs := &docReader{br: r, at: at}
 	for doc := first; ; doc++ {
-		raw, err := reader.Read()
+		d, err := docs.next()
 		if errors.Is(err, io.EOF) {
-			return nil
+			return streamed, nil
 		}
 		if err != nil {
-			return fmt.Errorf("%s: document %d: %w", name, doc, err)
+			return streamed, fmt.Errorf("%s: document %d: %w", name, doc, err)
 		}
-		if commentsOnly(raw) {
-			continue
-		}
-		if decodeYAMLList(res, fmt.Sprintf("%s#%d", name, doc), raw) {
-			continue
+		source := fmt.Sprintf("%s#%d", name, doc)
+		raw := d.text
+		if d.held {
+			if commentsOnly(raw) {
+				continue
+			}
+			if decodeYAMLList(res, source, raw) {
+				continue
+			}
+		} else {
+			if d.list.finish(d.end) {
+				if token, ok := newToken(); ok {
+					split := listSplit{head: headWith(raw[:d.cut], raw[d.cut:], token), token: token, batches: d.list.batches}
+					if decodeListSplit(res, source, split, at2batch(at)) {
+						streamed++
+						continue
+					}
+				}
+			}
+			d.text = nil
+			if raw, err = readLines(nil, at, span{d.start, d.end}); err != nil {
+				return streamed, fmt.Errorf("%s: document %d: read again: %w", name, doc, err)
+			}
 		}
 		js, err := yamlToJSON(raw)
 		if err != nil {
-			return fmt.Errorf("%s: document %d: invalid YAML: %w%s", name, doc, err, templateHint(raw))
+			return streamed, fmt.Errorf("%s: document %d: invalid YAML: %w%s", name, doc, err, templateHint(raw))
 		}
 		if bytes.Equal(bytes.TrimSpace(js), []byte("null")) {
 			continue
 		}
-		if err := res.DecodeJSONBytes(fmt.Sprintf("%s#%d", name, doc), js); err != nil {
-			return fmt.Errorf("%s: document %d: %w", name, doc, err)
+		if err := res.DecodeJSONBytes(source, js); err != nil {
+			return streamed, fmt.Errorf("%s: document %d: %w", name, doc, err)
 		}
 	}
+}
+
+// docReader splits a YAML stream into documents as kubectl does
+// (k8s.io/apimachinery's YAMLReader: a line starting with "---" ends a
+// document, and must hold nothing else but blanks and a comment; a line's
+// end, "\n" or "\r\n", is given as "\n", and one is added to the last
+// line), keeping its offsets in the input.
+type docReader struct {
+	br   *bufio.Reader
+	at   io.ReaderAt
+	off  int64  // input offset of br's next byte
+	line []byte // the last line read
+}
+
+// yamlDoc is one document as read.
+type yamlDoc struct {
+	// text is the document, or, when held is false, its lines but the
+	// items of a List (with at), the items: line included, which stood at
+	// text[cut:].
+	text       []byte
+	held       bool
+	cut        int
+	list       listShape // followed while reading, when at is set
+	start, end int64     // the document's lines in the input
+}
+
+// next returns the next document that holds a line, or io.EOF.
+func (r *docReader) next() (*yamlDoc, error) {
+	d := &yamlDoc{held: true, list: newListShape()}
+	lines := 0
+	for {
+		start := r.off
+		line, err := r.readLine()
+		if err != nil && err != io.EOF {
+			return nil, err
+		}
+		if rest, ok := bytes.CutPrefix(line, []byte("---")); ok {
+			trimmed := bytes.TrimSpace(rest)
+			if len(trimmed) > 0 && trimmed[0] != '#' {
+				return nil, fmt.Errorf("invalid Yaml document separator: %s", trimmed)
+			}
+			if lines > 0 {
+				return d, nil
+			}
+			if err == io.EOF {
+				return nil, io.EOF
+			}
+		}
+		if err == io.EOF {
+			if lines > 0 {
+				return d, nil
+			}
+			return nil, io.EOF
+		}
+		if lines == 0 {
+			d.start = start
+		}
+		lines++
+		d.end = r.off
+		if r.at == nil {
+			d.text = append(d.text, line...)
+			continue
+		}
+		d.list.line(line, start, r.off)
+		if d.list.inItems() {
+			if d.held {
+				d.held, d.cut = false, len(d.text)
+			}
+			continue
+		}
+		d.text = append(d.text, line...)
+	}
+}
+
+// readLine returns the next line as YAMLReader's LineReader does: its
+// end replaced by "\n", "\n" alone with io.EOF at the end of the input.
+func (r *docReader) readLine() ([]byte, error) {
+	r.line = r.line[:0]
+	for {
+		frag, err := r.br.ReadSlice('\n')
+		r.off += int64(len(frag))
+		r.line = append(r.line, frag...)
+		switch {
+		case err == bufio.ErrBufferFull:
+			continue
+		case err == nil:
+			l := bytes.TrimSuffix(r.line[:len(r.line)-1], []byte("\r"))
+			return append(l, '\n'), nil
+		case err == io.EOF && len(r.line) > 0:
+			return append(r.line, '\n'), nil
+		default:
+			return append(r.line, '\n'), err
+		}
+	}
+}
+
+// at2batch reads batches from at.
+func at2batch(at io.ReaderAt) batchReader {
+	return func(dst []byte, s span) ([]byte, error) { return readLines(dst, at, s) }
+}
+
+// readLines appends the input's lines in s to dst as docReader gives
+// them: each line's end "\n", and "\n" added to a last line without one.
+func readLines(dst []byte, at io.ReaderAt, s span) ([]byte, error) {
+	n := int(s.end - s.start)
+	from := len(dst)
+	dst = slices.Grow(dst, n+1)[:from+n]
+	if m, err := at.ReadAt(dst[from:], s.start); m < n {
+		if err == nil || err == io.EOF {
+			err = io.ErrUnexpectedEOF
+		}
+		return nil, err
+	}
+	// Lines ending in "\r\n" lose the "\r": compact in place.
+	w := from
+	for i := from; i < len(dst); i++ {
+		if dst[i] == '\r' && i+1 < len(dst) && dst[i+1] == '\n' {
+			continue
+		}
+		dst[w] = dst[i]
+		w++
+	}
+	dst = dst[:w]
+	if w == from || dst[w-1] != '\n' {
+		dst = append(dst, '\n')
+	}
+	return dst, nil
 }
 
 // yamlToJSON converts one YAML document as kubectl does, except that a key

@@ -8,6 +8,7 @@ import (
 	"errors"
 	"io"
 	"runtime"
+	"sync"
 
 	yaml3 "go.yaml.in/yaml/v3"
 
@@ -41,9 +42,19 @@ import (
 // token>]`, and the split is used only if the conversion's top-level
 // items are exactly that token, which no input can know in advance.
 //
+// Read from a file (decodeYAMLAt with the file as its io.ReaderAt), the
+// document's lines are followed as they are read (listShape) and its items
+// are not kept: each batch is read again from the file at its offsets when
+// its turn to convert comes, so that memory holds the top-level members,
+// a few batches and their conversions, and the decoded objects, not the
+// document's text (a cluster dump's tens of megabytes, grown in a buffer,
+// which with the garbage collector's headroom more than doubled the
+// peak). Read from stdin, the document's text is held.
+//
 // Whenever the document is not of that shape, or a batch or the top-level
 // members fail to convert, or decoding the stream fails, the document is
-// converted and decoded whole, as every document was before: its result
+// converted and decoded whole, as every document was before (read again
+// whole from the file, if its items were not kept): its result
 // or error is then exactly the old one (DecodeJSONValue adds nothing to
 // the Result before the whole value decoded). A document with an alias
 // (`*name`) in any batch or in its top-level members, or a directive, is
@@ -58,77 +69,132 @@ import (
 // listBatchBytes is how many bytes of items one conversion takes.
 const listBatchBytes = 64 << 10
 
+// span is a range of input offsets.
+type span struct{ start, end int64 }
+
 // listSplit is a List document cut into its top-level members and its
 // items.
 type listSplit struct {
-	head    []byte   // the top-level members, items: [token] in the items' place
-	token   string   // the token
-	batches [][]byte // consecutive items, each batch whole lines
+	head    []byte // the top-level members, items: [token] in the items' place
+	token   string // the token
+	batches []span // consecutive items, each batch whole lines
+}
+
+// listShape follows a document line by line and finds the items of a List
+// written as kubectl writes it: the `items:` line, then lines of items
+// (each starting with a dash at one indentation), up to the first line
+// back at column 0. It is fed every line, with the input offsets where
+// the line starts and ends, until settled.
+type listShape struct {
+	itemsAt    int64 // offset of the items: line, -1 before it
+	itemsEnd   int64 // offset of the first line after the items, -1 before it
+	indent     int   // of the items' dashes, -1 before the first
+	batchStart int64
+	batches    []span
+	failed     bool // not of that shape, or a directive
+}
+
+func newListShape() listShape { return listShape{itemsAt: -1, itemsEnd: -1, indent: -1} }
+
+// settled reports whether later lines can change nothing: the shape
+// failed, or the items ended (what follows them is top-level members).
+func (s *listShape) settled() bool { return s.failed || s.itemsEnd >= 0 }
+
+// inItems reports whether the lines fed so far end inside the items: the
+// items: line was seen and the items have not ended (or the shape failed
+// after it).
+func (s *listShape) inItems() bool { return s.itemsAt >= 0 && s.itemsEnd < 0 }
+
+func (s *listShape) line(line []byte, off, end int64) {
+	if s.settled() {
+		return
+	}
+	content := bytes.TrimRight(line, " \r\n")
+	ind := len(content) - len(bytes.TrimLeft(content, " "))
+	blank := len(content) == ind || content[ind] == '#'
+	dash := !blank && content[ind] == '-' && (len(content) == ind+1 || content[ind+1] == ' ')
+	switch {
+	case len(content) > 0 && content[0] == '%':
+		s.failed = true // a directive
+	case s.itemsAt < 0:
+		if string(content) == "items:" {
+			s.itemsAt = off
+			s.batchStart = end // blank and comment lines before the first item go with it
+		}
+	case blank:
+	case s.indent < 0:
+		if !dash {
+			s.failed = true // not a block sequence
+			return
+		}
+		s.indent = ind
+	case ind > s.indent:
+	case ind == s.indent && dash:
+		if off-s.batchStart >= listBatchBytes {
+			s.batches = append(s.batches, span{s.batchStart, off})
+			s.batchStart = off
+		}
+	case ind == 0:
+		s.itemsEnd = off
+	default:
+		s.failed = true // items indented, then something less indented than them
+	}
+}
+
+// finish ends the document at offset end; ok is false unless it is a
+// List of that shape with at least one item line.
+func (s *listShape) finish(end int64) (ok bool) {
+	if s.failed || s.itemsAt < 0 || s.indent < 0 {
+		return false
+	}
+	if s.itemsEnd < 0 {
+		s.itemsEnd = end
+	}
+	s.batches = append(s.batches, span{s.batchStart, s.itemsEnd})
+	return true
 }
 
 // splitYAMLList cuts raw (one document) at the items of a List written
 // as kubectl writes it; ok is false for any other shape, or when raw
 // holds a directive.
 func splitYAMLList(raw []byte) (_ listSplit, ok bool) {
-	itemsAt, regionEnd := -1, len(raw)
-	indent := -1 // of the items' dashes
-	var batches [][]byte
-	batchStart := -1
-	for off := 0; off < len(raw); {
+	s := newListShape()
+	for off := 0; off < len(raw) && !s.settled(); {
 		end := bytes.IndexByte(raw[off:], '\n')
 		if end < 0 {
 			end = len(raw)
 		} else {
 			end += off + 1
 		}
-		line := raw[off:end]
-		content := bytes.TrimRight(line, " \r\n")
-		ind := len(content) - len(bytes.TrimLeft(content, " "))
-		blank := len(content) == ind || content[ind] == '#'
-		switch {
-		case len(content) > 0 && content[0] == '%':
-			return listSplit{}, false // a directive
-		case itemsAt < 0:
-			if string(content) == "items:" {
-				itemsAt = off
-				batchStart = end // blank and comment lines before the first item go with it
-			}
-		case blank:
-		case indent < 0:
-			if content[ind] != '-' || !(len(content) == ind+1 || content[ind+1] == ' ') {
-				return listSplit{}, false // not a block sequence
-			}
-			indent = ind
-		case ind > indent:
-		case ind == indent && content[ind] == '-' && (len(content) == ind+1 || content[ind+1] == ' '):
-			if off-batchStart >= listBatchBytes {
-				batches = append(batches, raw[batchStart:off])
-				batchStart = off
-			}
-		case ind == 0:
-			regionEnd = off
-		default:
-			return listSplit{}, false // items indented, then something less indented than them
-		}
-		if regionEnd < len(raw) {
-			break
-		}
+		s.line(raw[off:end], int64(off), int64(end))
 		off = end
 	}
-	if itemsAt < 0 || indent < 0 {
+	if !s.finish(int64(len(raw))) {
 		return listSplit{}, false
 	}
-	batches = append(batches, raw[batchStart:regionEnd])
+	token, ok := newToken()
+	if !ok {
+		return listSplit{}, false
+	}
+	return listSplit{head: headWith(raw[:s.itemsAt], raw[s.itemsEnd:], token), token: token, batches: s.batches}, true
+}
+
+// newToken is a random token no input can know in advance.
+func newToken() (string, bool) {
 	var t [16]byte
 	if _, err := rand.Read(t[:]); err != nil {
-		return listSplit{}, false
+		return "", false
 	}
-	token := "moat-" + hex.EncodeToString(t[:])
-	head := make([]byte, 0, itemsAt+len(raw)-regionEnd+64)
-	head = append(head, raw[:itemsAt]...)
+	return "moat-" + hex.EncodeToString(t[:]), true
+}
+
+// headWith is a List's top-level members, before and after its items,
+// with `items: [token]` in the items' place.
+func headWith(before, after []byte, token string) []byte {
+	head := make([]byte, 0, len(before)+len(after)+64)
+	head = append(head, before...)
 	head = append(head, "items: ["+token+"]\n"...)
-	head = append(head, raw[regionEnd:]...)
-	return listSplit{head: head, token: token, batches: batches}, true
+	return append(head, after...)
 }
 
 // aliasFree reports whether the YAML document doc holds no alias: a
@@ -187,6 +253,19 @@ func decodeYAMLList(res *decode.Result, source string, raw []byte) (ok bool) {
 	if !ok {
 		return false
 	}
+	return decodeListSplit(res, source, split, func(dst []byte, s span) ([]byte, error) {
+		return append(dst, raw[s.start:s.end]...), nil
+	})
+}
+
+// batchReader appends a batch's lines (as the document reader gives
+// them) to dst.
+type batchReader func(dst []byte, s span) ([]byte, error)
+
+// decodeListSplit decodes a List cut at its items, reading each batch of
+// items through read when its turn comes; ok is false, with res
+// unchanged, when the caller is to convert the document whole.
+func decodeListSplit(res *decode.Result, source string, split listSplit, read batchReader) (ok bool) {
 	if !aliasFree(split.head) {
 		return false
 	}
@@ -198,7 +277,7 @@ func decodeYAMLList(res *decode.Result, source string, raw []byte) (ok bool) {
 	if !ok {
 		return false
 	}
-	conv := newBatchConverter(split.batches)
+	conv := newBatchConverter(split.batches, read)
 	defer conv.stop()
 	in := &listReader{parts: [][]byte{prefix}, conv: conv, suffix: suffix}
 	return res.DecodeJSONValue(source, in, head) == nil
@@ -277,6 +356,7 @@ func (l *listReader) Read(p []byte) (int, error) {
 type batchConverter struct {
 	results chan chan converted
 	quit    chan struct{}
+	wg      sync.WaitGroup // the conversions started, and what starts them
 }
 
 type converted struct {
@@ -284,11 +364,13 @@ type converted struct {
 	err   error
 }
 
-func newBatchConverter(batches [][]byte) *batchConverter {
+func newBatchConverter(batches []span, read batchReader) *batchConverter {
 	workers := runtime.GOMAXPROCS(0)
 	c := &batchConverter{results: make(chan chan converted, 2*workers), quit: make(chan struct{})}
 	sem := make(chan struct{}, workers)
+	c.wg.Add(1)
 	go func() {
+		defer c.wg.Done()
 		defer close(c.results)
 		for _, b := range batches {
 			res := make(chan converted, 1)
@@ -302,9 +384,11 @@ func newBatchConverter(batches [][]byte) *batchConverter {
 			case <-c.quit:
 				return
 			}
+			c.wg.Add(1)
 			go func() {
+				defer c.wg.Done()
 				defer func() { <-sem }()
-				res <- convertBatch(b)
+				res <- convertBatch(b, read)
 			}()
 		}
 	}()
@@ -312,9 +396,12 @@ func newBatchConverter(batches [][]byte) *batchConverter {
 }
 
 // convertBatch converts "items:\n<batch>" and keeps the items.
-func convertBatch(batch []byte) converted {
-	doc := make([]byte, 0, len("items:\n")+len(batch))
-	doc = append(append(doc, "items:\n"...), batch...)
+func convertBatch(b span, read batchReader) converted {
+	doc := make([]byte, 0, int64(len("items:\n"))+b.end-b.start+1)
+	doc, err := read(append(doc, "items:\n"...), b)
+	if err != nil {
+		return converted{err: err}
+	}
 	if !aliasFree(doc) {
 		return converted{err: errors.New("an alias in a batch of items")}
 	}
@@ -342,5 +429,9 @@ func (c *batchConverter) next() (items []byte, more bool, err error) {
 	return r.items, true, r.err
 }
 
-// stop ends the conversions still to start (the reader stopped early).
-func (c *batchConverter) stop() { close(c.quit) }
+// stop ends the conversions still to start (the reader stopped early)
+// and waits for those under way, which may be reading the input.
+func (c *batchConverter) stop() {
+	close(c.quit)
+	c.wg.Wait()
+}

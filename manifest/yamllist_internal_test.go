@@ -4,6 +4,8 @@ import (
 	"bufio"
 	"bytes"
 	"fmt"
+	"os"
+	"path/filepath"
 	"reflect"
 	"strings"
 	"testing"
@@ -62,7 +64,38 @@ func sameAsWhole(t *testing.T, name, doc string) (split bool) {
 		r := &decode.Result{Namespace: "team", EnforceNamespace: true}
 		split = decodeYAMLList(r, name+"#1", []byte(doc))
 	}
+	// Read from a file, the items are read again from it instead of held:
+	// same result, same error, read in batches or not alike.
+	path := filepath.Join(t.TempDir(), "doc.yaml")
+	if err := os.WriteFile(path, []byte(doc), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	f, err := os.Open(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	r := &decode.Result{Namespace: "team", EnforceNamespace: true}
+	streamed, err := decodeYAMLAt(r, name, bufio.NewReader(f), f, 1)
+	msg := ""
+	if err != nil {
+		msg = err.Error()
+	}
+	if msg != errs[1] {
+		t.Fatalf("%s: read from a file: error %q, read whole %q", name, msg, errs[1])
+	}
+	if msg == "" && !sameResult(r, b) {
+		t.Fatalf("%s: read from a file:\n%+v\n%v %v %v\nread whole:\n%+v\n%v %v %v", name, r.Cluster, r.Diagnostics, r.Dropped, r.Skipped, b.Cluster, b.Diagnostics, b.Dropped, b.Skipped)
+	}
+	if (streamed == 1) != split {
+		t.Fatalf("%s: read from a file in batches: %v, in memory: %v", name, streamed == 1, split)
+	}
 	return split
+}
+
+func sameResult(a, b *decode.Result) bool {
+	return reflect.DeepEqual(a.Cluster, b.Cluster) && reflect.DeepEqual(a.Diagnostics, b.Diagnostics) &&
+		reflect.DeepEqual(a.Dropped, b.Dropped) && reflect.DeepEqual(a.Skipped, b.Skipped) && reflect.DeepEqual(a.LastApplied, b.LastApplied)
 }
 
 // Review 9 F7: a YAML List was converted to JSON whole (about 25 times its
