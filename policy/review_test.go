@@ -61,17 +61,10 @@ spec:
 // Addresses claimed by two pods: traffic on them is denied, and the pods
 // stay policed on their other addresses.
 func TestDuplicateAddresses(t *testing.T) {
-	pod := func(name string, ips ...string) *policy.Pod {
-		p := &policy.Pod{Namespace: "n", Name: name, NodeName: "n1", Labels: map[string]string{"app": name}}
-		for _, ip := range ips {
-			p.IPs = append(p.IPs, netip.MustParseAddr(ip))
-		}
-		return p
-	}
 	c := &policy.Cluster{Pods: []*policy.Pod{
-		pod("a", "10.0.0.1"),
-		pod("b", "10.0.0.1", "fd00::b"),
-		pod("self", "10.0.0.9", "::ffff:10.0.0.9"),
+		ipPod("a", "10.0.0.1"),
+		ipPod("b", "10.0.0.1", "fd00::b"),
+		ipPod("self", "10.0.0.9", "::ffff:10.0.0.9"),
 	}}
 	c.NetworkPolicies = []*policy.NetworkPolicy{policy.NetworkPolicyFromAPI(denyAll("n"))}
 	prog := policy.Compile(c, policy.Options{})
@@ -96,18 +89,11 @@ func TestDuplicateAddresses(t *testing.T) {
 // and IPv6 alike, in a full compile and after changes: no owner for an
 // address two pods claim, nor for one no pod has.
 func TestPodByIPOwners(t *testing.T) {
-	pod := func(name string, ips ...string) *policy.Pod {
-		p := &policy.Pod{Namespace: "n", Name: name, NodeName: "n1"}
-		for _, ip := range ips {
-			p.IPs = append(p.IPs, netip.MustParseAddr(ip))
-		}
-		return p
-	}
 	c := &policy.Cluster{Pods: []*policy.Pod{
-		pod("a", "10.0.0.1"),
-		pod("b", "10.0.0.1", "fd00::b"),
-		pod("c", "0.0.0.7", "fd00::c"),
-		pod("d", "::ffff:10.0.0.4"),
+		ipPod("a", "10.0.0.1"),
+		ipPod("b", "10.0.0.1", "fd00::b"),
+		ipPod("c", "0.0.0.7", "fd00::c"),
+		ipPod("d", "::ffff:10.0.0.4"),
 	}}
 	comp := policy.NewCompiler(c, policy.Options{})
 	check := func(what string, want map[string]string) {
@@ -129,12 +115,22 @@ func TestPodByIPOwners(t *testing.T) {
 		"10.0.0.4": "d", "::ffff:10.0.0.4": "d", "10.0.0.2": "", "fd00::a": "",
 	})
 	comp.DeletePod("n/a")
-	comp.UpsertPod(pod("e", "10.0.0.2", "fd00::e"))
-	comp.UpsertPod(pod("c", "10.0.0.3", "fd00::c"))
+	comp.UpsertPod(ipPod("e", "10.0.0.2", "fd00::e"))
+	comp.UpsertPod(ipPod("c", "10.0.0.3", "fd00::c"))
 	check("after changes", map[string]string{
 		"10.0.0.1": "b", "fd00::b": "b", "10.0.0.2": "e", "fd00::e": "e",
 		"0.0.0.7": "", "10.0.0.3": "c", "fd00::c": "c", "10.0.0.4": "d",
 	})
+}
+
+// ipPod is pod n/name on node n1, labelled app=name, with the given
+// addresses.
+func ipPod(name string, ips ...string) *policy.Pod {
+	p := &policy.Pod{Namespace: "n", Name: name, NodeName: "n1", Labels: map[string]string{"app": name}}
+	for _, ip := range ips {
+		p.IPs = append(p.IPs, netip.MustParseAddr(ip))
+	}
+	return p
 }
 
 func denyAll(ns string) *networkingv1.NetworkPolicy {
