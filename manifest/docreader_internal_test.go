@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"bytes"
 	"errors"
+	"fmt"
 	"io"
 	"os"
 	"path/filepath"
@@ -105,17 +106,18 @@ func TestYAMLListFileItemsNotHeld(t *testing.T) {
 			t.Fatal(err)
 		}
 		defer f.Close()
-		r := &docReader{br: bufio.NewReader(f), at: f}
-		for {
-			d, err := r.next()
-			if errors.Is(err, io.EOF) {
-				break
-			}
-			if err != nil {
-				t.Fatal(err)
-			}
-			if len(d.text) > 1<<10 {
-				t.Errorf("%s: %d bytes of a document held (held whole: %v)", name, len(d.text), d.held)
+		for _, r := range []*docReader{{br: bufio.NewReader(f), at: f}, {br: bufio.NewReader(bytes.NewReader(content))}} {
+			for {
+				d, err := r.next()
+				if errors.Is(err, io.EOF) {
+					break
+				}
+				if err != nil {
+					t.Fatal(err)
+				}
+				if len(d.text) > 1<<10 {
+					t.Errorf("%s (at %v): %d bytes of a document held in one buffer (held whole: %v)", name, r.at != nil, len(d.text), d.held)
+				}
 			}
 		}
 		if _, err := f.Seek(0, io.SeekStart); err != nil {
@@ -126,12 +128,33 @@ func TestYAMLListFileItemsNotHeld(t *testing.T) {
 		if err != nil || streamed != 1 {
 			t.Fatalf("%s: %v, %d Lists read in batches, want 1", name, err, streamed)
 		}
+		// Each document converted whole, as before Lists were split.
 		whole := &decode.Result{}
-		if err := decodeYAML(whole, name, bufio.NewReader(bytes.NewReader(content)), 1); err != nil {
-			t.Fatal(err)
+		yr := yaml.NewYAMLReader(bufio.NewReader(bytes.NewReader(content)))
+		for n := 1; ; n++ {
+			raw, err := yr.Read()
+			if errors.Is(err, io.EOF) {
+				break
+			}
+			js, err := yamlToJSON(raw)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := whole.DecodeJSONBytes(fmt.Sprintf("%s#%d", name, n), js); err != nil {
+				t.Fatal(err)
+			}
+		}
+		// Without at (stdin), the items are held in chunks, still read in
+		// batches: the same result.
+		held := &decode.Result{}
+		if streamed, err := decodeYAMLAt(held, name, bufio.NewReader(bytes.NewReader(content)), nil, 1); err != nil || streamed != 1 {
+			t.Fatalf("%s without at: %v, %d Lists read in batches, want 1", name, err, streamed)
+		}
+		if !sameResult(held, whole) {
+			t.Errorf("%s: read without at differs", name)
 		}
 		if !sameResult(res, whole) {
-			t.Errorf("%s: read from the file:\n%v %v\nread in memory:\n%v %v", name, res.Diagnostics, res.Dropped, whole.Diagnostics, whole.Dropped)
+			t.Errorf("%s: read from the file:\n%v %v\nread whole:\n%v %v", name, res.Diagnostics, res.Dropped, whole.Diagnostics, whole.Dropped)
 		}
 	}
 }

@@ -61,13 +61,14 @@ func decodeYAML(res *decode.Result, name string, r *bufio.Reader, first int) err
 
 // decodeYAMLAt is decodeYAML, where at (if not nil) reads r's bytes at
 // their offsets from r's start. Each document's text is held while it is
-// read, as the YAML converter needs it, except a List's items when at is
-// given: those are read again from at a batch at a time, so memory holds
-// one document's top-level members and a few batches rather than a
-// cluster dump's text (tens of megabytes, grown in a buffer, which with
-// the garbage collector's headroom more than doubled the peak: see
-// BENCHMARKS.md). A document that turns out not to be read in batches is
-// read again whole. streamed counts the Lists read from at in batches.
+// read, as the YAML converter needs it, except a List's items: with at,
+// those are read again from at a batch at a time, so memory holds one
+// document's top-level members and a few batches rather than a cluster
+// dump's text (tens of megabytes, grown in a buffer, which with the
+// garbage collector's headroom more than doubled the peak: see
+// BENCHMARKS.md); without at, they are held in chunks (no growing
+// buffer's copies). A document that turns out not to be read in batches
+// is read whole again. streamed counts the Lists read in batches.
 //
 // The input is read twice, so a file rewritten in place while it is
 // read could give pieces of two versions: as when reading it once while
@@ -93,17 +94,20 @@ func decodeYAMLAt(res *decode.Result, name string, r *bufio.Reader, at io.Reader
 				continue
 			}
 		} else {
-			if d.list.finish(d.end) {
+			read, end := at2batch(at), d.end
+			if d.items != nil {
+				read, end = d.items.batch, d.items.n
+			}
+			if d.list.finish(end) {
 				if token, ok := newToken(); ok {
 					split := listSplit{head: headWith(raw[:d.cut], raw[d.cut:], token), token: token, batches: d.list.batches}
-					if decodeListSplit(res, source, split, at2batch(at)) {
+					if decodeListSplit(res, source, split, read) {
 						streamed++
 						continue
 					}
 				}
 			}
-			d.text = nil
-			if raw, err = readLines(nil, at, span{d.start, d.end}); err != nil {
+			if raw, err = d.whole(at); err != nil {
 				return streamed, fmt.Errorf("%s: document %d: read again: %w", name, doc, err)
 			}
 		}
@@ -135,13 +139,75 @@ type docReader struct {
 // yamlDoc is one document as read.
 type yamlDoc struct {
 	// text is the document, or, when held is false, its lines but the
-	// items of a List (with at), the items: line included, which stood at
-	// text[cut:].
+	// items of a List, the items: line included, which stood at
+	// text[cut:]. Those lines are read again from at, or, without at,
+	// kept in items.
 	text       []byte
 	held       bool
 	cut        int
-	list       listShape // followed while reading, when at is set
+	items      *chunks
+	list       listShape // followed while reading (offsets in items without at)
 	start, end int64     // the document's lines in the input
+}
+
+// whole returns the whole document's text.
+func (d *yamlDoc) whole(at io.ReaderAt) ([]byte, error) {
+	if d.held {
+		return d.text, nil
+	}
+	if d.items == nil {
+		return readLines(nil, at, span{d.start, d.end})
+	}
+	raw := make([]byte, 0, int64(len(d.text))+d.items.n)
+	raw = append(raw, d.text[:d.cut]...)
+	for _, b := range d.items.bufs {
+		raw = append(raw, b...)
+	}
+	return append(raw, d.text[d.cut:]...), nil
+}
+
+// chunks holds the lines of a List's items read from a stream that
+// cannot be read again (stdin, a pipe), in chunks of about a megabyte:
+// the items are held, but without one growing buffer's copies, and the
+// document whole only if it is not read in batches after all.
+type chunks struct {
+	bufs [][]byte
+	n    int64
+}
+
+func (c *chunks) add(line []byte) {
+	if k := len(c.bufs); k == 0 || cap(c.bufs[k-1])-len(c.bufs[k-1]) < len(line) {
+		size := 64 << 10 // a small List's items fit the first
+		if k > 0 {
+			size = min(2*cap(c.bufs[k-1]), 1<<20)
+		}
+		c.bufs = append(c.bufs, make([]byte, 0, max(size, len(line))))
+	}
+	k := len(c.bufs) - 1
+	c.bufs[k] = append(c.bufs[k], line...)
+	c.n += int64(len(line))
+}
+
+// batch is a batchReader: the lines in s, as added.
+func (c *chunks) batch(dst []byte, s span) ([]byte, error) {
+	off := s.start
+	for _, b := range c.bufs {
+		if off >= int64(len(b)) {
+			off -= int64(len(b))
+			continue
+		}
+		take := min(int64(len(b))-off, s.end-s.start)
+		dst = append(dst, b[off:off+take]...)
+		s.start += take
+		off = 0
+		if s.start == s.end {
+			return dst, nil
+		}
+	}
+	if s.start < s.end {
+		return nil, io.ErrUnexpectedEOF
+	}
+	return dst, nil
 }
 
 // next returns the next document that holds a line, or io.EOF.
@@ -177,14 +243,20 @@ func (r *docReader) next() (*yamlDoc, error) {
 		}
 		lines++
 		d.end = r.off
+		off, end := start, r.off
 		if r.at == nil {
-			d.text = append(d.text, line...)
-			continue
+			if d.items == nil {
+				d.items = &chunks{}
+			}
+			off, end = d.items.n, d.items.n+int64(len(line))
 		}
-		d.list.line(line, start, r.off)
+		d.list.line(line, off, end)
 		if d.list.inItems() {
 			if d.held {
 				d.held, d.cut = false, len(d.text)
+			}
+			if r.at == nil {
+				d.items.add(line)
 			}
 			continue
 		}

@@ -49,7 +49,8 @@ import (
 // a few batches and their conversions, and the decoded objects, not the
 // document's text (a cluster dump's tens of megabytes, grown in a buffer,
 // which with the garbage collector's headroom more than doubled the
-// peak). Read from stdin, the document's text is held.
+// peak). Read from stdin or a pipe, which cannot be read again, the items'
+// lines are held, in chunks rather than one buffer grown by copying.
 //
 // Whenever the document is not of that shape, or a batch or the top-level
 // members fail to convert, or decoding the stream fails, the document is
