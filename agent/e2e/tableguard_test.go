@@ -55,6 +55,9 @@ func TestTableEditsAreRepaired(t *testing.T) {
 		{"insert", "rule", "inet", "moat", "forward", "accept"},
 		{"flush", "table", "inet", "moat"},
 		{"add", "table", "inet", "moat", "{ flags dormant ; }"},
+		// x's ingress map element: x meets no ingress chain. Seen by
+		// the kernel's use count of x's chain (nft.ChainShape.Use).
+		{"delete", "element", "inet", "moat", "ingress4", "{ " + c.podAddr(t, x) + " }"},
 	} {
 		t.Run(strings.Join(edit, " "), func(t *testing.T) {
 			c.nft(ctx, t, "n1", edit...)
@@ -86,6 +89,42 @@ func TestTableEditsAreRepaired(t *testing.T) {
 		}
 		return len(evs.Items) > 0, fmt.Sprintf("%d Events", len(evs.Items))
 	})
+}
+
+// TestTableRestoredWhileNodeDeleted: n1's Node is deleted while its
+// agent runs (--resync=0): the agent turns not ready and keeps the table.
+// Then the table is deleted by hand: with no Node to compile for, the
+// agent programs the last ruleset again, so x stays isolated; once the
+// Node is back, it is ready again.
+func TestTableRestoredWhileNodeDeleted(t *testing.T) {
+	requireHost(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 8*time.Minute)
+	defer cancel()
+	agentBinary(t)
+	env := kubetest.Start(ctx, t, kubetest.WithCRDs(fixture.CRDWithExtraPeerField(t)))
+	c := newCluster(ctx, t, env, testNamespaces, testNodes, testPods)
+	c.startAgent("n1", "--resync=0")
+	c.startAgent("n2")
+	c.waitReady("n1", "n2")
+	fixture.MustPolicy(ctx, t, env, xOnlyY)
+	isolated := map[flow]bool{{y, x, 80}: true, {w, x, 80}: false, {z, x, 80}: false}
+	c.expect(ctx, "x isolated", isolated)
+
+	if err := env.Client.CoreV1().Nodes().Delete(ctx, "n1", metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	fixture.Eventually(t, 30*time.Second, "moat-agent n1 not ready without its Node", func() (bool, string) {
+		ok, why := c.agents["n1"].ready()
+		return !ok, why
+	})
+	c.expect(ctx, "x isolated by the table kept", isolated)
+	c.nft(ctx, t, "n1", "delete", "table", "inet", "moat")
+	// Open until the agent notices (every 5 s) and restores the table.
+	c.expect(ctx, "x isolated again by the restored table", isolated)
+
+	fixture.CreateNode(ctx, t, env, fixture.Node("n1", nil, "192.168.50.1"))
+	c.waitReady("n1")
+	c.expect(ctx, "x isolated with the Node back", isolated)
 }
 
 // TestDeniedConnectionsOfTheGapAreCut: a connection a policy denies,
