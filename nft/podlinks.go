@@ -374,19 +374,22 @@ func linkIndexes(links []PodLink) []int {
 	return out
 }
 
-// forgedOn reports whether the forward and input hooks drop a new
-// connection from src arriving on interface iif as forged: iif is a pod
-// interface, and src no address routed through it (podLinkRules).
+// forgedOn reports whether the forward and input hooks drop a packet
+// from src arriving on interface iif as forged (podLinkRules): iif is a
+// pod interface and src no address routed through it, or src is a pod
+// address whose link is resolved and iif is another interface.
 func (rs *Ruleset) forgedOn(iif int, src netip.Addr) bool {
 	if iif == 0 {
 		return false
 	}
-	if _, found := slices.BinarySearchFunc(rs.links, iif, func(l PodLink, i int) int { return l.Index - i }); !found {
+	// Only a known pod's link accepts its source (podsrc).
+	if _, found := slices.BinarySearchFunc(rs.links, PodLink{Index: iif, Addr: src}, PodLink.compare); found {
 		return false
 	}
-	// Only a known pod's link accepts its source (podsrc).
-	_, found := slices.BinarySearchFunc(rs.links, PodLink{Index: iif, Addr: src}, PodLink.compare)
-	return !found
+	if _, podIf := slices.BinarySearchFunc(rs.links, iif, func(l PodLink, i int) int { return l.Index - i }); podIf {
+		return true
+	}
+	return slices.Contains(linkAddrs(rs.links), src)
 }
 
 // knownLinks are the links of known pods' addresses: the elements of
@@ -448,4 +451,22 @@ func podIfElement(i int) *knftables.Element {
 
 func podSrcElement(l PodLink) *knftables.Element {
 	return &knftables.Element{Set: "podsrc" + family(l.Addr), Key: []string{strconv.Itoa(l.Index), l.Addr.String()}}
+}
+
+// linkAddrs are the distinct addresses of known pods' links, sorted:
+// those whose link is resolved, which may arrive on that link only (set
+// podaddrs4/6; podLinkRules).
+func linkAddrs(links []PodLink) []netip.Addr {
+	out := make([]netip.Addr, 0, len(links))
+	for _, l := range links {
+		if !l.Unknown {
+			out = append(out, l.Addr)
+		}
+	}
+	slices.SortFunc(out, netip.Addr.Compare)
+	return slices.Compact(out)
+}
+
+func podAddrElement(a netip.Addr) *knftables.Element {
+	return &knftables.Element{Set: "podaddrs" + family(a), Key: []string{a.String()}}
 }

@@ -121,7 +121,7 @@ func TestSyncPodLinks(t *testing.T) {
 	if !slices.Equal(ops, want) {
 		t.Errorf("route change patched:\n%s\nwant:\n%s", strings.Join(ops, "\n"), strings.Join(want, "\n"))
 	}
-	if s.Applied().forgedOn(5, netip.MustParseAddr("10.244.0.6")) {
+	if s.Applied().forgedOn(5, netip.MustParseAddr("198.51.100.7")) {
 		t.Error("interface 5 is still a pod interface")
 	}
 
@@ -160,9 +160,10 @@ func TestSyncPodLinks(t *testing.T) {
 
 // TestAllowsPodLinks: the interpreter drops what podLinkRules drop: a new
 // connection arriving on a pod interface from a source not routed through
-// it, but for the IPv6 sources the input hook exempts; an interface that
-// is no pod's, and a packet whose interface is not known, are not
-// checked.
+// it, but for the IPv6 sources the input hook exempts, and one from a
+// local pod's resolved address arriving on another interface; an
+// interface that is no pod's, and a packet whose interface is not known,
+// are not checked otherwise.
 func TestAllowsPodLinks(t *testing.T) {
 	rs := Build(compileYAML(t, podLinkCluster), "n1").withLinks(normaliseLinks([]PodLink{link(5, "10.244.0.5"), link(7, "10.244.0.6"), link(7, "fd00:244::6")}))
 	dst := netip.MustParseAddr("192.168.9.9")
@@ -180,6 +181,8 @@ func TestAllowsPodLinks(t *testing.T) {
 		{7, "2001:db8:dead::1", false},
 		{7, "fe80::6", false},     // link-local: input drops it (podLinkScopeRules), forward as link scope
 		{3, "198.51.100.7", true}, // not a pod interface
+		{3, "10.244.0.6", false},  // a local pod's address from elsewhere (an uplink)
+		{3, "fd00:244::6", false},
 		{0, "198.51.100.7", true}, // interface not known
 	} {
 		p := Packet{Src: netip.MustParseAddr(c.src), Dst: dst, Proto: policy.ProtoUDP, Port: 53, InIf: c.iif}

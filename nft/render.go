@@ -156,24 +156,40 @@ var linkRules = []string{
 	"meta pkttype { broadcast, multicast } counter name " + counterLink + " drop",
 }
 
-// podLinkRules drop a new connection that arrives on a pod interface
-// (one through which the node routes a local pod: set podifs) with a
-// source that is not routed through that interface (sets podsrc4/6 of
-// interface and address; see PodLink). spoofRules alone let a pod forge a
-// source outside the pod CIDRs, or a pod of another node, and meet no
-// egress chain or the wrong one. The agent fills the sets from the node's
-// routes on each sync (NetlinkLinks); an interface it does not know as a
-// pod's is not checked. On a bridge CNI all the node's pods share the
+// podLinkRules drop a packet that arrives on a pod interface (one through
+// which the node routes a local pod: set podifs) with a source that is not
+// routed through that interface (sets podsrc4/6 of interface and address;
+// see PodLink), and a packet whose source is a local pod's address with a
+// resolved link (podaddrs4/6) that arrives on any other interface (a host
+// on the node's uplink, or a tunnel, forging the pod). spoofRules alone
+// let a pod forge a source outside the pod CIDRs, or a pod of another
+// node, and meet no egress chain or the wrong one. The agent fills the
+// sets from the node's routes on each sync (NetlinkLinks); an interface
+// it does not know as a pod's is not checked, nor an address whose link
+// it could not resolve. On a bridge CNI all the node's pods share the
 // bridge as the incoming interface, so a pod may still use another local
 // pod's address on the same bridge.
 //
-// In input, IPv6 sources that are unspecified or link-local are left to
-// podLinkScopeRules: a pod's link-local address is no pod address, but
-// the pod's kernel sends link infrastructure from it (or from ::) to the
-// node. In forward, linkRules drop link-local sources before these rules.
+// They come first in forward and input, before the conntrack accepts: a
+// forged packet that matches another flow's entry (a pod sending as its
+// neighbour into the neighbour's UDP flow with an outside host, or as
+// that host to the neighbour) is accepted as established otherwise. On a
+// routed CNI they are exact for every packet, new or not: an honest
+// packet from a pod interface carries a source routed through it. The
+// price is a set lookup or two for every packet these hooks see
+// (BENCHMARKS.md, "Pod sources before conntrack"); the family match
+// comes first so that each packet meets one family's lookups.
+//
+// IPv6 sources that are unspecified or link-local are exempt: a pod's
+// link-local address is no pod address, but the pod's kernel sends link
+// infrastructure from it (or from ::) to the node and, on a bridge, to
+// its neighbours. Of them forward drops every new connection (linkRules)
+// and input all but link infrastructure (podLinkScopeRules).
 var podLinkRules = []string{
-	"meta iif @podifs meta iif . ip saddr != @podsrc4 counter name " + counterSpoofed + " drop",
-	"meta iif @podifs meta iif . ip6 saddr != @podsrc6 counter name " + counterSpoofed + " drop",
+	"meta nfproto ipv4 meta iif @podifs meta iif . ip saddr != @podsrc4 counter name " + counterSpoofed + " drop",
+	"meta nfproto ipv6 meta iif @podifs ip6 saddr != { ::, fe80::/10 } meta iif . ip6 saddr != @podsrc6 counter name " + counterSpoofed + " drop",
+	"ip saddr @podaddrs4 meta iif . ip saddr != @podsrc4 counter name " + counterSpoofed + " drop",
+	"ip6 saddr @podaddrs6 meta iif . ip6 saddr != @podsrc6 counter name " + counterSpoofed + " drop",
 }
 
 // podLinkScopeRules judge, in input, what arrives on a pod interface from
@@ -195,17 +211,20 @@ var podLinkScopeRules = []string{
 	"meta iif @podifs ip6 saddr { ::, fe80::/10 } counter name " + counterLink + " drop",
 }
 
-var forwardRules = slices.Concat(baseRules[:len(baseRules)-2], linkRules, spoofRules, podLinkRules, unknownDstRules, baseRules[len(baseRules)-1:])
+// conntrackRules are the start of forward and input: the pod-interface
+// checks, replies of allowed connections and the ICMP errors related to
+// them, and the drop of what conntrack calls invalid.
+var conntrackRules = slices.Concat(podLinkRules, baseRules[:3])
 
-var inputRules = append(slices.Clone(baseRules[:len(baseRules)-1]),
-	"meta iiftype != loopback "+spoofRules[0],
-	"meta iiftype != loopback "+spoofRules[1],
-	podLinkRules[0],
-	"meta iif @podifs ip6 saddr != { ::, fe80::/10 } meta iif . ip6 saddr != @podsrc6 counter name "+counterSpoofed+" drop",
+var forwardRules = slices.Concat(conntrackRules, linkRules, spoofRules, unknownDstRules, baseRules[len(baseRules)-1:])
+
+var inputRules = slices.Concat(conntrackRules, baseRules[3:len(baseRules)-1], []string{
+	"meta iiftype != loopback " + spoofRules[0],
+	"meta iiftype != loopback " + spoofRules[1],
 	podLinkScopeRules[0],
 	podLinkScopeRules[1],
 	baseRules[len(baseRules)-1],
-)
+})
 
 // outputRules are baseRules with the node-local exemption before
 // dispatch. Only the output hook sees the packets the node itself sends,
@@ -265,6 +284,8 @@ var staticSets = []knftables.Set{
 	{Name: "podifs", Type: "iface_index", Comment: knftables.PtrTo("interfaces local pods are routed through; filled by moat-agent from the node's routes")},
 	{Name: "podsrc4", Type: "iface_index . ipv4_addr", Comment: knftables.PtrTo("pod interface and the pod addresses routed through it; filled by moat-agent")},
 	{Name: "podsrc6", Type: "iface_index . ipv6_addr", Comment: knftables.PtrTo("pod interface and the pod addresses routed through it; filled by moat-agent")},
+	{Name: "podaddrs4", Type: "ipv4_addr", Comment: knftables.PtrTo("the addresses in podsrc4: they may arrive on their pod interface only")},
+	{Name: "podaddrs6", Type: "ipv6_addr", Comment: knftables.PtrTo("the addresses in podsrc6: they may arrive on their pod interface only")},
 }
 
 var staticMaps = []knftables.Map{
@@ -538,6 +559,9 @@ func fullTransaction(tx *knftables.Transaction, rs *Ruleset, prev map[string]Cou
 	for _, l := range knownLinks(rs.links) {
 		tx.Add(podSrcElement(l))
 	}
+	for _, a := range linkAddrs(rs.links) {
+		tx.Add(podAddrElement(a))
+	}
 	for _, a := range sortedAddrs(rs.egress) {
 		tx.Add(mapElement(policy.Egress, a, rs.egress[a]))
 	}
@@ -633,6 +657,7 @@ func patchDispatch(tx *knftables.Transaction, old, rs *Ruleset) {
 	diffAddrList(tx, old.pods, rs.pods, podElement)
 	diffAddrList(tx, linkIndexes(old.links), linkIndexes(rs.links), podIfElement)
 	diffAddrList(tx, knownLinks(old.links), knownLinks(rs.links), podSrcElement)
+	diffAddrList(tx, linkAddrs(old.links), linkAddrs(rs.links), podAddrElement)
 	diffVerdictMap(tx, policy.Egress, old.egress, rs.egress, mapName, mapElement)
 	diffVerdictMap(tx, policy.Ingress, old.ingress, rs.ingress, mapName, mapElement)
 	diffVerdictMap(tx, policy.Egress, old.egressNext, rs.egressNext, nextMapName, nextElement)

@@ -219,7 +219,7 @@ func (rs *Ruleset) Stats() Stats {
 		st.Elements += s.len()
 	}
 	st.Elements += len(rs.egress) + len(rs.ingress) + len(rs.egressNext) + len(rs.ingressNext) + 2*len(rs.self) + len(rs.nodeLocal) + len(rs.podNetElements()) + len(rs.pods)
-	st.Elements += len(rs.nodeClaimed) + len(rs.hostLocalTypes()) + len(rs.conflicts()) + len(linkIndexes(rs.links)) + len(knownLinks(rs.links))
+	st.Elements += len(rs.nodeClaimed) + len(rs.hostLocalTypes()) + len(rs.conflicts()) + len(linkIndexes(rs.links)) + len(knownLinks(rs.links)) + len(linkAddrs(rs.links))
 	return st
 }
 

@@ -115,11 +115,12 @@ func newNS(t testing.TB, name string) *NS {
 // bind addresses they do not have, to forge sources.
 type spoofLab struct {
 	r, p, c *NS
+	prefix  string
 }
 
-func newSpoofLab(t *testing.T, prefix string) *spoofLab {
+func newSpoofLab(t testing.TB, prefix string) *spoofLab {
 	t.Helper()
-	l := &spoofLab{r: newNS(t, prefix+"r"), p: newNS(t, prefix+"p"), c: newNS(t, prefix+"c")}
+	l := &spoofLab{r: newNS(t, prefix+"r"), p: newNS(t, prefix+"p"), c: newNS(t, prefix+"c"), prefix: prefix}
 	r, p, c := l.r.Name(), l.p.Name(), l.c.Name()
 	run(t,
 		"-n "+r+" link set lo up", "-n "+p+" link set lo up", "-n "+c+" link set lo up",
@@ -151,6 +152,37 @@ func newSpoofLab(t *testing.T, prefix string) *spoofLab {
 	return l
 }
 
+// addNeighbour adds a second pod V to the lab (10.244.0.6, fd00:244::6)
+// behind a veth of its own, rv0, with host routes as a routed CNI (ptp,
+// Calico) sets them up; P, behind the pod CIDR's subnet route on rp0,
+// reaches it through the node. V may bind addresses it does not hold.
+func (l *spoofLab) addNeighbour(t *testing.T) *NS {
+	t.Helper()
+	v := newNS(t, l.prefix+"v")
+	// V's link-local address usable at once, for its IPv6 default route.
+	if err := v.Sysctl("net.ipv6.conf.default.accept_dad", "0"); err != nil {
+		t.Fatal(err)
+	}
+	R, P, V := l.r.Name(), l.p.Name(), v.Name()
+	run(t,
+		"-n "+V+" link set lo up",
+		"-n "+R+" link add rv0 type veth peer name eth0 netns "+V,
+		"-n "+R+" link set rv0 up", "-n "+V+" link set eth0 up",
+		"-n "+R+" addr add 10.244.0.1/32 dev rv0", "-n "+R+" addr add fe80::1/64 dev rv0 nodad",
+		"-n "+R+" route add 10.244.0.6/32 dev rv0", "-n "+R+" -6 route add fd00:244::6/128 dev rv0",
+		"-n "+V+" addr add 10.244.0.6/32 dev eth0", "-n "+V+" addr add fd00:244::6/128 dev eth0 nodad",
+		"-n "+V+" route add 10.244.0.1 dev eth0 scope link", "-n "+V+" route add default via 10.244.0.1 dev eth0",
+		"-n "+V+" -6 route add default via fe80::1 dev eth0",
+		"-n "+P+" route add 10.244.0.6/32 via 10.244.0.1", "-n "+P+" -6 route add fd00:244::6/128 via fd00:244::1",
+	)
+	for _, k := range []string{"net.ipv4.ip_nonlocal_bind", "net.ipv6.ip_nonlocal_bind"} {
+		if err := v.Sysctl(k, "1"); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return v
+}
+
 // run runs ip with each of cmds' words in turn.
 func run(t testing.TB, cmds ...string) {
 	t.Helper()
@@ -170,7 +202,7 @@ func nftIn(ns *NS, ruleset string) ([]byte, error) {
 }
 
 // compile loads the cluster's manifests and compiles them with opts.
-func compile(t *testing.T, cluster string, opts policy.Options) *policy.Program {
+func compile(t testing.TB, cluster string, opts policy.Options) *policy.Program {
 	t.Helper()
 	res, err := (&manifest.Loader{Stdin: strings.NewReader(cluster)}).Load("-")
 	if err != nil {
@@ -194,7 +226,7 @@ func program(t *testing.T, ns *NS, cluster string, opts policy.Options) *nft.Syn
 }
 
 // listen opens UDP sockets in ns on every address, one per port.
-func listen(t *testing.T, ns *NS, network string, ports ...int) []*net.UDPConn {
+func listen(t testing.TB, ns *NS, network string, ports ...int) []*net.UDPConn {
 	t.Helper()
 	var out []*net.UDPConn
 	err := ns.Do(func() error {
