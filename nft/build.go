@@ -132,6 +132,23 @@ func (b *builder) nodeLocal(prog *policy.Program) {
 	b.rs.nodeLocal = prog.NodeLocalAddrs(b.rs.node)
 	b.rs.hostLocal = !prog.Options.DenyNodeLocal
 	b.rs.nodeClaimed = nodeClaimed(prog, b.rs.node, b.rs.nodeLocal)
+	b.rs.clusterNodes = clusterNodeAddrs(prog)
+}
+
+// clusterNodeAddrs lists, sorted, the status addresses of every Node of
+// the cluster: the tunnel endpoints a pod's overlay encapsulation must
+// not reach (encapRules).
+func clusterNodeAddrs(prog *policy.Program) []netip.Addr {
+	var out []netip.Addr
+	for i := range prog.Nodes {
+		for _, a := range prog.Nodes[i].Addrs {
+			if a = a.Unmap(); a.IsValid() {
+				out = append(out, a)
+			}
+		}
+	}
+	slices.SortFunc(out, netip.Addr.Compare)
+	return slices.Compact(out)
 }
 
 // ownAddrs lists, sorted, the addresses the Node's status gives it.

@@ -41,6 +41,8 @@ type buildInputs struct {
 	nodeAddrs []netip.Addr
 	// nodeClaimed are the node's addresses a pod claims (nodeClaimed).
 	nodeClaimed []netip.Addr
+	// clusterNodes are Ruleset.clusterNodes, every Node's addresses.
+	clusterNodes []netip.Addr
 	// podNets and podAddrs are Ruleset.podNets and Ruleset.pods: the
 	// latter may hold pods of other nodes (Program.PodAddrsIn).
 	podNets  []netip.Prefix
@@ -69,6 +71,7 @@ func readInputs(prog *policy.Program, node string) *buildInputs {
 	in.own = ownAddrs(prog, node)
 	in.nodeAddrs = prog.NodeLocalAddrs(node)
 	in.nodeClaimed = nodeClaimed(prog, node, in.nodeAddrs)
+	in.clusterNodes = clusterNodeAddrs(prog)
 	in.podNets = podNets(prog, node)
 	in.podAddrs = prog.PodAddrsIn(in.podNets)
 	for i := range prog.Pods {
@@ -93,6 +96,7 @@ func (in *buildInputs) equal(o *buildInputs) bool {
 	}
 	return in.denyNodeLocal == o.denyNodeLocal && slices.Equal(in.own, o.own) &&
 		slices.Equal(in.nodeAddrs, o.nodeAddrs) && slices.Equal(in.nodeClaimed, o.nodeClaimed) &&
+		slices.Equal(in.clusterNodes, o.clusterNodes) &&
 		slices.Equal(in.podNets, o.podNets) && slices.Equal(in.podAddrs, o.podAddrs) &&
 		slices.EqualFunc(in.pods, o.pods, podInputs.equal)
 }

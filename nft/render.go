@@ -211,14 +211,48 @@ var podLinkScopeRules = []string{
 	"meta iif @podifs ip6 saddr { ::, fe80::/10 } counter name " + counterLink + " drop",
 }
 
+// tunnelPorts are the UDP ports of the overlay encapsulations encapRules
+// drop: VXLAN (IANA's 4789: Calico, Antrea; Linux's first 8472: flannel,
+// Cilium) and Geneve (6081). A CNI configured for another port is not
+// covered.
+const tunnelPorts = "4789, 6081, 8472"
+
+// encapRules drop overlay encapsulation a pod sends to its node (input)
+// or to another node's address (forward, encapForwardRules: flannel
+// masquerades it to this node's address on the way, so only this node
+// can tell it is a pod's): VXLAN and Geneve (tunnelPorts) and IP-in-IP,
+// IPv6-in-IP (SIT) and GRE (protocols 4, 41, 47). The kernel's tunnel
+// devices (flannel.1, vxlan.calico, tunl0) take encapsulated packets from
+// any source, and a decapsulated packet enters forward on the tunnel
+// device, which is no pod interface, with whatever source its inner
+// header claims: another node's pod, judged by the destination's ingress
+// as that pod. A pod has no business tunnelling to a node (the CNI does
+// that for it), so this holds whatever the policies allow; a pod's
+// tunnels to hosts outside the cluster's nodes are policed as any other
+// traffic. An interface the agent does not know as a pod's is not
+// checked.
+var encapRules = []string{
+	"meta iif @podifs udp dport { " + tunnelPorts + " } counter name " + counterSpoofed + " drop",
+	"meta iif @podifs meta l4proto { 4, 41, 47 } counter name " + counterSpoofed + " drop",
+}
+
+// encapForwardRules are encapRules for forward: to the addresses of the
+// cluster's nodes (set nodeaddrs4/6).
+var encapForwardRules = []string{
+	"meta iif @podifs ip daddr @nodeaddrs4 udp dport { " + tunnelPorts + " } counter name " + counterSpoofed + " drop",
+	"meta iif @podifs ip6 daddr @nodeaddrs6 udp dport { " + tunnelPorts + " } counter name " + counterSpoofed + " drop",
+	"meta iif @podifs ip daddr @nodeaddrs4 meta l4proto { 4, 41, 47 } counter name " + counterSpoofed + " drop",
+	"meta iif @podifs ip6 daddr @nodeaddrs6 meta l4proto { 4, 41, 47 } counter name " + counterSpoofed + " drop",
+}
+
 // conntrackRules are the start of forward and input: the pod-interface
 // checks, replies of allowed connections and the ICMP errors related to
 // them, and the drop of what conntrack calls invalid.
 var conntrackRules = slices.Concat(podLinkRules, baseRules[:3])
 
-var forwardRules = slices.Concat(conntrackRules, linkRules, spoofRules, unknownDstRules, baseRules[len(baseRules)-1:])
+var forwardRules = slices.Concat(conntrackRules, linkRules, spoofRules, unknownDstRules, encapForwardRules, baseRules[len(baseRules)-1:])
 
-var inputRules = slices.Concat(conntrackRules, baseRules[3:len(baseRules)-1], []string{
+var inputRules = slices.Concat(conntrackRules, baseRules[3:len(baseRules)-1], encapRules, []string{
 	"meta iiftype != loopback " + spoofRules[0],
 	"meta iiftype != loopback " + spoofRules[1],
 	podLinkScopeRules[0],
@@ -274,6 +308,8 @@ var staticSets = []knftables.Set{
 	{Name: "nodelocal6", Type: "ipv6_addr", Comment: knftables.PtrTo("this node's addresses when node-local traffic is allowed")},
 	{Name: "nodeclaimed4", Type: "ipv4_addr", Comment: knftables.PtrTo("this node's addresses a pod-network pod claims")},
 	{Name: "nodeclaimed6", Type: "ipv6_addr", Comment: knftables.PtrTo("this node's addresses a pod-network pod claims")},
+	{Name: "nodeaddrs4", Type: "ipv4_addr", Comment: knftables.PtrTo("every node's addresses: tunnel endpoints pods may not encapsulate to")},
+	{Name: "nodeaddrs6", Type: "ipv6_addr", Comment: knftables.PtrTo("every node's addresses: tunnel endpoints pods may not encapsulate to")},
 	{Name: "hostlocal", Type: "fib_addrtype", Comment: knftables.PtrTo("local: any address of the node is node-local; empty when node-local traffic is policed")},
 	{Name: "conflict4", Type: "ipv4_addr", Comment: knftables.PtrTo("addresses several pods claim")},
 	{Name: "conflict6", Type: "ipv6_addr", Comment: knftables.PtrTo("addresses several pods claim")},
@@ -453,6 +489,10 @@ func nodeClaimedElement(a netip.Addr) *knftables.Element {
 	return &knftables.Element{Set: "nodeclaimed" + family(a), Key: []string{a.String()}}
 }
 
+func clusterNodeElement(a netip.Addr) *knftables.Element {
+	return &knftables.Element{Set: "nodeaddrs" + family(a), Key: []string{a.String()}}
+}
+
 func conflictElement(a netip.Addr) *knftables.Element {
 	return &knftables.Element{Set: "conflict" + family(a), Key: []string{a.String()}}
 }
@@ -540,6 +580,9 @@ func fullTransaction(tx *knftables.Transaction, rs *Ruleset, prev map[string]Cou
 	}
 	for _, a := range rs.nodeClaimed {
 		tx.Add(nodeClaimedElement(a))
+	}
+	for _, a := range rs.clusterNodes {
+		tx.Add(clusterNodeElement(a))
 	}
 	for _, t := range rs.hostLocalTypes() {
 		tx.Add(hostLocalElement(t))
@@ -651,6 +694,7 @@ func patchDispatch(tx *knftables.Transaction, old, rs *Ruleset) {
 	diffAddrList(tx, old.self, rs.self, localElement)
 	diffAddrList(tx, old.nodeLocal, rs.nodeLocal, nodeLocalElement)
 	diffAddrList(tx, old.nodeClaimed, rs.nodeClaimed, nodeClaimedElement)
+	diffAddrList(tx, old.clusterNodes, rs.clusterNodes, clusterNodeElement)
 	diffAddrList(tx, old.hostLocalTypes(), rs.hostLocalTypes(), hostLocalElement)
 	diffAddrList(tx, old.conflicts(), rs.conflicts(), conflictElement)
 	diffAddrList(tx, old.podNetElements(), rs.podNetElements(), podNetElement)

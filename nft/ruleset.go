@@ -179,6 +179,10 @@ type Ruleset struct {
 	// node's addresses a pod-network pod claims, which are not.
 	hostLocal   bool
 	nodeClaimed []netip.Addr
+	// clusterNodes are the addresses of every Node of the cluster, this
+	// one's included (set nodeaddrs4/6): a pod's overlay encapsulation to
+	// them is dropped (encapRules).
+	clusterNodes []netip.Addr
 	// podNets are the node's pod CIDRs (policy.Node.PodCIDRs), and pods
 	// every pod-network pod address in them, policed or not (Program.PodAddrsIn): a
 	// new connection from an address in podNets that is not in pods is
@@ -219,7 +223,7 @@ func (rs *Ruleset) Stats() Stats {
 		st.Elements += s.len()
 	}
 	st.Elements += len(rs.egress) + len(rs.ingress) + len(rs.egressNext) + len(rs.ingressNext) + 2*len(rs.self) + len(rs.nodeLocal) + len(rs.podNetElements()) + len(rs.pods)
-	st.Elements += len(rs.nodeClaimed) + len(rs.hostLocalTypes()) + len(rs.conflicts()) + len(linkIndexes(rs.links)) + len(knownLinks(rs.links)) + len(linkAddrs(rs.links))
+	st.Elements += len(rs.nodeClaimed) + len(rs.clusterNodes) + len(rs.hostLocalTypes()) + len(rs.conflicts()) + len(linkIndexes(rs.links)) + len(knownLinks(rs.links)) + len(linkAddrs(rs.links))
 	return st
 }
 

@@ -188,3 +188,116 @@ func TestOutsideHostForgesLocalPod(t *testing.T) {
 		t.Errorf("%d packets dropped as spoofed, want 2 (one forged packet per family)", n)
 	}
 }
+
+// tunnelCluster: node n2 with pod q, which alone may reach V's UDP 7777;
+// P (no policy of its own) may reach V's UDP 9998.
+const tunnelCluster = spoofNode + namespaceA + podPDual + podVDual + `---
+apiVersion: v1
+kind: Node
+metadata: {name: n2}
+spec: {podCIDRs: ["10.244.1.0/24"]}
+status:
+  addresses:
+  - {type: InternalIP, address: 192.168.1.3}
+---
+apiVersion: v1
+kind: Pod
+metadata: {name: q, namespace: a, labels: {app: q}}
+spec: {nodeName: n2, containers: [{name: c, image: x}]}
+status: {phase: Running, podIP: 10.244.1.20}
+---
+apiVersion: networking.k8s.io/v1
+kind: NetworkPolicy
+metadata: {name: v, namespace: a}
+spec:
+  podSelector: {matchLabels: {app: v}}
+  policyTypes: [Ingress]
+  ingress:
+  - from: [{podSelector: {matchLabels: {app: q}}}]
+    ports: [{protocol: UDP, port: 7777}]
+  - from: [{podSelector: {matchLabels: {app: p}}}]
+    ports: [{protocol: UDP, port: 9998}]
+`
+
+// TestTunnelFromPodToNode: the node has an overlay as flannel sets it up
+// (VXLAN device on UDP 8472 taking packets from any source, a route to
+// node n2's pod CIDR through it). P sends its node, at two of its
+// addresses, a VXLAN packet whose inner packet claims to be q's, to V's
+// UDP 7777, which only q may reach. The node decapsulated it and V took
+// it as q's; now each is dropped on arrival from P's interface. So is
+// P's VXLAN packet to node n2's address (here held by the outside host),
+// which only this node can tell from its own tunnel traffic. P's direct
+// packet to V:7777 is dropped as before, and P's VXLAN packet to the
+// outside host, a tunnel that is no business of the nodes', arrives.
+func TestTunnelFromPodToNode(t *testing.T) {
+	testenv.RequirePrivileged(t)
+	if !netnstest.Isolate(t) {
+		return
+	}
+	l := newSpoofLab(t, "moat-tun-")
+	v := l.addNeighbour(t)
+	R := l.r.Name()
+	run(t,
+		"-n "+R+" link add vx0 type vxlan id 1 dstport 8472 local 192.168.1.1 dev rc0 nolearning",
+		"-n "+R+" link set vx0 up", "-n "+R+" addr add 10.244.0.0/32 dev vx0",
+		"-n "+R+" route add 10.244.1.0/24 via 10.244.1.0 dev vx0 onlink",
+		"-n "+l.c.Name()+" addr add 192.168.1.3/24 dev eth0", // node n2's address
+	)
+	for _, k := range []string{"net.ipv4.conf.all.rp_filter", "net.ipv4.conf.default.rp_filter", "net.ipv4.conf.vx0.rp_filter"} {
+		if err := l.r.Sysctl(k, "0"); err != nil {
+			t.Fatal(err)
+		}
+	}
+	dp := program(t, l.r, tunnelCluster, policy.Options{})
+	if r, err := dp.Sync(context.Background(), compile(t, tunnelCluster, policy.Options{})); err != nil || r.Links != 4 {
+		t.Fatalf("sync: %d links, want 4: %v", r.Links, err)
+	}
+	nl, err := l.r.Netlink()
+	if err != nil {
+		t.Fatal(err)
+	}
+	vx, err := nl.LinkByName("vx0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ls := listen(t, v, "udp4", 7777, 9998)
+	var outside, n2 *net.UDPConn
+	if err := l.c.Do(func() error {
+		var err error
+		if outside, err = net.ListenUDP("udp4", &net.UDPAddr{IP: net.IPv4(192, 168, 1, 2), Port: 8472}); err != nil {
+			return err
+		}
+		t.Cleanup(func() { outside.Close() })
+		n2, err = net.ListenUDP("udp4", &net.UDPAddr{IP: net.IPv4(192, 168, 1, 3), Port: 8472})
+		if err == nil {
+			t.Cleanup(func() { n2.Close() })
+		}
+		return err
+	}); err != nil {
+		t.Fatal(err)
+	}
+	p, q, vAddr := netip.MustParseAddr("10.244.0.5"), netip.MustParseAddr("10.244.1.20"), netip.MustParseAddr("10.244.0.6")
+	send(t, l.p, port(p, 40000), port(vAddr, 9998), "warm-up")
+	receiveUntil(t, ls[1])
+
+	inner := func(msg string) []byte { return udpPacket(port(q, 40000), port(vAddr, 7777), []byte(msg)) }
+	// VXLAN header (flags, VNI 1), then an Ethernet frame to vx0.
+	frame := append([]byte{0x08, 0, 0, 0, 0, 0, 1, 0}, vx.Attrs().HardwareAddr...)
+	frame = append(frame, 0x02, 0, 0, 0, 0, 0x99, 0x08, 0x00)
+	vxlan := append(frame, inner("as q through VXLAN")...)
+	send(t, l.p, port(p, 40001), port(netip.MustParseAddr("10.244.0.1"), 8472), string(vxlan))
+	send(t, l.p, port(p, 40001), port(netip.MustParseAddr("192.168.1.1"), 8472), string(vxlan))
+	send(t, l.p, port(p, 40002), port(vAddr, 7777), "direct")
+	send(t, l.p, port(p, 40000), port(vAddr, 9998), "allowed")
+	if _, got := receiveUntil(t, ls[1], ls[0]); len(got) > 0 {
+		t.Errorf("V received %v on the port only q may reach", got)
+	}
+	send(t, l.p, port(p, 40003), port(netip.MustParseAddr("192.168.1.3"), 8472), string(vxlan))
+	send(t, l.p, port(p, 40003), port(netip.MustParseAddr("192.168.1.2"), 8472), string(vxlan))
+	if _, got := receiveUntil(t, outside, n2); len(got) > 0 {
+		t.Errorf("node n2's address received %d VXLAN packets from P", len(got))
+	}
+	if n := dropped(t, dp, nft.ReasonSpoofed); n != 3 {
+		t.Errorf("%d packets dropped as spoofed, want 3 (the encapsulated ones to nodes)", n)
+	}
+}

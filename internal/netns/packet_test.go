@@ -1,14 +1,89 @@
 package netns
 
 import (
+	"encoding/binary"
 	"net/netip"
 	"testing"
 
 	"golang.org/x/sys/unix"
 )
 
-// Packets the kernel's sockets would not send. sendAs sends a datagram
-// from an address its namespace does not hold.
+// Packets the kernel's sockets would not send: a datagram from an
+// address its namespace does not hold (sendAs), tunnel encapsulations
+// (udpPacket).
+
+// checksum is the Internet checksum (RFC 1071) of the data, started from
+// sum (a pseudo-header's).
+func checksum(sum uint32, data []byte) uint16 {
+	for i := 0; i+1 < len(data); i += 2 {
+		sum += uint32(binary.BigEndian.Uint16(data[i:]))
+	}
+	if len(data)%2 == 1 {
+		sum += uint32(data[len(data)-1]) << 8
+	}
+	for sum>>16 != 0 {
+		sum = sum&0xffff + sum>>16
+	}
+	return ^uint16(sum)
+}
+
+// pseudoHeader is the sum of the IPv4 or IPv6 pseudo-header of a
+// transport segment of length n.
+func pseudoHeader(src, dst netip.Addr, proto byte, n int) uint32 {
+	var sum uint32
+	for _, a := range []netip.Addr{src, dst} {
+		b := a.AsSlice()
+		for i := 0; i < len(b); i += 2 {
+			sum += uint32(binary.BigEndian.Uint16(b[i:]))
+		}
+	}
+	return sum + uint32(proto) + uint32(n>>16) + uint32(n&0xffff)
+}
+
+// udpDatagram is a UDP header and payload from src to dst, with its
+// checksum.
+func udpDatagram(src, dst netip.AddrPort, payload []byte) []byte {
+	b := make([]byte, 8+len(payload))
+	binary.BigEndian.PutUint16(b[0:], src.Port())
+	binary.BigEndian.PutUint16(b[2:], dst.Port())
+	binary.BigEndian.PutUint16(b[4:], uint16(len(b)))
+	copy(b[8:], payload)
+	c := checksum(pseudoHeader(src.Addr(), dst.Addr(), unix.IPPROTO_UDP, len(b)), b)
+	if c == 0 {
+		c = 0xffff
+	}
+	binary.BigEndian.PutUint16(b[6:], c)
+	return b
+}
+
+// ipPacket is an IPv4 or IPv6 header (hop limit 64, no options or
+// extension headers) around payload.
+func ipPacket(src, dst netip.Addr, proto byte, payload []byte) []byte {
+	if src.Is4() {
+		b := make([]byte, 20+len(payload))
+		b[0] = 0x45
+		binary.BigEndian.PutUint16(b[2:], uint16(len(b)))
+		b[8], b[9] = 64, proto
+		copy(b[12:], src.AsSlice())
+		copy(b[16:], dst.AsSlice())
+		binary.BigEndian.PutUint16(b[10:], checksum(0, b[:20]))
+		copy(b[20:], payload)
+		return b
+	}
+	b := make([]byte, 40+len(payload))
+	b[0] = 0x60
+	binary.BigEndian.PutUint16(b[4:], uint16(len(payload)))
+	b[6], b[7] = proto, 64
+	copy(b[8:], src.AsSlice())
+	copy(b[24:], dst.AsSlice())
+	copy(b[40:], payload)
+	return b
+}
+
+// udpPacket is a whole IP packet carrying one UDP datagram.
+func udpPacket(src, dst netip.AddrPort, payload []byte) []byte {
+	return ipPacket(src.Addr(), dst.Addr(), unix.IPPROTO_UDP, udpDatagram(src, dst, payload))
+}
 
 // sendAs sends one UDP datagram from src, an address ns need not hold,
 // to dst: a transparent socket (IP_TRANSPARENT) may send from any source,
