@@ -211,6 +211,24 @@ var podLinkScopeRules = []string{
 	"meta iif @podifs ip6 saddr { ::, fe80::/10 } counter name " + counterLink + " drop",
 }
 
+// relatedRules drop, before the accept of related ICMP errors, an error
+// that arrives on a pod interface about a connection none of whose ends
+// is routed through that interface. Conntrack relates an ICMP error to
+// the connection its quoted header names and checks only the error's
+// destination against it, not its source: a pod whose egress is denied
+// would otherwise reach any host with a connection through the node,
+// with an error carrying data of its choice after the quoted header, and
+// inject errors (port unreachable, "fragmentation needed") into other
+// pods' connections and the node's own. A pod's own errors about its own
+// connections pass: its address is then the original source or the reply
+// source of the entry (the latter also as a Service's backend, behind
+// destination NAT). Errors from routers and from outside the node are not
+// affected (conntrack cannot tell who may send those).
+var relatedRules = []string{
+	"ct state related meta iif @podifs meta iif . ct original ip saddr != @podsrc4 meta iif . ct reply ip saddr != @podsrc4 counter name " + counterSpoofed + " drop",
+	"ct state related meta iif @podifs meta iif . ct original ip6 saddr != @podsrc6 meta iif . ct reply ip6 saddr != @podsrc6 counter name " + counterSpoofed + " drop",
+}
+
 // tunnelPorts are the UDP ports of the overlay encapsulations encapRules
 // drop: VXLAN (IANA's 4789: Calico, Antrea; Linux's first 8472: flannel,
 // Cilium) and Geneve (6081). A CNI configured for another port is not
@@ -246,9 +264,9 @@ var encapForwardRules = []string{
 }
 
 // conntrackRules are the start of forward and input: the pod-interface
-// checks, replies of allowed connections and the ICMP errors related to
-// them, and the drop of what conntrack calls invalid.
-var conntrackRules = slices.Concat(podLinkRules, baseRules[:3])
+// checks, replies of allowed connections, the ICMP errors related to them
+// from their ends, and the drop of what conntrack calls invalid.
+var conntrackRules = slices.Concat(podLinkRules, baseRules[:1], relatedRules, baseRules[1:3])
 
 var forwardRules = slices.Concat(conntrackRules, linkRules, spoofRules, unknownDstRules, encapForwardRules, baseRules[len(baseRules)-1:])
 

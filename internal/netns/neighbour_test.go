@@ -5,6 +5,9 @@ import (
 	"net"
 	"net/netip"
 	"testing"
+	"time"
+
+	"golang.org/x/sys/unix"
 
 	"github.com/moat-net/moat/internal/netns/netnstest"
 	"github.com/moat-net/moat/internal/testenv"
@@ -299,5 +302,60 @@ func TestTunnelFromPodToNode(t *testing.T) {
 	}
 	if n := dropped(t, dp, nft.ReasonSpoofed); n != 3 {
 		t.Errorf("%d packets dropped as spoofed, want 3 (the encapsulated ones to nodes)", n)
+	}
+}
+
+// TestICMPErrorsAboutOthersFlows: P sends, from its own address, port
+// unreachable errors quoting V's flow with C, with data after the quoted
+// header: to C and to V. Conntrack relates both to the flow and checked
+// only their destination; both are dropped now (P is no end of the flow),
+// in both families. V's own error about C's datagram to a closed port
+// still reaches C.
+func TestICMPErrorsAboutOthersFlows(t *testing.T) {
+	testenv.RequirePrivileged(t)
+	if !netnstest.Isolate(t) {
+		return
+	}
+	l, v, dp := newNeighbourLab(t, "moat-ier-", neighbourCluster, "0")
+	atC, atV := listen(t, l.c, "udp", 9998)[0], listen(t, v, "udp", 9998)[0]
+	for _, f := range families {
+		proto := unix.IPPROTO_ICMP
+		if f.p.Is6() {
+			proto = unix.IPPROTO_ICMPV6
+		}
+		send(t, l.p, port(f.p, 40000), port(f.c, 9998), "warm-up")
+		receiveUntil(t, atC)
+		send(t, l.p, port(f.p, 40000), port(f.v, 9998), "warm-up")
+		receiveUntil(t, atV)
+		openFlow(t, l, v, f)
+		rc, rv := newRawReceiver(t, l.c, f.p.Is4()), newRawReceiver(t, v, f.p.Is4())
+		raw := newRawSender(t, l.p, f.p, proto)
+		data := append([]byte("error from P"), make([]byte, 200)...)
+
+		raw.send(t, f.c, portUnreachable(port(f.c, 7000), port(f.v, 5000), data))
+		send(t, l.p, port(f.p, 40000), port(f.c, 9998), "allowed")
+		receiveUntil(t, atC)
+		if got := rc.seen("error from P"); len(got) > 0 {
+			t.Errorf("C received P's ICMP error about V's flow, with P's data")
+		}
+		raw.send(t, f.v, portUnreachable(port(f.v, 5000), port(f.c, 7000), data))
+		send(t, l.p, port(f.p, 40000), port(f.v, 9998), "allowed")
+		receiveUntil(t, atV)
+		if got := rv.seen("error from P"); len(got) > 0 {
+			t.Errorf("V received P's ICMP error about its flow with C")
+		}
+
+		// V's kernel answers C's datagram to its closed port 9996.
+		send(t, l.c, port(f.c, 40002), port(f.v, 9996), "to a closed port")
+		deadline := time.Now().Add(10 * time.Second)
+		for len(rc.seen("to a closed port")) == 0 {
+			if time.Now().After(deadline) {
+				t.Fatalf("V's port unreachable about C's datagram to %s did not reach C", port(f.v, 9996))
+			}
+			time.Sleep(10 * time.Millisecond)
+		}
+	}
+	if n := dropped(t, dp, nft.ReasonSpoofed); n != 4 {
+		t.Errorf("%d packets dropped as spoofed, want 4 (two errors per family)", n)
 	}
 }

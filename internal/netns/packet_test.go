@@ -1,6 +1,7 @@
 package netns
 
 import (
+	"bytes"
 	"encoding/binary"
 	"net/netip"
 	"testing"
@@ -8,9 +9,12 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-// Packets the kernel's sockets would not send: a datagram from an
-// address its namespace does not hold (sendAs), tunnel encapsulations
-// (udpPacket).
+// Packets the kernel's sockets would not send: ICMP errors about other
+// flows, tunnel encapsulations, a datagram from an address its namespace
+// does not hold (sendAs). A raw socket (rawSender) sends what these
+// build, the kernel adding the outer IP header from the socket's bound
+// address; rawReceiver sees what arrives, as any process with
+// CAP_NET_RAW on the receiving host would.
 
 // checksum is the Internet checksum (RFC 1071) of the data, started from
 // sum (a pseudo-header's).
@@ -83,6 +87,115 @@ func ipPacket(src, dst netip.Addr, proto byte, payload []byte) []byte {
 // udpPacket is a whole IP packet carrying one UDP datagram.
 func udpPacket(src, dst netip.AddrPort, payload []byte) []byte {
 	return ipPacket(src.Addr(), dst.Addr(), unix.IPPROTO_UDP, udpDatagram(src, dst, payload))
+}
+
+// icmpMessage is an ICMP (IPv4) or ICMPv6 message body as a raw socket
+// sends it: type, code, checksum, body. The ICMPv4 checksum is computed
+// here; for ICMPv6 the kernel computes it (it covers the pseudo-header).
+func icmpMessage(v4 bool, typ, code byte, body []byte) []byte {
+	b := append([]byte{typ, code, 0, 0}, body...)
+	if v4 {
+		binary.BigEndian.PutUint16(b[2:], checksum(0, b))
+	}
+	return b
+}
+
+// portUnreachable is an ICMP (type 3 code 3) or ICMPv6 (type 1 code 4)
+// port unreachable error about the UDP datagram from quotedSrc to
+// quotedDst, followed by extra: arbitrary data, which a receiver's
+// conntrack does not read.
+func portUnreachable(quotedSrc, quotedDst netip.AddrPort, extra []byte) []byte {
+	quoted := udpPacket(quotedSrc, quotedDst, nil)
+	body := append(make([]byte, 4), quoted...)
+	body = append(body, extra...)
+	if quotedSrc.Addr().Is4() {
+		return icmpMessage(true, 3, 3, body)
+	}
+	return icmpMessage(false, 1, 4, body)
+}
+
+// rawSender is a raw IP socket of one protocol in a namespace, bound to
+// one of the namespace's addresses: the kernel adds the IP header.
+type rawSender struct {
+	fd int
+	v4 bool
+}
+
+func newRawSender(t *testing.T, ns *NS, src netip.Addr, proto int) *rawSender {
+	t.Helper()
+	s := &rawSender{v4: src.Is4()}
+	if err := ns.Do(func() error {
+		var err error
+		if s.v4 {
+			if s.fd, err = unix.Socket(unix.AF_INET, unix.SOCK_RAW, proto); err != nil {
+				return err
+			}
+			return unix.Bind(s.fd, &unix.SockaddrInet4{Addr: src.As4()})
+		}
+		if s.fd, err = unix.Socket(unix.AF_INET6, unix.SOCK_RAW, proto); err != nil {
+			return err
+		}
+		return unix.Bind(s.fd, &unix.SockaddrInet6{Addr: src.As16()})
+	}); err != nil {
+		t.Fatalf("raw socket in %s: %v", ns.Name(), err)
+	}
+	t.Cleanup(func() { unix.Close(s.fd) })
+	return s
+}
+
+func (s *rawSender) send(t *testing.T, dst netip.Addr, payload []byte) {
+	t.Helper()
+	var sa unix.Sockaddr = &unix.SockaddrInet6{Addr: dst.As16()}
+	if s.v4 {
+		sa = &unix.SockaddrInet4{Addr: dst.As4()}
+	}
+	if err := unix.Sendto(s.fd, payload, 0, sa); err != nil {
+		t.Fatalf("raw send to %s: %v", dst, err)
+	}
+}
+
+// rawReceiver is a raw ICMP or ICMPv6 socket in a namespace: it gets a
+// copy of every ICMP message the namespace receives, before the kernel
+// validates or handles it.
+type rawReceiver struct {
+	fd int
+}
+
+func newRawReceiver(t *testing.T, ns *NS, v4 bool) *rawReceiver {
+	t.Helper()
+	r := &rawReceiver{}
+	if err := ns.Do(func() error {
+		var err error
+		if v4 {
+			r.fd, err = unix.Socket(unix.AF_INET, unix.SOCK_RAW|unix.SOCK_NONBLOCK, unix.IPPROTO_ICMP)
+		} else {
+			r.fd, err = unix.Socket(unix.AF_INET6, unix.SOCK_RAW|unix.SOCK_NONBLOCK, unix.IPPROTO_ICMPV6)
+		}
+		return err
+	}); err != nil {
+		t.Fatalf("raw socket in %s: %v", ns.Name(), err)
+	}
+	t.Cleanup(func() { unix.Close(r.fd) })
+	return r
+}
+
+// seen reports which of markers are in the messages received so far
+// (it reads what is queued, without waiting).
+func (r *rawReceiver) seen(markers ...string) []string {
+	buf := make([]byte, 65536)
+	var got []string
+	for {
+		n, _, err := unix.Recvfrom(r.fd, buf, 0)
+		if err != nil {
+			break
+		}
+		for _, m := range markers {
+			if bytes.Contains(buf[:n], []byte(m)) {
+				got = append(got, m)
+			}
+		}
+	}
+	return got
 }
 
 // sendAs sends one UDP datagram from src, an address ns need not hold,
