@@ -138,7 +138,7 @@ var unknownDstRules = []string{
 	"ip6 daddr @podnet6 ip6 daddr != @pods6 counter name " + counterUnknownDst + " drop",
 }
 
-// linkRules replace baseRules' neighbour discovery rule in forward. The
+// linkRules replace baseRules' neighbour discovery rules in forward. The
 // kernel never routes link-scope traffic, so in forward it can only be
 // frames a bridge CNI (with br_netfilter) carries between pods of one
 // node, which dispatch cannot judge: a link-local, broadcast or multicast
@@ -147,10 +147,14 @@ var unknownDstRules = []string{
 // resolve each other and their gateway); router solicitations,
 // advertisements and redirects do not come from pods, and are dropped
 // with every other new connection from or to a link-local address and
-// every broadcast or multicast one.
+// every broadcast or multicast one. A neighbour solicitation or
+// advertisement the node routes is no link infrastructure either (RFC
+// 4861: a receiver discards one whose hop limit is not 255, and the
+// kernel has decremented a routed packet's before forward): with data in
+// it, it would carry anything past any policy to a raw socket (ndDrop).
 var linkRules = []string{
-	"icmpv6 type { nd-neighbor-solicit, nd-neighbor-advert } accept",
-	"icmpv6 type { nd-router-solicit, nd-router-advert, nd-redirect } counter name " + counterLink + " drop",
+	"icmpv6 type { nd-neighbor-solicit, nd-neighbor-advert } ip6 hoplimit 255 accept",
+	ndDrop,
 	"ip6 saddr fe80::/10 counter name " + counterLink + " drop",
 	"ip6 daddr fe80::/10 counter name " + counterLink + " drop",
 	"meta pkttype { broadcast, multicast } counter name " + counterLink + " drop",
@@ -303,7 +307,9 @@ var outputRules = append(slices.Clone(baseRules[:len(baseRules)-1]),
 
 // IPv6 neighbour discovery is link infrastructure, not a connection: a
 // node's neighbour advertisement to an isolated pod's address must not be
-// judged as ingress, or the pod loses its gateway.
+// judged as ingress, or the pod loses its gateway. Only on-link messages
+// are (hop limit 255, as RFC 4861 requires of all five); any other is
+// dropped as link scope.
 // Of related connections only ICMP errors are accepted as they come: a
 // conntrack helper's expected connection (an FTP or SIP data channel the
 // helper predicted) is a new connection like any other, and is judged.
@@ -313,9 +319,15 @@ var baseRules = []string{
 	"ct state established accept",
 	"ct state related meta l4proto { icmp, icmpv6 } accept",
 	"ct state invalid counter name " + counterInvalid + " drop",
-	"icmpv6 type { nd-router-solicit, nd-router-advert, nd-neighbor-solicit, nd-neighbor-advert, nd-redirect } accept",
+	"icmpv6 type { nd-router-solicit, nd-router-advert, nd-neighbor-solicit, nd-neighbor-advert, nd-redirect } ip6 hoplimit 255 accept",
+	ndDrop,
 	"jump " + dispatchChain,
 }
+
+// ndDrop drops the neighbour discovery messages the rules before it did
+// not accept: neighbour discovery is never a connection (conntrack leaves
+// it untracked), so dispatch could not judge it as one.
+const ndDrop = "icmpv6 type { nd-router-solicit, nd-router-advert, nd-neighbor-solicit, nd-neighbor-advert, nd-redirect } counter name " + counterLink + " drop"
 
 var staticSets = []knftables.Set{
 	{Name: "self4", Type: "ipv4_addr . ipv4_addr", Comment: knftables.PtrTo("local pod addresses, to themselves: the Service hairpin, which NetworkPolicy chains accept")},

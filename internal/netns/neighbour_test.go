@@ -4,6 +4,7 @@ import (
 	"context"
 	"net"
 	"net/netip"
+	"slices"
 	"testing"
 	"time"
 
@@ -357,5 +358,65 @@ func TestICMPErrorsAboutOthersFlows(t *testing.T) {
 	}
 	if n := dropped(t, dp, nft.ReasonSpoofed); n != 4 {
 		t.Errorf("%d packets dropped as spoofed, want 4 (two errors per family)", n)
+	}
+}
+
+// TestRoutedNeighbourDiscovery: P sends neighbour solicitations and
+// advertisements with data, at hop limit 255, to C's and V's routable
+// addresses; the node routes them (hop limit 254), and forward drops them
+// as link scope: before, it accepted neighbour discovery from anyone to
+// anyone, a channel out of any egress policy and into any isolated pod.
+// The node itself no longer takes a solicitation whose hop limit is not
+// 255; one at 255 on the pod's link still reaches it (link
+// infrastructure, which no rule can tell from a message with data).
+func TestRoutedNeighbourDiscovery(t *testing.T) {
+	testenv.RequirePrivileged(t)
+	if !netnstest.Isolate(t) {
+		return
+	}
+	l, v, dp := newNeighbourLab(t, "moat-rnd-", neighbourCluster, "0")
+	f := families[1]
+	atC, atV := listen(t, l.c, "udp6", 9998)[0], listen(t, v, "udp6", 9998)[0]
+	send(t, l.p, port(f.p, 40000), port(f.c, 9998), "warm-up")
+	receiveUntil(t, atC)
+	send(t, l.p, port(f.p, 40000), port(f.v, 9998), "warm-up")
+	receiveUntil(t, atV)
+	rc, rv, rr := newRawReceiver(t, l.c, false), newRawReceiver(t, v, false), newRawReceiver(t, l.r, false)
+	onLink := newRawSender(t, l.p, f.p, unix.IPPROTO_ICMPV6)
+	onLink.hopLimit(t, 255)
+	nd := func(typ byte, target netip.Addr, data string) []byte {
+		return icmpMessage(false, typ, 0, append(append(make([]byte, 4), target.AsSlice()...), data...))
+	}
+	for _, dst := range []struct {
+		addr   netip.Addr
+		raw    *rawReceiver
+		marker *net.UDPConn
+	}{{f.c, rc, atC}, {f.v, rv, atV}} {
+		onLink.send(t, dst.addr, nd(135, dst.addr, "solicitation"))
+		onLink.send(t, dst.addr, nd(136, dst.addr, "advertisement"))
+		send(t, l.p, port(f.p, 40000), port(dst.addr, 9998), "allowed")
+		receiveUntil(t, dst.marker)
+		if got := dst.raw.seen("solicitation", "advertisement"); len(got) > 0 {
+			t.Errorf("%s received P's routed neighbour discovery: %v", dst.addr, got)
+		}
+	}
+	routed := newRawSender(t, l.p, f.p, unix.IPPROTO_ICMPV6)
+	routed.hopLimit(t, 64)
+	routed.send(t, f.node, nd(135, f.node, "hop limit 64"))
+	onLink.send(t, f.node, nd(135, f.node, "hop limit 255"))
+	deadline := time.Now().Add(10 * time.Second)
+	var got []string
+	for !slices.Contains(got, "hop limit 255") {
+		if time.Now().After(deadline) {
+			t.Fatal("the node did not receive P's on-link neighbour solicitation")
+		}
+		time.Sleep(10 * time.Millisecond)
+		got = append(got, rr.seen("hop limit 64", "hop limit 255")...)
+	}
+	if slices.Contains(got, "hop limit 64") {
+		t.Error("the node received P's neighbour solicitation at hop limit 64")
+	}
+	if n := dropped(t, dp, nft.ReasonLinkScope); n != 5 {
+		t.Errorf("%d packets dropped as link scope, want 5 (four routed, one to the node)", n)
 	}
 }

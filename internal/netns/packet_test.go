@@ -10,11 +10,11 @@ import (
 )
 
 // Packets the kernel's sockets would not send: ICMP errors about other
-// flows, tunnel encapsulations, a datagram from an address its namespace
-// does not hold (sendAs). A raw socket (rawSender) sends what these
-// build, the kernel adding the outer IP header from the socket's bound
-// address; rawReceiver sees what arrives, as any process with
-// CAP_NET_RAW on the receiving host would.
+// flows, neighbour discovery with data, tunnel encapsulations, a datagram
+// from an address its namespace does not hold (sendAs). A raw socket
+// (rawSender) sends what these build, the kernel adding the outer IP
+// header from the socket's bound address; rawReceiver sees what arrives,
+// as any process with CAP_NET_RAW on the receiving host would.
 
 // checksum is the Internet checksum (RFC 1071) of the data, started from
 // sum (a pseudo-header's).
@@ -141,6 +141,14 @@ func newRawSender(t *testing.T, ns *NS, src netip.Addr, proto int) *rawSender {
 	}
 	t.Cleanup(func() { unix.Close(s.fd) })
 	return s
+}
+
+// hopLimit sets the IPv6 hop limit of the unicast packets it sends.
+func (s *rawSender) hopLimit(t *testing.T, hl int) {
+	t.Helper()
+	if err := unix.SetsockoptInt(s.fd, unix.IPPROTO_IPV6, unix.IPV6_UNICAST_HOPS, hl); err != nil {
+		t.Fatal(err)
+	}
 }
 
 func (s *rawSender) send(t *testing.T, dst netip.Addr, payload []byte) {
