@@ -5,6 +5,7 @@ import (
 	"net"
 	"net/netip"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -418,5 +419,69 @@ func TestRoutedNeighbourDiscovery(t *testing.T) {
 	}
 	if n := dropped(t, dp, nft.ReasonLinkScope); n != 5 {
 		t.Errorf("%d packets dropped as link scope, want 5 (four routed, one to the node)", n)
+	}
+}
+
+// TestBridgePodsKeepTheirFlows: on a bridge CNI with br_netfilter, where
+// forward sees the bridge as the incoming interface of bridged frames,
+// the pod-interface checks that now judge every packet (and a local pod's
+// address arriving elsewhere than on its own interface) leave the pods'
+// own traffic alone: a new flow between two pods of the bridge and its
+// replies pass, nothing is dropped as spoofed, and a forged source from
+// outside the bridge's pods is still dropped.
+func TestBridgePodsKeepTheirFlows(t *testing.T) {
+	testenv.RequirePrivileged(t)
+	if !netnstest.Isolate(t) {
+		return
+	}
+	r, v, o := newNS(t, "moat-brf-r"), newNS(t, "moat-brf-v"), newNS(t, "moat-brf-o")
+	for _, kv := range [][2]string{{"net.bridge.bridge-nf-call-iptables", "1"}, {"net.bridge.bridge-nf-call-ip6tables", "1"}} {
+		if err := r.Sysctl(kv[0], kv[1]); err != nil {
+			testenv.Require(t, "br_netfilter (modprobe br_netfilter; setting "+kv[0]+": "+err.Error()+")")
+		}
+	}
+	R, V, O := r.Name(), v.Name(), o.Name()
+	run(t,
+		"-n "+R+" link add br0 type bridge", "-n "+R+" link set br0 up",
+		"-n "+R+" addr add 10.244.0.1/24 dev br0",
+		"-n "+V+" link add eth0 type veth peer name rv0 netns "+R,
+		"-n "+O+" link add eth0 type veth peer name ro0 netns "+R,
+		"-n "+R+" link set rv0 master br0", "-n "+R+" link set ro0 master br0",
+		"-n "+R+" link set rv0 up", "-n "+R+" link set ro0 up",
+		"-n "+V+" link set lo up", "-n "+O+" link set lo up",
+		"-n "+V+" link set eth0 up", "-n "+O+" link set eth0 up",
+		"-n "+V+" addr add 10.244.0.5/24 dev eth0", "-n "+O+" addr add 10.244.0.6/24 dev eth0",
+	)
+	// bridgeCluster's node with pod CIDRs: the bridge's subnet route is
+	// inside them, so the node resolves both pods' links to the bridge.
+	cluster := strings.Replace(bridgeCluster, "metadata: {name: n1}\n", "metadata: {name: n1}\nspec: {podCIDRs: [\"10.244.0.0/24\"]}\n", 1)
+	dp := program(t, r, cluster, policy.Options{})
+	if res, err := dp.Sync(context.Background(), compile(t, cluster, policy.Options{})); err != nil || res.Links != 2 {
+		t.Fatalf("sync: %d links, want 2 (both pods on br0): %v", res.Links, err)
+	}
+	atV, atO := listen(t, v, "udp4", 9998, 9999), listen(t, o, "udp4", 40000)[0]
+	if _, err := atO.WriteToUDPAddrPort([]byte("request"), ap("10.244.0.5:9998")); err != nil {
+		t.Fatal(err)
+	}
+	if got, _ := receiveUntil(t, atV[0]); got != "request from 10.244.0.6" {
+		t.Fatalf("the victim received %q", got)
+	}
+	for range 3 {
+		if _, err := atV[0].WriteToUDPAddrPort([]byte("reply"), ap("10.244.0.6:40000")); err != nil {
+			t.Fatal(err)
+		}
+		if got, _ := receiveUntil(t, atO); got != "reply from 10.244.0.5" {
+			t.Fatalf("the other pod received %q", got)
+		}
+	}
+	sendAs(t, o, ap("10.244.0.77:40001"), ap("10.244.0.5:9999"), "forged")
+	if _, err := atO.WriteToUDPAddrPort([]byte("allowed"), ap("10.244.0.5:9998")); err != nil {
+		t.Fatal(err)
+	}
+	if _, got := receiveUntil(t, atV[0], atV[1]); len(got) > 0 {
+		t.Errorf("the victim received %v from a source no pod of the bridge holds", got)
+	}
+	if n := dropped(t, dp, nft.ReasonSpoofed); n != 1 {
+		t.Errorf("%d packets dropped as spoofed, want 1 (the forged one)", n)
 	}
 }
