@@ -6,13 +6,18 @@
 # its own certificate, so the server can hold each agent to its node
 # (--agent-identity-binding, docs/tunnel.md "Authentication"): its agentID
 # must be <node> (the agent's default --agent-id with such a certificate)
-# and it may claim only host=/ipv4=/ipv6= identifiers among these SANs.
+# and it may claim only host=/ipv4=/ipv6= identifiers among these SANs. The
+# agent claims them all (--identifiers-from-cert, its default), and the
+# server sends the connections kube-apiserver makes to these names and
+# addresses (the kubelet's) to this node's agent only.
 #
-# Usage: issue-agent-cert.sh NODE [ADDRESS_OR_NAME...]
+# Usage: issue-agent-cert.sh NODE ADDRESS [ADDRESS_OR_NAME...]
 #   NODE  the Node's name (kubectl get nodes; the kubelet's --hostname-override)
-#   ADDRESS_OR_NAME  IP addresses and DNS names kube-apiserver reaches this
-#         node's kubelet at (its InternalIP, its Hostname address), which
-#         the agent may then claim with --agent-identifiers
+#   ADDRESS  the node's IP address kube-apiserver reaches its kubelet at
+#         (its InternalIP); required: without it the node's connections are
+#         not routed to its own agent
+#   ADDRESS_OR_NAME  further IP addresses and DNS names of the node (an
+#         ExternalIP, its Hostname address)
 # Environment:
 #   CA_CERT  agent CA certificate (default /etc/kubernetes/pki/konnectivity/agent-ca.crt)
 #   CA_KEY   its private key (default /etc/kubernetes/pki/konnectivity/agent-ca.key)
@@ -25,7 +30,7 @@
 # user system:node:<node>.
 set -euo pipefail
 
-if [[ $# -lt 1 || $1 == -* ]]; then
+if [[ $# -lt 2 || $1 == -* ]]; then
 	sed -n '/^# Usage:/,/^# *DAYS/p' "$0" | sed 's/^# \{0,1\}//' >&2
 	exit 2
 fi
@@ -48,6 +53,10 @@ if [[ ! ${days} =~ ^[1-9][0-9]*$ ]]; then
 	exit 2
 fi
 sans="DNS:${node}"
+if [[ ! ${1} =~ ^[0-9.]+$ && ${1} != *:* ]]; then
+	echo "issue-agent-cert.sh: ${1@Q} is not an IP address: give the node's address (its InternalIP) after its name, so that its kube-apiserver connections are routed to its own agent" >&2
+	exit 2
+fi
 for san in "$@"; do
 	if [[ ${san} =~ ^[0-9.]+$ || ${san} == *:* ]]; then
 		# openssl refuses a malformed IP SAN, naming it.

@@ -167,7 +167,8 @@ func TestPerNodeCertificates(t *testing.T) {
 		}
 		return filepath.Join(out, "agent.crt"), filepath.Join(out, "agent.key"), nil
 	}
-	for _, bad := range [][]string{{"Node_A"}, {"node-a", "not a name"}, {"node-a", "fe80::1%eth0"}} {
+	for _, bad := range [][]string{{"Node_A", "127.0.0.1"}, {"node-a", "127.0.0.1", "not a name"}, {"node-a", "fe80::1%eth0"},
+		{"node-a"}, {"node-a", "node-a.example"}} { // the node's address is required
 		if _, _, err := issueFor(bad[0], bad[1:]...); err == nil {
 			t.Errorf("issue-agent-cert.sh %q: issued, want refused", bad)
 		}
@@ -210,9 +211,14 @@ func TestPerNodeCertificates(t *testing.T) {
 	}
 	ps := startServer(t, p, serverOpts{cfg: server.Config{IdentityBinding: so.Config().IdentityBinding}})
 	a := startAgent(t, p, ps.agentAddr, func(c *agent.Config) {
-		c.Creds, c.AgentID, c.Identifiers = agentCreds(t, p, &testpki.Leaf{CertFile: certA, KeyFile: keyA}), agentID, ao.AgentIdentifiers
+		c.Creds, c.AgentID, c.Identifiers = agentCreds(t, p, &testpki.Leaf{CertFile: certA, KeyFile: keyA}), agentID, ao.IdentifiersFor(cert)
 	})
 	eventually(t, "node-a's agent with its own certificate", a.a.Ready)
+	// It claims its node's name and address (and the further name), which
+	// route node-a's connections to it.
+	if got, want := ao.IdentifiersFor(cert), "default-route=true&host=node-a&host=node-a.example&ipv4=127.0.0.1"; got != want {
+		t.Errorf("the manifest's agent with node-a's certificate claims %q, want %q", got, want)
+	}
 
 	credsA := agentCreds(t, p, &testpki.Leaf{CertFile: certA, KeyFile: keyA})
 	certB, keyB, err := issueFor("node-b", "127.0.0.2")

@@ -2,12 +2,14 @@ package e2e
 
 import (
 	"context"
+	"crypto/x509"
 	"errors"
 	"fmt"
 	"net"
 	"net/netip"
 	"strings"
 	"testing"
+	"time"
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
@@ -15,6 +17,8 @@ import (
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
 
+	agentoptions "github.com/moat-net/moat/cmd/moat-proxy-agent/app/options"
+	serveroptions "github.com/moat-net/moat/cmd/moat-proxy-server/app/options"
 	testpki "github.com/moat-net/moat/internal/testenv/pki"
 	"github.com/moat-net/moat/tunnel/agent"
 	"github.com/moat-net/moat/tunnel/proto"
@@ -243,5 +247,143 @@ func TestIdentityBindingTokenNodeAddresses(t *testing.T) {
 	err := tryConnect(t, ps2.agentAddr, shared, md("node-a", "node-a", "ipv4=10.1.0.1"))
 	if status.Code(err) != codes.PermissionDenied || !strings.Contains(err.Error(), "does not read Node objects") {
 		t.Errorf("without Nodes: got %v, want PermissionDenied saying the server reads no Node objects", err)
+	}
+}
+
+// TestShippedManifestsKeepNodesApart: with the shipped server and agent
+// flags (deploy/tunnel's static pods: destHost,default, binding required,
+// agents given only default-route=true) and per-node certificates, each
+// node's kube-apiserver connections go to that node's agent only. Before,
+// no agent claimed an address, destHost never matched, and the default
+// strategy handed node-a's connections to node-b's agent as often as to
+// its own; and with node-a's agent away they all went to node-b's. Now the
+// agents claim their certificates' SANs, and a destination a bound agent
+// has claimed is refused while its agent is away. Destinations that are no
+// node's (webhooks, aggregated APIs) still go to any agent.
+func TestShippedManifestsKeepNodesApart(t *testing.T) {
+	p := newPKI(t)
+	so, err := serveroptions.New()
+	if err != nil {
+		t.Fatal(err)
+	}
+	manifestArgs(t, "../../deploy/tunnel/moat-proxy-server.yaml", so)
+	ao, err := agentoptions.New()
+	if err != nil {
+		t.Fatal(err)
+	}
+	manifestArgs(t, "../../deploy/tunnel/moat-proxy-agent.yaml", ao)
+	cfg := so.Config()
+	ps := startServer(t, p, serverOpts{cfg: server.Config{IdentityBinding: cfg.IdentityBinding, Strategies: cfg.Strategies, NodeCIDRs: cfg.NodeCIDRs}})
+	hs := httpBackend(t) // node-a's kubelet, at node-a's address 127.0.0.1
+	nodeAddr := hs.Listener.Addr().String()
+	_, port, _ := net.SplitHostPort(nodeAddr)
+	agents := map[string]*proxyAgent{}
+	for _, n := range []struct{ name, ip string }{{"node-a", "127.0.0.1"}, {"node-b", "127.0.0.2"}} {
+		// As issue-agent-cert.sh issues them: the node's name and address.
+		leaf := issue(t, p, "system:node:"+n.name, n.name, n.ip)
+		cert, err := x509.ParseCertificate(leaf.TLS.Certificate[0])
+		if err != nil {
+			t.Fatal(err)
+		}
+		agents[n.name] = startAgent(t, p, ps.agentAddr, func(c *agent.Config) {
+			c.Creds, c.AgentID, c.Identifiers = agentCreds(t, p, leaf), ao.AgentIDFor(cert), ao.IdentifiersFor(cert)
+		})
+	}
+	eventually(t, "both agents", func() bool { return ps.srv.Backends() == 2 })
+	hold := func(addr string, n int) []net.Conn {
+		var conns []net.Conn
+		for range n {
+			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+			c, err := grpcDial(ctx, t, p, ps.frontAddr, addr)
+			cancel()
+			if err != nil {
+				t.Fatalf("dial %s: %v", addr, err)
+			}
+			conns = append(conns, c)
+		}
+		return conns
+	}
+	closeAll := func(conns []net.Conn) {
+		for _, c := range conns {
+			c.Close()
+		}
+		eventually(t, "connections closed", func() bool { return agents["node-a"].a.Active() == 0 && agents["node-b"].a.Active() == 0 })
+	}
+	conns := hold(nodeAddr, 20)
+	if a, b := agents["node-a"].a.Active(), agents["node-b"].a.Active(); a != 20 || b != 0 {
+		t.Errorf("20 connections to node-a's address: node-a's agent carries %d, node-b's %d; want all on node-a's", a, b)
+	}
+	closeAll(conns)
+	// A destination that is no node's goes to any agent, as before.
+	conns = hold(net.JoinHostPort("localhost", port), 20)
+	if a, b := agents["node-a"].a.Active(), agents["node-b"].a.Active(); a+b != 20 {
+		t.Errorf("20 connections to localhost: node-a's agent carries %d, node-b's %d", a, b)
+	}
+	closeAll(conns)
+
+	// node-a's agent goes away (a restart, an upgrade): its address and
+	// name are refused, not handed to node-b's agent.
+	agents["node-a"].stop()
+	eventually(t, "node-a's tunnel gone", func() bool { return ps.srv.Backends() == 1 })
+	for _, addr := range []string{nodeAddr, net.JoinHostPort("node-a", port), net.JoinHostPort("NODE-A.", port)} {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		c, err := grpcDial(ctx, t, p, ps.frontAddr, addr)
+		cancel()
+		if err == nil {
+			c.Close()
+			t.Errorf("dial %s with node-a's agent away: connected (node-b's agent carries %d), want refused", addr, agents["node-b"].a.Active())
+		} else if !strings.Contains(err.Error(), `node "node-a"`) {
+			t.Errorf("dial %s with node-a's agent away: %v, want an error naming node-a", addr, err)
+		}
+	}
+	if got := httpGetVia(t, func(ctx context.Context, addr string) (net.Conn, error) {
+		return grpcDial(ctx, t, p, ps.frontAddr, addr)
+	}, "http://"+net.JoinHostPort("localhost", port)+"/webhook"); got != "hello /webhook" {
+		t.Errorf("a destination that is no node's, node-a's agent away: %q", got)
+	}
+}
+
+// TestNodeAddressCIDRs: with --node-address-cidrs a node's address is
+// refused while no agent claiming it is connected, also before that
+// node's agent has ever connected to this server (a server restarted
+// while node-a's agent is down): without it, destHost,default handed
+// node-a's connections to node-b's agent, whose certificate is node-b's.
+func TestNodeAddressCIDRs(t *testing.T) {
+	p := newPKI(t)
+	hs := httpBackend(t) // node-a's kubelet at 127.0.0.1; node-a's agent is down
+	_, port, _ := net.SplitHostPort(hs.Listener.Addr().String())
+	for _, c := range []struct {
+		cidrs   []netip.Prefix
+		refused bool
+	}{{nil, false}, {[]netip.Prefix{netip.MustParsePrefix("127.0.0.0/30")}, true}} {
+		ps := startServer(t, p, serverOpts{cfg: server.Config{IdentityBinding: server.BindRequired, NodeCIDRs: c.cidrs,
+			Strategies: []server.Strategy{server.StrategyDestHost, server.StrategyDefault}}})
+		b := startAgent(t, p, ps.agentAddr, func(ac *agent.Config) {
+			ac.Creds = agentCreds(t, p, issue(t, p, "system:node:node-b", "127.0.0.2"))
+			ac.AgentID, ac.Identifiers = "node-b", "ipv4=127.0.0.2"
+		})
+		eventually(t, "node-b's agent", b.a.Ready)
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		conn, err := grpcDial(ctx, t, p, ps.frontAddr, hs.Listener.Addr().String())
+		cancel()
+		switch {
+		case c.refused && err == nil:
+			conn.Close()
+			t.Errorf("--node-address-cidrs %v: node-a's address went through node-b's agent, want refused", c.cidrs)
+		case c.refused && !strings.Contains(err.Error(), "--node-address-cidrs 127.0.0.0/30"):
+			t.Errorf("--node-address-cidrs %v: %v, want an error naming the flag", c.cidrs, err)
+		case !c.refused && err != nil:
+			t.Errorf("no --node-address-cidrs: %v, want upstream's default fallback", err)
+		case !c.refused:
+			conn.Close()
+		}
+		// A destination outside the ranges still goes to any agent.
+		if got := httpGetVia(t, func(ctx context.Context, addr string) (net.Conn, error) {
+			return grpcDial(ctx, t, p, ps.frontAddr, addr)
+		}, "http://"+net.JoinHostPort("localhost", port)+"/webhook"); got != "hello /webhook" {
+			t.Errorf("--node-address-cidrs %v, localhost: %q", c.cidrs, got)
+		}
+		b.stop()
+		ps.stop()
 	}
 }

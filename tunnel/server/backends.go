@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"net"
+	"net/netip"
 	"strings"
 	"sync"
 
@@ -44,21 +45,46 @@ func ParseStrategies(s string) ([]Strategy, error) {
 }
 
 type backend struct {
-	id     string
+	id string
+	// node is the node the agent's credentials bind it to, "" if none.
+	node   string
 	idents proto.Identifiers
 	sess   *mux.Session
 }
 
+// backends are the connected agents, and what this server has learnt
+// about which destinations are nodes' own.
 type backends struct {
-	mu    sync.Mutex
-	list  []*backend
-	gauge prometheus.Gauge
+	mu   sync.Mutex
+	list []*backend
+	// hostOwners and addrOwners map every name and address a bound agent
+	// has claimed (and its node's name) to that node. They outlive the
+	// agent's tunnel: while a node's agent is away (restart, upgrade, a
+	// reconnect) its addresses stay its own, so that no other agent gets
+	// its connections. A bound agent can only claim what its credentials
+	// vouch for, so they hold no more than the nodes' names and addresses.
+	hostOwners map[string]string
+	addrOwners map[netip.Addr]string
+	// nodeCIDRs are Config.NodeCIDRs: every address in them is a node's.
+	nodeCIDRs []netip.Prefix
+	gauge     prometheus.Gauge
 }
 
-func newBackends(g prometheus.Gauge) *backends { return &backends{gauge: g} }
+func newBackends(g prometheus.Gauge, nodeCIDRs []netip.Prefix) *backends {
+	return &backends{gauge: g, nodeCIDRs: nodeCIDRs, hostOwners: map[string]string{}, addrOwners: map[netip.Addr]string{}}
+}
 
 func (bs *backends) add(b *backend) {
 	bs.mu.Lock()
+	if b.node != "" {
+		bs.hostOwners[strings.ToLower(b.node)] = b.node
+		for _, h := range b.idents.Hosts {
+			bs.hostOwners[h] = b.node
+		}
+		for _, a := range b.idents.Addrs {
+			bs.addrOwners[a] = b.node
+		}
+	}
 	bs.list = append(bs.list, b)
 	bs.gauge.Set(float64(len(bs.list)))
 	bs.mu.Unlock()
@@ -82,15 +108,57 @@ func (bs *backends) count() int {
 	return len(bs.list)
 }
 
+// nodeDestination says whether host is a node's own name or address (one
+// a bound agent has claimed, or in Config.NodeCIDRs), and why, for errors.
+func (bs *backends) nodeDestination(host string) (why string, ok bool) {
+	if a, err := netip.ParseAddr(host); err == nil {
+		// A zone does not make it another host: judged without it (and
+		// then no claim matches it, so it is refused).
+		a = a.WithZone("").Unmap()
+		if node, ok := bs.addrOwners[a]; ok {
+			return fmt.Sprintf("%s is node %q's address", host, node), true
+		}
+		for _, p := range bs.nodeCIDRs {
+			if p.Contains(a) {
+				return fmt.Sprintf("%s is in --node-address-cidrs %s", host, p), true
+			}
+		}
+		return "", false
+	}
+	if node, ok := bs.hostOwners[strings.ToLower(strings.TrimSuffix(host, "."))]; ok {
+		return fmt.Sprintf("%s is node %q's name", host, node), true
+	}
+	return "", false
+}
+
 // pick applies the strategies in order; within one strategy a non-draining
-// agent is preferred and ties are broken at random.
-func (bs *backends) pick(strategies []Strategy, address string) *backend {
+// agent is preferred and ties are broken at random. A node's own
+// destination (nodeDestination) is different: it goes only to an agent
+// that claims it (as destHost picks), whatever the strategies, and when
+// none is connected the dial is refused instead of falling back to the
+// default or defaultRoute strategy, whose pick would be any node's agent:
+// one node's root must not receive another node's kubelet connections.
+func (bs *backends) pick(strategies []Strategy, address string) (*backend, error) {
 	host, _, err := net.SplitHostPort(address)
 	if err != nil {
 		host = address
 	}
 	bs.mu.Lock()
 	defer bs.mu.Unlock()
+	if why, ok := bs.nodeDestination(host); ok {
+		strategies = []Strategy{StrategyDestHost}
+		if b := bs.pickLocked(strategies, host); b != nil {
+			return b, nil
+		}
+		return nil, fmt.Errorf("%w for %s: %s, and no connected agent claims it; a node's destinations go only to that node's agent, never to another's", errNoAgent, address, why)
+	}
+	if b := bs.pickLocked(strategies, host); b != nil {
+		return b, nil
+	}
+	return nil, errNoAgent
+}
+
+func (bs *backends) pickLocked(strategies []Strategy, host string) *backend {
 	for _, st := range strategies {
 		var ready, draining []*backend
 		for _, b := range bs.list {

@@ -9,6 +9,7 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"net/netip"
 	"strconv"
 	"strings"
 	"time"
@@ -54,6 +55,11 @@ type Config struct {
 	// ipv6=, host=); without it a token-bound agent may claim only its
 	// node's name (and what its certificate vouches for).
 	Nodes NodeLookup
+	// NodeCIDRs hold the nodes' own addresses (--node-address-cidrs): a
+	// destination in them goes only to an agent that claims it, as the
+	// names and addresses bound agents have claimed do (see backends.pick),
+	// so also before that node's agent has connected to this server.
+	NodeCIDRs []netip.Prefix
 	// DialTimeout bounds a dial in either direction (default 10s).
 	DialTimeout time.Duration
 	// Window and MaxQueue tune per-connection flow control (see mux.Config).
@@ -106,7 +112,7 @@ func New(cfg Config) *Server {
 	cfg.Registry.MustRegister(backendGauge, refused)
 	return &Server{
 		cfg:      cfg,
-		backends: newBackends(backendGauge),
+		backends: newBackends(backendGauge, cfg.NodeCIDRs),
 		metrics:  mux.NewMetrics(cfg.Registry),
 		refused:  refused,
 		log:      cfg.Log,
@@ -180,7 +186,7 @@ func (s *Server) Connect(st proto.AgentService_ConnectServer) error {
 	if err := st.SendHeader(hdr); err != nil {
 		return fmt.Errorf("agent %s: send header: %w", agentID, err)
 	}
-	b := &backend{id: agentID, idents: idents}
+	b := &backend{id: agentID, node: bound, idents: idents}
 	b.sess = mux.New(st, mux.Config{
 		LocalOrigin: proto.OriginControlPlane,
 		Credit:      feat.Credit,
@@ -252,9 +258,9 @@ func (s *Server) dialNode(ctx context.Context, o proto.Origin, address string) (
 
 // dial picks an agent for address and asks it to connect.
 func (s *Server) dial(ctx context.Context, address string) (*mux.Conn, error) {
-	b := s.backends.pick(s.cfg.Strategies, address)
-	if b == nil {
-		return nil, errNoAgent
+	b, err := s.backends.pick(s.cfg.Strategies, address)
+	if err != nil {
+		return nil, err
 	}
 	ctx, cancel := context.WithTimeout(ctx, s.cfg.DialTimeout)
 	defer cancel()

@@ -68,7 +68,7 @@ func Run(ctx context.Context, o *options.Options, signals <-chan os.Signal) erro
 	if len(tlsCfg.Certificates) > 0 {
 		leaf = tlsCfg.Certificates[0].Leaf
 	}
-	cfg.Creds, cfg.AgentID, cfg.Log, cfg.Registry = credentials.NewTLS(tlsCfg), o.AgentIDFor(leaf), log, reg
+	cfg.Creds, cfg.AgentID, cfg.Identifiers, cfg.Log, cfg.Registry = credentials.NewTLS(tlsCfg), o.AgentIDFor(leaf), o.IdentifiersFor(leaf), log, reg
 	if cfg.BindAddress != nil {
 		lease, err := bindaddr.Ensure(cfg.BindAddress, o.BindInterface)
 		if err != nil {
@@ -93,7 +93,7 @@ func Run(ctx context.Context, o *options.Options, signals <-chan os.Signal) erro
 	}
 	defer stop()
 	go drainOnSignal(ctx, cancel, a, signals, o.DrainTimeout)
-	log.Info("Starting moat-proxy-agent", "agentID", cfg.AgentID, "server", cfg.Server, "nodeToControlPlane", cfg.NodeToControlPlane, "targets", len(cfg.Targets))
+	log.Info("Starting moat-proxy-agent", "agentID", cfg.AgentID, "identifiers", cfg.Identifiers, "server", cfg.Server, "nodeToControlPlane", cfg.NodeToControlPlane, "targets", len(cfg.Targets))
 	return a.Run(ctx)
 }
 

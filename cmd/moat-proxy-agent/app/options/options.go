@@ -10,6 +10,9 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"net/netip"
+	"net/url"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -27,13 +30,16 @@ import (
 
 // Options are moat-proxy-agent's flags.
 type Options struct {
-	ProxyServerHost         string
-	ProxyServerPort         int
-	CACert                  string
-	AgentCert               string
-	AgentKey                string
-	AgentID                 string
-	AgentIdentifiers        string
+	ProxyServerHost  string
+	ProxyServerPort  int
+	CACert           string
+	AgentCert        string
+	AgentKey         string
+	AgentID          string
+	AgentIdentifiers string
+	// IdentifiersFromCert adds a node certificate's SANs to
+	// AgentIdentifiers (see IdentifiersFor).
+	IdentifiersFromCert     bool
 	ServiceAccountTokenPath string
 	HealthServerHost        string
 	HealthServerPort        int
@@ -65,7 +71,7 @@ func New() (*Options, error) {
 	return &Options{ProxyServerHost: "127.0.0.1", ProxyServerPort: 8091, AgentID: id, generatedID: id,
 		HealthServerPort: 8093, AdminBindAddress: "127.0.0.1", AdminServerPort: 8094,
 		SyncInterval: time.Second, SyncIntervalCap: 10 * time.Second, DialTimeout: 10 * time.Second, ConnectTimeout: agent.DefaultConnectTimeout,
-		DrainTimeout: 30 * time.Second, BindInterface: "lo", Common: c}, nil
+		DrainTimeout: 30 * time.Second, BindInterface: "lo", IdentifiersFromCert: true, Common: c}, nil
 }
 
 // AgentIDFor is the agent ID to announce: --agent-id when given, else the
@@ -82,6 +88,46 @@ func (o *Options) AgentIDFor(cert *x509.Certificate) string {
 	return o.AgentID
 }
 
+// IdentifiersFor is the agentIdentifiers value to announce: with
+// --identifiers-from-cert and a client certificate cert that names a node
+// (CN system:node:<node>), --agent-identifiers plus host= for each DNS SAN
+// of cert and ipv4=/ipv6= for each IP SAN, the names and addresses the
+// server lets this agent claim; else --agent-identifiers as given. So the
+// shipped agent claims its node's name and address without per-node flags,
+// and the destHost strategy sends that node's connections to it alone.
+func (o *Options) IdentifiersFor(cert *x509.Certificate) string {
+	if !o.IdentifiersFromCert || cert == nil {
+		return o.AgentIdentifiers
+	}
+	if node, ok := strings.CutPrefix(cert.Subject.CommonName, proto.NodeCertPrefix); !ok || node == "" {
+		return o.AgentIdentifiers
+	}
+	q, err := url.ParseQuery(o.AgentIdentifiers)
+	if err != nil {
+		return o.AgentIdentifiers // Validate refuses it
+	}
+	add := func(k, v string) {
+		if !slices.Contains(q[k], v) {
+			q[k] = append(q[k], v)
+		}
+	}
+	for _, h := range cert.DNSNames {
+		add("host", strings.ToLower(strings.TrimSuffix(h, ".")))
+	}
+	for _, ip := range cert.IPAddresses {
+		a, ok := netip.AddrFromSlice(ip)
+		if !ok {
+			continue
+		}
+		if a = a.Unmap(); a.Is4() {
+			add("ipv4", a.String())
+		} else {
+			add("ipv6", a.String())
+		}
+	}
+	return q.Encode()
+}
+
 // Flags returns the flags, in sections for --help, bound to o.
 func (o *Options) Flags() cliflag.NamedFlagSets {
 	var fss cliflag.NamedFlagSets
@@ -93,6 +139,7 @@ func (o *Options) Flags() cliflag.NamedFlagSets {
 	fs.StringVar(&o.AgentKey, "agent-key", o.AgentKey, "client key for mTLS")
 	fs.StringVar(&o.AgentID, "agent-id", o.AgentID, "unique ID of this agent; default: the node an --agent-cert with CN "+proto.NodeCertPrefix+"<node> names (a server binding identities requires it), else a new UUID")
 	fs.StringVar(&o.AgentIdentifiers, "agent-identifiers", o.AgentIdentifiers, "URL-encoded identifiers for destHost/defaultRoute, e.g. ipv4=10.0.0.5&host=node1")
+	fs.BoolVar(&o.IdentifiersFromCert, "identifiers-from-cert", o.IdentifiersFromCert, "with an --agent-cert whose CN is "+proto.NodeCertPrefix+"<node>, also claim its DNS SANs as host= and its IP SANs as ipv4=/ipv6= identifiers (the node's name and address, which the server routes that node's connections by)")
 	fs.StringVar(&o.ServiceAccountTokenPath, "service-account-token-path", o.ServiceAccountTokenPath, "file with a bearer token sent to the server")
 	fs.DurationVar(&o.SyncInterval, "sync-interval", o.SyncInterval, "how often missing tunnels are retried")
 	fs.DurationVar(&o.SyncIntervalCap, "sync-interval-cap", o.SyncIntervalCap, "cap of the retry backoff")

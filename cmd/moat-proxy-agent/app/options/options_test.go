@@ -4,11 +4,14 @@ import (
 	"bytes"
 	"crypto/x509"
 	"crypto/x509/pkix"
+	"net"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/spf13/pflag"
+
+	"github.com/moat-net/moat/tunnel/proto"
 )
 
 // parseOut parses args as the command does and returns the options and
@@ -88,6 +91,38 @@ func TestAgentIDFor(t *testing.T) {
 	o.AgentID = "given"
 	if got := o.AgentIDFor(node); got != "given" {
 		t.Errorf("--agent-id=given, node certificate: %q", got)
+	}
+}
+
+// TestIdentifiersFor: an agent whose certificate names its node claims the
+// certificate's SANs besides --agent-identifiers (the shipped manifests
+// give only default-route=true, which routes no node's connections to
+// it); other certificates, and --identifiers-from-cert=false, leave the
+// flag as given.
+func TestIdentifiersFor(t *testing.T) {
+	node := &x509.Certificate{Subject: pkix.Name{CommonName: "system:node:node-a"}, DNSNames: []string{"node-a", "Node-A.Example."},
+		IPAddresses: []net.IP{net.ParseIP("192.0.2.10"), net.ParseIP("2001:db8::a"), net.ParseIP("::ffff:192.0.2.10")}}
+	shared := &x509.Certificate{Subject: pkix.Name{CommonName: "proxy-agent"}, DNSNames: []string{"node-a"}}
+	for _, c := range []struct {
+		args []string
+		cert *x509.Certificate
+		want string
+	}{
+		{[]string{"--agent-identifiers=default-route=true"}, node, "default-route=true&host=node-a&host=node-a.example&ipv4=192.0.2.10&ipv6=2001%3Adb8%3A%3Aa"},
+		{nil, node, "host=node-a&host=node-a.example&ipv4=192.0.2.10&ipv6=2001%3Adb8%3A%3Aa"},
+		{[]string{"--agent-identifiers=host=node-a&ipv4=192.0.2.10"}, node, "host=node-a&host=node-a.example&ipv4=192.0.2.10&ipv6=2001%3Adb8%3A%3Aa"},
+		{[]string{"--agent-identifiers=default-route=true"}, shared, "default-route=true"},
+		{[]string{"--agent-identifiers=default-route=true"}, nil, "default-route=true"},
+		{[]string{"--agent-identifiers=default-route=true", "--identifiers-from-cert=false"}, node, "default-route=true"},
+	} {
+		o, _ := parseOut(t, c.args)
+		got := o.IdentifiersFor(c.cert)
+		if got != c.want {
+			t.Errorf("%v, certificate %v: %q, want %q", c.args, c.cert != nil, got, c.want)
+		}
+		if _, err := proto.ParseIdentifiers(got); err != nil {
+			t.Errorf("%v: %q does not parse: %v", c.args, got, err)
+		}
 	}
 }
 

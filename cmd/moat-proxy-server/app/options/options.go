@@ -8,7 +8,9 @@ import (
 	"crypto/tls"
 	"errors"
 	"fmt"
+	"net/netip"
 	"os"
+	"strings"
 	"time"
 
 	"k8s.io/apimachinery/pkg/util/uuid"
@@ -50,9 +52,11 @@ type Options struct {
 	ServerID              string
 	ServerCount           int
 	ProxyStrategies       string
-	AgentNamespace        string
-	AgentServiceAccount   string
-	AuthenticationAud     string
+	// NodeAddressCIDRs are server.Config.NodeCIDRs' flag form.
+	NodeAddressCIDRs    []string
+	AgentNamespace      string
+	AgentServiceAccount string
+	AuthenticationAud   string
 	// AgentIdentityBinding is server.IdentityBinding's flag form.
 	AgentIdentityBinding string
 	Kubeconfig           string
@@ -115,6 +119,9 @@ func (o *Options) Flags() cliflag.NamedFlagSets {
 	fs.StringVar(&o.ServerID, "server-id", o.ServerID, "unique ID of this server, sent to agents")
 	fs.IntVar(&o.ServerCount, "server-count", o.ServerCount, "number of servers behind the agents' load balancer")
 	fs.StringVar(&o.ProxyStrategies, "proxy-strategies", o.ProxyStrategies, "comma-separated backend strategies tried in order: default, destHost, defaultRoute")
+	fs.StringSliceVar(&o.NodeAddressCIDRs, "node-address-cidrs", o.NodeAddressCIDRs,
+		"comma-separated CIDRs holding the nodes' own addresses (their InternalIP/ExternalIP), not pods' or Services': a connection to one goes only to an agent that claims that address (as destHost), "+
+			"never to another node's agent by the default or defaultRoute strategy, and is refused while none is connected. Names and addresses bound agents have claimed are treated so without it, once their agent has connected")
 	fs.StringVar(&o.AgentNamespace, "agent-namespace", o.AgentNamespace, "namespace of the agents' service account (token auth)")
 	fs.StringVar(&o.AgentServiceAccount, "agent-service-account", o.AgentServiceAccount, "agents' service account (token auth)")
 	fs.StringVar(&o.AuthenticationAud, "authentication-audience", o.AuthenticationAud, "audience agent tokens must carry")
@@ -220,6 +227,9 @@ func (o *Options) Validate() error {
 	if _, err := server.ParseStrategies(o.ProxyStrategies); err != nil {
 		errs = append(errs, err)
 	}
+	if _, err := o.nodeCIDRs(); err != nil {
+		errs = append(errs, err)
+	}
 	if (o.AgentNamespace == "") != (o.AgentServiceAccount == "") {
 		errs = append(errs, errors.New("--agent-namespace and --agent-service-account must be set together"))
 	}
@@ -258,6 +268,22 @@ func (o *Options) Validate() error {
 	return errors.Join(errs...)
 }
 
+// nodeCIDRs parses --node-address-cidrs.
+func (o *Options) nodeCIDRs() ([]netip.Prefix, error) {
+	var out []netip.Prefix
+	for _, c := range o.NodeAddressCIDRs {
+		p, err := netip.ParsePrefix(strings.TrimSpace(c))
+		if err != nil {
+			return nil, fmt.Errorf("--node-address-cidrs %q: %w", c, err)
+		}
+		if p.Addr().Zone() != "" {
+			return nil, fmt.Errorf("--node-address-cidrs %q: a zone is not allowed", c)
+		}
+		out = append(out, p.Masked())
+	}
+	return out, nil
+}
+
 // Warnings are what valid options still deserve a word about at start.
 func (o *Options) Warnings() []string {
 	var w []string
@@ -280,7 +306,8 @@ func (o *Options) Config() server.Config {
 	strategies, _ := server.ParseStrategies(o.ProxyStrategies)
 	allowed, _ := dest.NewAllowList(o.AllowedDestinations)
 	binding, _ := server.ParseIdentityBinding(o.AgentIdentityBinding)
-	return server.Config{ServerID: o.ServerID, ServerCount: o.ServerCount, Strategies: strategies,
+	nodeCIDRs, _ := o.nodeCIDRs()
+	return server.Config{ServerID: o.ServerID, ServerCount: o.ServerCount, Strategies: strategies, NodeCIDRs: nodeCIDRs,
 		NodeToControlPlane: o.NodeToControlPlane(), Allowed: allowed, DialTimeout: o.DialTimeout, Window: o.Window,
 		IdentityBinding: binding}
 }

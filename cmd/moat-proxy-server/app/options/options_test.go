@@ -41,6 +41,9 @@ func TestOptionsValidate(t *testing.T) {
 		{[]string{"--agent-identity-binding=strict"}, "--agent-identity-binding"},
 		{[]string{"--agent-identity-binding=off"}, ""},
 		{[]string{"--agent-identity-binding=required"}, ""},
+		{[]string{"--node-address-cidrs=192.0.2.0/24,2001:db8::/64"}, ""},
+		{[]string{"--node-address-cidrs=192.0.2.0"}, "--node-address-cidrs"},
+		{[]string{"--node-address-cidrs=fe80::%eth0/64"}, "--node-address-cidrs"},
 	}
 	for _, c := range cases {
 		o := parse(t, append(append([]string{}, base...), c.args...))
@@ -63,6 +66,9 @@ func TestConfig(t *testing.T) {
 	}
 	if c := parse(t, nil).Config(); c.NodeToControlPlane || c.IdentityBinding != server.BindAuto {
 		t.Fatalf("defaults: gate %v, identity binding %q (want off, auto)", c.NodeToControlPlane, c.IdentityBinding)
+	}
+	if c := parse(t, []string{"--node-address-cidrs=192.0.2.7/24"}).Config(); len(c.NodeCIDRs) != 1 || c.NodeCIDRs[0].String() != "192.0.2.0/24" {
+		t.Fatalf("--node-address-cidrs: %v", c.NodeCIDRs)
 	}
 	if c := parse(t, []string{"--agent-identity-binding=off"}).Config(); c.IdentityBinding != server.BindOff {
 		t.Fatalf("--agent-identity-binding=off: %q", c.IdentityBinding)
