@@ -12,34 +12,60 @@ import (
 )
 
 // addrOwners maps each address of a node's pod-network pods to the pods
-// that hold it: their keys ("namespace/name"), sorted and joined by
-// spaces (several only when pods claim one address).
-type addrOwners map[netip.Addr]string
+// that hold it.
+type addrOwners map[netip.Addr]podOwner
+
+// podOwner is the pod that holds an address, by namespace and name; when
+// several claim it (an input problem), namespace is empty and name holds
+// their keys ("namespace/name"), sorted and joined by spaces.
+type podOwner struct{ namespace, name string }
+
+func (o podOwner) keys() []string {
+	if o.namespace == "" {
+		return strings.Fields(o.name)
+	}
+	return []string{o.namespace + "/" + o.name}
+}
 
 // localOwners are the owners of the addresses of node's pod-network pods
-// in prog. Addresses of the node itself are left out (a pod claiming
-// one is an input problem): releasing them would cut the node's own
-// connections.
-func localOwners(prog *policy.Program, node string) addrOwners {
+// in prog, read from in (readInputs(prog, node)) when it holds the
+// node's pods: a sync then walks the Program's pods once. Addresses of
+// the node itself are left out (a pod claiming one is an input problem):
+// releasing them would cut the node's own connections.
+func localOwners(prog *policy.Program, node string, in *buildInputs) addrOwners {
 	nodeAddrs := prog.NodeAddrs(node)
 	out := addrOwners{}
-	for i := range prog.Pods {
-		p := &prog.Pods[i]
-		if p.NodeName != node || p.HostNetwork {
-			continue
+	add := func(namespace, name string, hostNetwork bool, ips []netip.Addr) {
+		if hostNetwork {
+			return
 		}
-		for _, a := range p.IPs {
+		for _, a := range ips {
 			a = a.Unmap()
 			if !a.IsValid() || slices.Contains(nodeAddrs, a) {
 				continue
 			}
-			if o, ok := out[a]; ok && !slices.Contains(strings.Fields(o), p.Key()) {
-				keys := append(strings.Fields(o), p.Key())
-				slices.Sort(keys)
-				out[a] = strings.Join(keys, " ")
+			o, ok := out[a]
+			if !ok {
+				out[a] = podOwner{namespace, name}
 				continue
 			}
-			out[a] = p.Key()
+			key := namespace + "/" + name
+			if keys := o.keys(); !slices.Contains(keys, key) {
+				keys = append(keys, key)
+				slices.Sort(keys)
+				out[a] = podOwner{name: strings.Join(keys, " ")}
+			}
+		}
+	}
+	if !in.rebuild {
+		for _, p := range in.pods {
+			add(p.namespace, p.name, p.hostNetwork, p.ips)
+		}
+		return out
+	}
+	for i := range prog.Pods {
+		if p := &prog.Pods[i]; p.NodeName == node {
+			add(p.Namespace, p.Name, p.HostNetwork, p.IPs)
 		}
 	}
 	return out

@@ -114,6 +114,11 @@ func TestReleasedAddressesLoseTheirConnections(t *testing.T) {
 	step("new deleted, the release fails", []string{"10.0.0.7"}, true, "db=10.0.0.6")
 	step("nothing changed: the release is retried", []string{"10.0.0.7"}, false, "db=10.0.0.6")
 	step("nothing changed, nothing pending", nil, false, "db=10.0.0.6")
+	// Two pods claim one address (the Program's inputs then always
+	// rebuild): its owners are both, and change when one goes.
+	step("two pods claim a new address", []string{"10.0.0.8"}, false, "db=10.0.0.6", "x=10.0.0.8", "y=10.0.0.8")
+	step("both still claim it", nil, false, "db=10.0.0.6", "y=10.0.0.8", "x=10.0.0.8")
+	step("one claimant goes", []string{"10.0.0.8"}, false, "db=10.0.0.6", "y=10.0.0.8")
 	if ct.cuts != 0 {
 		t.Errorf("%d cuts of denied connections without CutDenied", ct.cuts)
 	}

@@ -260,7 +260,7 @@ type kernelNFT struct {
 func (s *Syncer) Sync(ctx context.Context, prog *policy.Program) (Result, error) {
 	start := time.Now()
 	in := readInputs(prog, s.opts.Node)
-	owners := localOwners(prog, s.opts.Node)
+	owners := localOwners(prog, s.opts.Node, in)
 	s.mu.Lock()
 	links, linksErr := s.resolveLinks(ctx, prog)
 	if s.applied != nil && in.equal(s.inputs) {
