@@ -216,13 +216,27 @@ func (r NetlinkLinks) WatchRoutes(ctx context.Context, changed func(), failed fu
 }
 
 // unknownPodRoutes lists the host routes through veths (not excluded) to
-// addresses that are neither a pod address of q nor a node address: the
-// Unknown links of NetlinkLinks. One dump of the main routing table, and
-// one link lookup per interface such a route names.
+// addresses that are neither a pod address of q nor an address of the
+// node (its Node's, or any its interfaces hold): the Unknown links of
+// NetlinkLinks. One dump of the main routing table, one of the
+// addresses, and one link lookup per interface such a route names.
 func unknownPodRoutes(h *netlink.Handle, q LinkQuery, excluded map[int]bool) ([]PodLink, error) {
 	routes, err := h.RouteListFiltered(netlink.FAMILY_ALL, &netlink.Route{Table: unix.RT_TABLE_MAIN}, netlink.RT_FILTER_TABLE)
 	if err != nil {
 		return nil, fmt.Errorf("list routes: %w", err)
+	}
+	// The node's own addresses on any interface: an IPv6 address added
+	// as a /128 (a CNI's gateway on a pod's veth) comes with a host route
+	// in the main table, and is no pod.
+	addrs, err := h.AddrList(nil, netlink.FAMILY_ALL)
+	if err != nil {
+		return nil, fmt.Errorf("list addresses: %w", err)
+	}
+	local := map[netip.Addr]bool{}
+	for _, ad := range addrs {
+		if a, ok := netip.AddrFromSlice(ad.IP); ok {
+			local[a.Unmap()] = true
+		}
 	}
 	veth := map[int]bool{}
 	var out []PodLink
@@ -235,7 +249,7 @@ func unknownPodRoutes(h *netlink.Handle, q LinkQuery, excluded map[int]bool) ([]
 			continue
 		}
 		a := dst.Addr()
-		if !a.IsGlobalUnicast() || slices.Contains(q.NodeAddrs, a) {
+		if !a.IsGlobalUnicast() || local[a] || slices.Contains(q.NodeAddrs, a) {
 			continue
 		}
 		if _, known := slices.BinarySearchFunc(q.Addrs, a, netip.Addr.Compare); known {

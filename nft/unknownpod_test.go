@@ -83,6 +83,9 @@ func TestKernelUnknownRoutedPodFailsClosed(t *testing.T) {
 			{"route", "add", "10.1.0.5/32", "dev", "veth-y"},
 			{"route", "add", "10.9.9.9/32", "dev", "vpn"},
 			{"route", "add", "192.168.1.9/32", "dev", "uplink"},
+			// The node's gateway on x's veth, as a /128: the kernel adds
+			// a host route to it in the main table; it is no pod.
+			{"-6", "addr", "add", "fd00:9::1/128", "dev", "veth-x", "nodad"},
 		} {
 			ip(cmd...)
 		}
@@ -107,6 +110,9 @@ func TestKernelUnknownRoutedPodFailsClosed(t *testing.T) {
 			return Packet{Src: netip.MustParseAddr(src), Dst: netip.MustParseAddr(dst), Proto: policy.ProtoTCP, Port: 80, InIf: inIf}
 		}
 		rs := s.Applied()
+		if rs.unknownAddr(netip.MustParseAddr("fd00:9::1")) {
+			t.Error("the node's own address on x's veth is taken for an unknown pod's")
+		}
 		for _, c := range []struct {
 			what string
 			p    Packet
