@@ -125,7 +125,7 @@ func BenchmarkEvaluateWorkloads(b *testing.B) {
 				i := 0
 				cpu := cputime.Process()
 				for b.Loop() {
-					prog.Allowed(flows[i%len(flows)])
+					benchVerdict(prog, flows[i%len(flows)])
 					i++
 				}
 				b.ReportMetric(float64(cputime.Process()-cpu)/float64(b.N), "cpu-ns/op")
@@ -142,6 +142,18 @@ func BenchmarkEvaluateWorkloads(b *testing.B) {
 			})
 		})
 	}
+}
+
+// benchVerdict is one verdict of BenchmarkEvaluateWorkloads, kept out of
+// line so that callgrind can count its instructions alone
+// (--toggle-collect='*benchVerdict*'): instructions per verdict do not
+// depend on the machine's load or caches, so they tell whether the
+// evaluator's work stays flat as the cluster grows when its time does not
+// (BENCHMARKS.md, evaluator).
+//
+//go:noinline
+func benchVerdict(prog *policy.Program, f policy.Flow) bool {
+	return prog.Allowed(f)
 }
 
 // sampleFlows picks pod-to-pod flows deterministically.
