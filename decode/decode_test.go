@@ -55,7 +55,7 @@ func TestKinds(t *testing.T) {
 		{"apps/v1", "Deployment", false, "", "kind not used by Moat"},
 		{"example.com/v1", "Networkpolicy", false, "", "kind not used by Moat"},
 		{"policy.networking.k8s.io/v1alpha1", "AdminNetworkPolicy", false, "policy kind not enforced by Moat", "policy kind not enforced"},
-		// Review 9 F9.1: another project's NetworkPolicy is skipped, not
+		// Another project's NetworkPolicy is skipped, not
 		// an error that blocks every command; a Kubernetes group's
 		// version Moat does not read stays one.
 		{"projectcalico.org/v3", "NetworkPolicy", false, "", "kind of API group projectcalico.org, not the Kubernetes NetworkPolicy Moat reads (networking.k8s.io/v1)"},

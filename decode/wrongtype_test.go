@@ -116,7 +116,7 @@ func TestDuplicateFieldNamesTheField(t *testing.T) {
 
 // An apiVersion or kind given twice drops the object; when the two
 // differ, the object is named by the first and the message gives both
-// (review 9 F9: it was named by the last alone).
+// (it was named by the last alone).
 func TestDuplicateKindNamesBoth(t *testing.T) {
 	for _, tc := range []struct{ doc, want string }{
 		{`{"apiVersion":"networking.k8s.io/v1","kind":"NetworkPolicy","kind":"Pod","metadata":{"name":"p","namespace":"a"},"spec":{"podSelector":{}}}`,

@@ -38,7 +38,7 @@ func unitDirectives(t *testing.T, path string) map[string]map[string][]string {
 	return units
 }
 
-// TestProxyAgentUnitDoesNotBindTheKubelet (review 10, F17): the systemd
+// TestProxyAgentUnitDoesNotBindTheKubelet: the systemd
 // unit starts with and before the kubelet, but no dependency makes the
 // kubelet stop, restart or fail with it.
 func TestProxyAgentUnitDoesNotBindTheKubelet(t *testing.T) {

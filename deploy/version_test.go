@@ -12,7 +12,7 @@ import (
 
 // TestManifestsPinTheVersion: every Moat image the manifests name, and
 // every kustomize image override, carries Version as its tag, never a
-// moving one such as latest (review 10, F14).
+// moving one such as latest.
 func TestManifestsPinTheVersion(t *testing.T) {
 	image := regexp.MustCompile(`image:\s*"?(ghcr\.io/moat-net/[^\s"]+)`)
 	newTag := regexp.MustCompile(`newTag:\s*"?([^\s"]+)`)
@@ -50,7 +50,7 @@ func TestManifestsPinTheVersion(t *testing.T) {
 // TestBuildScriptsReadTheVersion: hack/lib/version.sh, which gives
 // hack/image/build.sh and make images their default tag, reads Version
 // from this package's source, so that locally built images carry the tag
-// the manifests name (review 13: they were tagged dev).
+// the manifests name (they were tagged dev).
 func TestBuildScriptsReadTheVersion(t *testing.T) {
 	if _, err := exec.LookPath("bash"); err != nil {
 		t.Skip("no bash")

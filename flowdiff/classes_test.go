@@ -128,7 +128,7 @@ spec:
 		none          bool     // no change at all
 	}{
 		{
-			// Review 7 finding A2, repro 1: pod c declares only 443.
+			// Pod c declares only 443.
 			name:   "isolating rule opened to all ports",
 			before: []string{cIngress(`[{ports: [{port: 443}]}]`)},
 			after:  []string{cIngress(`[{}]`)},
@@ -145,7 +145,7 @@ spec:
 			want:   []string{"ns1/a -> ns2/c 1/TCP (any port or protocol but TCP 443) IPv4 false->true"},
 		},
 		{
-			// Review 7 finding A2, repro 2: no pod or --peer is in the CIDR.
+			// No pod or --peer is in the CIDR.
 			name:   "Admin deny of a network deleted",
 			before: []string{cnp(`{action: Deny, to: [{networks: [198.51.100.0/24]}]}`)},
 			want:   []string{"ns1/a -> 198.51.100.0/24 1/TCP (any port or protocol) false->true"},

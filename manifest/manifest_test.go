@@ -76,7 +76,7 @@ func TestLoadBadInput(t *testing.T) {
 		{name: "bad pod IP", doc: "apiVersion: v1\nkind: Pod\nmetadata: {name: p}\nstatus: {podIP: 10.0.0.300}", wantDiag: `Pod default/p: status.podIP: invalid IP "10.0.0.300"`},
 		{name: "bad pod IPs", doc: "apiVersion: v1\nkind: Pod\nmetadata: {name: p}\nstatus: {podIPs: [{ip: 10.0.0.1}, {ip: fd00::x}]}", wantDiag: `Pod default/p: status.podIPs[1].ip: invalid IP "fd00::x"`},
 		{name: "pod IP not the first of pod IPs", doc: "apiVersion: v1\nkind: Pod\nmetadata: {name: p}\nstatus: {podIP: 10.0.0.2, podIPs: [{ip: 10.0.0.1}]}", wantDiag: `Pod default/p: status.podIP: "10.0.0.2" must equal status.podIPs[0].ip "10.0.0.1": status.podIPs is used`},
-		// Nesting is bounded in YAML as in JSON (review 9 F2): Lists in
+		// Nesting is bounded in YAML as in JSON: Lists in
 		// Lists 8 deep, values 10,000 deep (the YAML decoder's own limit).
 		{name: "Lists nested too deep", doc: "apiVersion: v1\nkind: Namespace\nmetadata: {name: a}\n---\n" + strings.Repeat("{items: [", 9) + strings.Repeat("]}", 9),
 			fatal: "<stdin>: document 2: " + strings.Repeat("items[0]: ", 8) + "items: a List nested in 8 others: Moat reads Lists nested at most 8 deep"},

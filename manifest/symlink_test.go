@@ -153,7 +153,7 @@ func TestLoadNothingIsAnError(t *testing.T) {
 	}
 }
 
-// Review 9 F9.4: kubectl -f takes a quoted pattern ('dir/*.yaml') and
+// kubectl -f takes a quoted pattern ('dir/*.yaml') and
 // reads each match; moat said "no such file". A pattern nothing matches
 // is an error, a URL is refused with what to do instead.
 func TestLoadPattern(t *testing.T) {

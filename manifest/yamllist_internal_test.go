@@ -98,7 +98,7 @@ func sameResult(a, b *decode.Result) bool {
 		reflect.DeepEqual(a.Dropped, b.Dropped) && reflect.DeepEqual(a.Skipped, b.Skipped) && reflect.DeepEqual(a.LastApplied, b.LastApplied)
 }
 
-// Review 9 F7: a YAML List was converted to JSON whole (about 25 times its
+// A YAML List was converted to JSON whole (about 25 times its
 // size in memory). Its items are now converted a batch at a time and
 // streamed to the decoder; whatever the document, the result or the error
 // is the whole conversion's, byte for byte, and only a List written as

@@ -15,7 +15,7 @@ import (
 	"github.com/moat-net/moat/policy"
 )
 
-// reviewCluster is the cluster of review 9's finding F5 (big500.json,
+// reviewCluster is the cluster of a review's adversarial input (big500.json,
 // big1000.json): pods in 20 namespaces labelled team=t0..t3, pod labels
 // app=a0..a49, 5 distinct container ports, and in each namespace a
 // NetworkPolicy admitting its app=aN pods' ingress from team=t1

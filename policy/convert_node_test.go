@@ -13,7 +13,7 @@ import (
 // A `nodes` peer selects "the IPs present in node.Status.Addresses": an IP
 // literal is an address whatever its type (kubelet writes Hostname from
 // --hostname-override, which may be an IP). Left out, an Admin Deny of the
-// node let its address and its host-network pods through (review 11 F3).
+// node let its address and its host-network pods through.
 func TestNodeAddressesOfAnyType(t *testing.T) {
 	for _, tc := range []struct {
 		name  string

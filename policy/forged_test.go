@@ -27,7 +27,7 @@ var forgedCluster = manifests(
 // pod CIDRs, which no pod owns, is denied before any policy, as that
 // node's anti-spoofing rules drop it (docs/agent.md); the review found
 // explain calling it "outside the pod network: not policed". So is one
-// to such an address (review 11 F2), unless the node itself connects.
+// to such an address, unless the node itself connects.
 // Pods' addresses and the nodes' own are not.
 func TestForgedSources(t *testing.T) {
 	const np = `
@@ -56,7 +56,7 @@ spec:
 		{name: "the node's gateway address to itself", from: "10.1.2.1", to: "10.0.0.2", port: 80, allowed: true},
 		{name: "a host-network pod of the node", from: "a/h", to: "a/x", port: 80, allowed: true},
 		{name: "outside the pod CIDRs", from: "192.0.2.7", to: "a/x", port: 80, allowed: true, reasonHas: "outside the pod network"},
-		// Review 11 F2: a pod whose address has not reached the agents
+		// A pod whose address has not reached the agents
 		// is unreachable, not unpoliced.
 		{name: "an unowned destination is dropped by its node", from: "a/x", to: "10.1.1.99", port: 80, allowed: false, ingress: notPol,
 			reasonHas: "the destination 10.1.1.99 is in node n1's pod CIDR 10.1.1.0/24 but no pod owns it: node n1 drops new connections to it before any policy"},

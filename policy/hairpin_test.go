@@ -59,7 +59,7 @@ spec:
 `
 )
 
-// TestHairpin (review 11 F1): a pod's connection to its own address is
+// TestHairpin: a pod's connection to its own address is
 // not policed, but its connection through a Service back to itself is
 // subject to ClusterNetworkPolicy (network-policy-api api-overview):
 // EvaluateHairpin judges it in the Admin tier, lets NetworkPolicies that

@@ -7,7 +7,7 @@ import (
 )
 
 // An IPv4-mapped IPv6 CIDR in an ipBlock is the IPv4 CIDR it maps, as the
-// API server reads it (review 11 F4): kept as IPv6, `cidr` matched no IPv4
+// API server reads it: kept as IPv6, `cidr` matched no IPv4
 // packet and `except` was refused as no subset of an IPv4 `cidr`, so the
 // peer matched nothing. The API server stores both.
 func TestMappedIPBlock(t *testing.T) {

@@ -45,8 +45,8 @@ spec:
 // destination resolves the name on the pods that declare it, and shares
 // that Match with every rule of the same peers and ports. When its policy
 // is updated or deleted and re-created while the pods declaring the name
-// change, the incremental compile must agree with a fresh one: found by
-// review 8 both ways (a stale Match denied a pod that now declares the
+// change, the incremental compile must agree with a fresh one. It did not,
+// both ways (a stale Match denied a pod that now declares the
 // name, and allowed a port no pod at the address declares any more).
 func TestNamedEgressMatchNotStale(t *testing.T) {
 	server := func(port uint16) *policy.Pod {

@@ -53,7 +53,7 @@ func nodeClaimFlows(t *testing.T, p *policy.Program) map[string]bool {
 }
 
 // TestNodePeerLeavesOutPodAddresses: a `nodes` peer does not take an
-// address that a pod-network pod claims (review 7 F11: a Node listing pod
+// address that a pod-network pod claims (a Node listing pod
 // a/x's address made "Accept to nodes" accept a/x), and a warning names
 // node and pod; the Compiler refreshes the peer when a pod takes or gives
 // back a node's address, as a full compile of each step does.

@@ -26,7 +26,7 @@ spec: {nodeName: n1, containers: [{name: c, ports: [{containerPort: 80}]}]}
 status: {podIP: 10.0.0.1}
 `
 
-// Review 9 F4: a Namespace, Pod or Node of the upper layer is merged into
+// A Namespace, Pod or Node of the upper layer is merged into
 // the lower layer's as kubectl apply merges a manifest: labels set over
 // the live ones (which stay, with a warning naming them), status kept.
 func TestOverlayMergesAsApply(t *testing.T) {
@@ -80,7 +80,7 @@ spec: {containers: [{name: c}]}
 	}
 }
 
-// Review 9 F8: deleting a Namespace deletes its Pods and NetworkPolicies,
+// Deleting a Namespace deletes its Pods and NetworkPolicies,
 // deleting a Node its Pods.
 func TestDeleteCascades(t *testing.T) {
 	res := load(t, base+"---\n"+`apiVersion: v1

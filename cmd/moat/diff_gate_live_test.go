@@ -47,7 +47,7 @@ func liveQuickstart(t *testing.T, ns string) (*kubetest.Env, string) {
 	return env, kc
 }
 
-// Review 9 F3 in live mode: kubectl apply puts an object without a
+// kubectl apply puts an object without a
 // namespace in the kubeconfig context's namespace, and so does moat diff
 // --live; -n overrides it, as with kubectl.
 func TestDiffGateLiveNamespace(t *testing.T) {

@@ -32,7 +32,7 @@ func writeTestFile(t *testing.T, path, content string) {
 	}
 }
 
-// Review 9 F1: --after (or -f) given as a link to a directory read as
+// --after (or -f) given as a link to a directory read as
 // nothing, and an empty directory too: "0 flows change", exit 0.
 func TestDiffGateReadsLinkedDirectories(t *testing.T) {
 	dir := t.TempDir()
@@ -100,7 +100,7 @@ metadata: {name: deny-all}
 spec: {podSelector: {}, policyTypes: [Ingress, Egress]}
 `
 
-// Review 9 F3: a NetworkPolicy without a namespace was judged in default
+// A NetworkPolicy without a namespace was judged in default
 // whatever kubectl apply would do with it. -n places it, as kubectl apply
 // -n does; without -n (and without a live source, see
 // TestDiffGateLiveNamespace) it stays in default, with a warning that says
@@ -145,7 +145,7 @@ func TestDiffGateNamespaceFlag(t *testing.T) {
 	}
 }
 
-// Review 9 F4: --after replaced a live Namespace or Pod whole. Now it is
+// --after replaced a live Namespace or Pod whole. Now it is
 // merged as kubectl apply merges it: labels the manifest does not mention
 // stay (with a warning naming them), and a pod keeps its status.
 func TestDiffGateMergesAsApply(t *testing.T) {
@@ -178,7 +178,7 @@ spec:
 	}
 }
 
-// Review 9 F8: --delete ns/X kept X's pods, minus their namespace's
+// --delete ns/X kept X's pods, minus their namespace's
 // labels, a state Kubernetes cannot reach.
 func TestDiffGateDeleteNamespaceCascades(t *testing.T) {
 	out, errOut, code := run(t, "", "diff", "-f", quickstart, "--delete", "ns/frontend")

@@ -98,7 +98,7 @@ func TestDiff(t *testing.T) {
 	}
 }
 
-// reviewCluster is review 7's cluster (two nodes, dual stack): pod c
+// reviewCluster is a review's cluster (two nodes, dual stack): pod c
 // declares only 443, pod quiet declares no port.
 const reviewCluster = `apiVersion: v1
 kind: Node
@@ -141,7 +141,7 @@ spec: {nodeName: node-b, containers: [{name: c, image: x}]}
 status: {podIPs: [{ip: 10.244.2.44}]}
 `
 
-// TestDiffJudgesUndeclaredPortsAndAddresses: review 7's finding A2. A
+// TestDiffJudgesUndeclaredPortsAndAddresses: a
 // change that opens ports no pod declares, or addresses no pod or --peer
 // has, is a change (exit 3), shown with the range its probe stands for;
 // before, the diff said "0 flows change" and exited 0.

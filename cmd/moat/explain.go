@@ -69,8 +69,8 @@ bad input.`,
 			f := matrix.Judge(prog, matrix.Endpoint{Label: from, Endpoint: src}, matrix.Endpoint{Label: to, Endpoint: dst}, matrix.PortProto{Port: uint16(port), Protocol: proto})
 			f.OtherFamilies = matrix.OtherFamilies(prog, matrix.Endpoint{Label: from, Endpoint: src}, matrix.Endpoint{Label: to, Endpoint: dst}, matrix.PortProto{Port: uint16(port), Protocol: proto})
 			// A pod's connection to its own address is not policed, its
-			// connection through a Service back to itself (hairpin) is
-			// (review 11 F1): say both.
+			// connection through a Service back to itself (hairpin) is:
+			// say both.
 			var hairpin *matrix.Flow
 			if s, d, ok := prog.PairAddrs(src, dst); ok && src.Pod >= 0 && src.Pod == dst.Pod && s.Addr == d.Addr {
 				v := prog.EvaluateHairpin(policy.Flow{Src: s, Dst: d, Proto: proto, Port: uint16(port)})

@@ -44,7 +44,7 @@ func TestNothingToCheckOrPrint(t *testing.T) {
 }
 
 // check counts an AdminNetworkPolicy as an error, so its line does not
-// call it "ignored" (review 13 F13); it says the rules are not applied,
+// call it "ignored"; it says the rules are not applied,
 // and names the file and document as every line of check does.
 func TestCheckAdminNetworkPolicyLine(t *testing.T) {
 	anp := "apiVersion: policy.networking.k8s.io/v1alpha1\nkind: AdminNetworkPolicy\nmetadata: {name: anp}\nspec: {priority: 1, subject: {namespaces: {}}, ingress: [{action: Deny, from: [{namespaces: {}}]}]}\n"
@@ -338,7 +338,7 @@ func TestMatrixMaxEndpoints(t *testing.T) {
 
 // moat check prints at most maxFindingsPerObject findings of one object
 // and maxFindings in all, then a count, unless -v: its output stays within
-// a small multiple of its input (review 9 F2: 60 KB printed 113 MB).
+// a small multiple of its input (60 KB printed 113 MB).
 func TestCheckFindingsBounded(t *testing.T) {
 	var b strings.Builder
 	b.WriteString(`{"apiVersion":"networking.k8s.io/v1","kind":"NetworkPolicy","metadata":{"name":"p","namespace":"a"},"spec":{"podSelector":{}`)
@@ -370,7 +370,7 @@ func TestCheckFindingsBounded(t *testing.T) {
 	}
 }
 
-// Review 9 F9.4: kubectl's -v=N was refused ("strconv.ParseBool"); it is
+// kubectl's -v=N was refused ("strconv.ParseBool"); it is
 // verbose for N > 0, quiet for 0, and anything else is still an error.
 func TestVerboseTakesKubectlLevels(t *testing.T) {
 	const in = "apiVersion: v1\nkind: Namespace\nmetadata: {name: a}\n---\napiVersion: v1\nkind: ConfigMap\nmetadata: {name: c, namespace: a}\n"

@@ -11,7 +11,7 @@ import (
 
 // lab run without -f reads the embedded example as moat matrix does, with
 // the peers of its matrix.args: the same six endpoints, the peer
-// 203.0.113.10 among them (review 13 F3: the lab had five). lab up reads
+// 203.0.113.10 among them (the lab had five). lab up reads
 // it the same way (labFlags.compile) but starts responders by running
 // this binary as moat, which a test binary is not.
 func TestLabDefaultsToExampleArgs(t *testing.T) {
@@ -30,7 +30,7 @@ func TestLabDefaultsToExampleArgs(t *testing.T) {
 
 // A usage line shows -f bare only where it is required: explain, matrix
 // and lab run and up read the embedded example without it, check and nft
-// take -f or --live (in parentheses). Review 13 F3: explain, lab run and
+// take -f or --live (in parentheses). explain, lab run and
 // lab up said "-f FILE..." as if required.
 func TestUsageMarksOptionalFiles(t *testing.T) {
 	var walk func(c *cobra.Command)
@@ -46,7 +46,7 @@ func TestUsageMarksOptionalFiles(t *testing.T) {
 }
 
 // lab up and apply refuse a live cluster, so their --help does not offer
-// --live, --kubeconfig or --context (review 13 F13); given anyway, --live
+// --live, --kubeconfig or --context; given anyway, --live
 // is refused with the reason, not as an unknown flag.
 func TestLabUpApplyHideLiveFlags(t *testing.T) {
 	for _, sub := range []string{"up", "apply"} {

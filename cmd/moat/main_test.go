@@ -276,7 +276,7 @@ status: {podIPs: [{ip: 10.0.0.2}, {ip: "fd00::x"}]}
 	}
 }
 
-// TestExplainHairpin (review 11 F1): explain --from X --to X says that a
+// TestExplainHairpin: explain --from X --to X says that a
 // pod's connection to its own address is not policed and adds the
 // verdict on its connection through a Service back to itself, which an
 // Admin Deny denies.

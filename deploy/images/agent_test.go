@@ -159,7 +159,7 @@ func testAgentImage(ctx context.Context, t *testing.T, pm *podman, image string)
 	// The DaemonSet's capabilities and nothing else but SYS_ADMIN, which
 	// only --netns needs (setns into the test's namespace; the DaemonSet
 	// programs the host's own): so a capability the agent needs and the
-	// manifest lacks fails here (review 10, F12: NET_RAW was granted
+	// manifest lacks fails here (NET_RAW was granted
 	// unused while this ran --privileged).
 	caps := []string{"--cap-drop=all", "--cap-add=SYS_ADMIN", "--security-opt=no-new-privileges"}
 	for _, c := range daemonSetCapabilities(t) {

@@ -64,14 +64,14 @@ func TestAgentDaemonSetIsLeastPrivilege(t *testing.T) {
 	// nftables and conntrack are netlink (NET_ADMIN); nothing opens a raw
 	// or packet socket: the nft kernel tests and the conntrack cut
 	// (internal/netns TestCutKeepsNodeConnections) pass without NET_RAW in
-	// the bounding set (review 10, F12).
+	// the bounding set.
 	if !slices.Equal(add, []corev1.Capability{"NET_ADMIN"}) {
 		t.Errorf("capabilities.add = %v, want exactly NET_ADMIN", sc.Capabilities.Add)
 	}
 	// One host path only: the directory of the node's lock
 	// (--lock-file's default), shared by every agent on the node, so
 	// that a second one (a surge pod, one started by hand) finds the
-	// first one's lock (review 12 F5).
+	// first one's lock.
 	lockDir := filepath.Dir(agentoptions.DefaultLockFile)
 	var lockVolume string
 	for _, v := range spec.Volumes {
@@ -133,7 +133,7 @@ func TestAgentDaemonSetIsLeastPrivilege(t *testing.T) {
 		t.Errorf("metrics port %q is not --metrics-bind-address %q", port, metrics)
 	}
 	// hostNetwork: metrics on any but the loopback address are served on
-	// the node's interfaces, so only to authorized callers (review 10, F15).
+	// the node's interfaces, so only to authorized callers.
 	if host, _, _ := strings.Cut(metrics, ":"); host != "127.0.0.1" && host != "localhost" && flagValue(c.Args, "--metrics-secure") == "false" {
 		t.Errorf("--metrics-bind-address=%s with --metrics-secure=false: unauthenticated metrics on the node's addresses", metrics)
 	}

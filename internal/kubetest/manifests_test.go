@@ -306,8 +306,7 @@ func checkAgentRBAC(ctx context.Context, t *testing.T, env *Env, objs []manifest
 		{"patch", cnpGroup, cnp, "status", "", true},
 		{"create", "", "events", "", "default", true},
 		{"create", "events.k8s.io", "events", "", "default", true},
-		// A new status writer lists the PolicyProblem Events already sent
-		// (review 10, F16).
+		// A new status writer lists the PolicyProblem Events already sent.
 		{"list", "", "events", "", "", true},
 		// The secure metrics endpoint reviews its callers (F15).
 		{"create", "authentication.k8s.io", "tokenreviews", "", "", true},

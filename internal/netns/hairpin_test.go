@@ -62,7 +62,7 @@ spec:
 `
 )
 
-// TestServiceHairpin (review 11 F1): pod p reaches a ClusterIP whose
+// TestServiceHairpin: pod p reaches a ClusterIP whose
 // proxy sends the connection back to p. Upstream: such a connection "is
 // subject to ClusterNetworkPolicy", while a pod cannot block access to
 // itself with NetworkPolicy. So an Admin Deny drops it (before, dispatch

@@ -40,7 +40,7 @@ spec: {nodeName: n1, containers: [{name: c, image: x}]}
 status: {phase: Pending}
 `
 
-// TestPendingPodUnreachableUntilKnown (review 11 F2): a pod whose
+// TestPendingPodUnreachableUntilKnown: a pod whose
 // container listens before its address reaches the agent is not
 // reachable through the node meanwhile: the outside host's TCP SYN to it
 // is dropped as an unknown destination (before, it met no ingress chain

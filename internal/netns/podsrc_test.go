@@ -234,7 +234,7 @@ func echo(t *testing.T, hostNS, podNS *NS, host, pod netip.AddrPort) {
 
 // TestPodLinkLocalToNode: a pod whose egress is denied (spoofCluster: UDP
 // 9998 to the outside host only) does not reach its node's services over
-// IPv6 link-local (review 12, finding 1). From its link-local address to
+// IPv6 link-local. From its link-local address to
 // the node's on its link (fe80::1, as Calico has it) a TCP SYN to a
 // listener on :: (kubelet's 10250), a UDP datagram and an echo request
 // are each dropped as link scope; before, input let link-local sources

@@ -12,7 +12,7 @@ import (
 
 // TestSecondAgentFails: while one agent holds the node's lock, a second
 // moat-agent exits with an error naming the lock and the holder's pid
-// before it touches nftables (review 12 F5: two agents patched against
+// before it touches nftables (two agents patched against
 // each other's table). The kubeconfig names a server nobody listens on:
 // nothing before the lock contacts it.
 func TestSecondAgentFails(t *testing.T) {

@@ -20,7 +20,7 @@ import (
 	"github.com/moat-net/moat/internal/testenv"
 )
 
-// TestSecureMetricsAgainstAPIServer (review 10, F15): the agent's metrics
+// TestSecureMetricsAgainstAPIServer: the agent's metrics
 // listener, as the binary sets it up by default, against a real API
 // server, reviewing tokens as the agent's ServiceAccount under the
 // shipped RBAC. Plain HTTP is refused; a scraper without a token gets 401,

@@ -7,7 +7,7 @@ import (
 
 // An upstream proxy-agent command line, as the kubernetes.io konnectivity
 // guide, k0s, HyperShift and upstream's e2e manifests write it, parses and
-// validates (review 6 F7: --logtostderr, --probe-interval and the rest made
+// validates (--logtostderr, --probe-interval and the rest made
 // startup fail); the flags Moat ignores are warned about.
 func TestUpstreamAgentFlags(t *testing.T) {
 	args := []string{

@@ -50,8 +50,8 @@ func parseOut(t *testing.T, args []string) (*Options, string) {
 	return o, out.String()
 }
 
-// An upstream manifest's command line parses and validates (review 6 F7:
-// --logtostderr, --keepalive-time and the rest made startup fail). The
+// An upstream manifest's command line parses and validates
+// (--logtostderr, --keepalive-time and the rest made startup fail). The
 // flags Moat ignores are warned about; those with a Moat equivalent take
 // effect.
 func TestUpstreamServerFlags(t *testing.T) {
