@@ -19,7 +19,7 @@ import (
 type JSONStyle int
 
 const (
-	// kubectl is what `kubectl get -A -o json` prints: one List with
+	// Kubectl is what `kubectl get -A -o json` prints: one List with
 	// kubectl's key order ("kind" after "items"), four-space indentation,
 	// managedFields left out (kubectl's --show-managed-fields=false).
 	Kubectl JSONStyle = iota
