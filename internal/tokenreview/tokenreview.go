@@ -87,7 +87,7 @@ func New(cfg Config) *Authenticator {
 // Authenticate returns the user the token authenticates as (name, UID,
 // groups, extra), or an error saying why not: the API server's reason or
 // the check that failed (only "not authenticated" when FailureTTL is set),
-// or that no answer came within the timeout.
+// both ErrRejected, or that no answer came within the timeout.
 func (a *Authenticator) Authenticate(ctx context.Context, token string) (user.Info, error) {
 	ctx, cancel := context.WithTimeout(ctx, a.timeout)
 	defer cancel()
@@ -98,10 +98,23 @@ func (a *Authenticator) Authenticate(ctx context.Context, token string) (user.In
 	case err != nil:
 		return nil, err
 	case !ok:
-		return nil, errors.New("token review: not authenticated")
+		return nil, rejectedError{"token review: not authenticated"}
 	}
 	return resp.User, nil
 }
+
+// ErrRejected is matched (errors.Is) by the error for a token the API
+// server answered about and that was refused (not authenticated, another
+// audience or user), as against an error that got no answer: a caller
+// checking a token again can then tell a revoked or expired token from an
+// API server that is unavailable for the moment.
+var ErrRejected = errors.New("token rejected")
+
+// rejectedError is a refusal with its reason; it is ErrRejected.
+type rejectedError struct{ msg string }
+
+func (e rejectedError) Error() string        { return e.msg }
+func (e rejectedError) Is(target error) bool { return target == ErrRejected }
 
 // rejected is the reviewer's answer for a token it refuses. kube's token
 // cache remembers a refusal only as (nil, false, nil), which carries no
@@ -113,7 +126,7 @@ func (r reviewer) rejected(format string, args ...any) (*authenticator.Response,
 	if r.cfg.FailureTTL > 0 {
 		return nil, false, nil
 	}
-	return nil, false, fmt.Errorf("token review: "+format, args...)
+	return nil, false, rejectedError{fmt.Sprintf("token review: "+format, args...)}
 }
 
 // reviewer sends one TokenReview. The cache in front of it runs it with a

@@ -3,6 +3,7 @@ package tokenreview
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"net/http"
 	"net/http/httptest"
 	"strings"
@@ -67,13 +68,13 @@ func TestRememberedRefusals(t *testing.T) {
 		t.Errorf("user %+v: want alice, u1, [team], scopes [a b]", u)
 	}
 	for range 3 {
-		if _, err := a.Authenticate(context.Background(), "bad"); err == nil || !strings.Contains(err.Error(), "not authenticated") {
-			t.Fatalf("bad token: err %v, want not authenticated", err)
+		if _, err := a.Authenticate(context.Background(), "bad"); err == nil || !strings.Contains(err.Error(), "not authenticated") || !errors.Is(err, ErrRejected) {
+			t.Fatalf("bad token: err %v, want not authenticated (ErrRejected)", err)
 		}
 	}
 	for range 2 {
-		if _, err := a.Authenticate(context.Background(), "down"); err == nil || !strings.Contains(err.Error(), "token review") {
-			t.Fatalf("unavailable reviewer: err %v, want a token review error", err)
+		if _, err := a.Authenticate(context.Background(), "down"); err == nil || !strings.Contains(err.Error(), "token review") || errors.Is(err, ErrRejected) {
+			t.Fatalf("unavailable reviewer: err %v, want a token review error that is not ErrRejected", err)
 		}
 	}
 	if n := reviews.Load(); n != 4 {
@@ -91,13 +92,14 @@ func TestRememberedRefusals(t *testing.T) {
 }
 
 // Without FailureTTL a refusal says why: the API server's reason or the
-// check that failed.
+// check that failed; either is ErrRejected, so a caller checking a token
+// again can tell it from an API server that did not answer.
 func TestRefusalReasons(t *testing.T) {
 	var reviews atomic.Int64
 	a := newAuthenticator(t, &reviews, Config{Username: "bob"})
 	for token, want := range map[string]string{"bad": "invalid bearer token", "good": `user "alice" is not "bob"`} {
-		if _, err := a.Authenticate(context.Background(), token); err == nil || !strings.Contains(err.Error(), want) {
-			t.Errorf("%s: err %v, want %q", token, err, want)
+		if _, err := a.Authenticate(context.Background(), token); err == nil || !strings.Contains(err.Error(), want) || !errors.Is(err, ErrRejected) {
+			t.Errorf("%s: err %v, want %q (ErrRejected)", token, err, want)
 		}
 	}
 }

@@ -9,6 +9,7 @@ package auth
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"net/netip"
 	"strings"
@@ -85,10 +86,15 @@ const NodeNameExtra = "authentication.kubernetes.io/node-name"
 // Authenticate implements server.Authenticator: node is the token's
 // NodeNameExtra, "" for a token bound to no node (or to several, which
 // kube-apiserver never returns). It returns within the configured timeout
-// whatever the API server does.
+// whatever the API server does. An error that is not a refusal (no answer,
+// a failed request) is server.Unavailable, so a tunnel being re-checked
+// survives an API server outage.
 func (a *TokenReview) Authenticate(ctx context.Context, token string) (node string, err error) {
 	u, err := a.reviews.Authenticate(ctx, token)
 	if err != nil {
+		if !errors.Is(err, tokenreview.ErrRejected) {
+			return "", unavailableError{err}
+		}
 		return "", err
 	}
 	if v := u.GetExtra()[NodeNameExtra]; len(v) == 1 {
@@ -96,6 +102,14 @@ func (a *TokenReview) Authenticate(ctx context.Context, token string) (node stri
 	}
 	return "", nil
 }
+
+// unavailableError is an error that got no answer from the API server
+// (server.Unavailable), as against a refusal.
+type unavailableError struct{ err error }
+
+func (e unavailableError) Error() string     { return e.err.Error() }
+func (e unavailableError) Unwrap() error     { return e.err }
+func (e unavailableError) Unavailable() bool { return true }
 
 // Nodes reads Node objects for server.Config.Nodes: the addresses a
 // token-bound agent may claim are those of its node's status.addresses,
@@ -112,7 +126,8 @@ type Nodes struct {
 // NodeAddresses implements server.NodeLookup: the IP addresses (types
 // InternalIP and ExternalIP; others and unparsable values are skipped)
 // and the DNS names (Hostname, InternalDNS, ExternalDNS: lower-case,
-// without a trailing dot) the Node lists.
+// without a trailing dot) the Node lists. An error other than the Node not
+// existing is server.Unavailable.
 func (n Nodes) NodeAddresses(ctx context.Context, node string) ([]netip.Addr, []string, error) {
 	timeout := n.Timeout
 	if timeout <= 0 {
@@ -122,10 +137,13 @@ func (n Nodes) NodeAddresses(ctx context.Context, node string) ([]netip.Addr, []
 	defer cancel()
 	obj, err := n.Client.CoreV1().Nodes().Get(ctx, node, metav1.GetOptions{})
 	if err != nil {
-		if apierrors.IsForbidden(err) {
-			return nil, nil, fmt.Errorf("get Node %q: %w (moat-proxy-server's --kubeconfig identity needs get on nodes: deploy/tunnel/moat-proxy-server-rbac.yaml)", node, err)
+		if apierrors.IsNotFound(err) {
+			return nil, nil, fmt.Errorf("get Node %q: %w", node, err)
 		}
-		return nil, nil, fmt.Errorf("get Node %q: %w", node, err)
+		if apierrors.IsForbidden(err) {
+			return nil, nil, unavailableError{fmt.Errorf("get Node %q: %w (moat-proxy-server's --kubeconfig identity needs get on nodes: deploy/tunnel/moat-proxy-server-rbac.yaml)", node, err)}
+		}
+		return nil, nil, unavailableError{fmt.Errorf("get Node %q: %w", node, err)}
 	}
 	var addrs []netip.Addr
 	var hosts []string

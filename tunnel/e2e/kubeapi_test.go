@@ -218,3 +218,128 @@ func TestTokenReviewRealAPIServer(t *testing.T) {
 		}
 	}
 }
+
+// TestRecheckRealAPIServer: with a real kube-apiserver and the shipped
+// RBAC, a connected agent's pod-bound token and Node addresses are checked
+// again while its tunnel lives. Deleting the agent's pod invalidates its
+// token and ends its tunnel (after the 10 s success cache); a Node whose
+// address moves ends its agent's tunnel, and the address's new owner then
+// gets all its connections. Before, both agents kept their tunnels and
+// claims, and the stale one carried a share of the new owner's connections.
+func TestRecheckRealAPIServer(t *testing.T) {
+	if testing.Short() {
+		testenv.Require(t, "a run without -short (this test starts a real kube-apiserver)")
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	env := kubetest.Start(ctx, t)
+	const ns, audience, sa = "kube-system", "system:konnectivity-server", "konnectivity-agent"
+	if _, err := env.Client.CoreV1().ServiceAccounts(ns).Create(ctx, &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Name: sa}}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	rbac, err := os.ReadFile("../../deploy/tunnel/moat-proxy-server-rbac.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	objs, err := kubetest.DecodeYAML(rbac)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := env.Apply(ctx, objs, kubetest.ApplyOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	cs, err := kubernetes.NewForConfig(env.ImpersonatingConfig("system:konnectivity-server"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	setAddr := func(n *corev1.Node, ip string) *corev1.Node {
+		n.Status.Addresses = []corev1.NodeAddress{{Type: corev1.NodeInternalIP, Address: ip}}
+		n, err := env.Client.CoreV1().Nodes().UpdateStatus(ctx, n, metav1.UpdateOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return n
+	}
+	newNode := func(name, ip string) *corev1.Node {
+		n, err := env.Client.CoreV1().Nodes().Create(ctx, &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: name}}, metav1.CreateOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return setAddr(n, ip)
+	}
+	// podAgent runs an agent for node with a token bound to a pod there,
+	// claiming ip.
+	p := newPKI(t)
+	ps := startServer(t, p, serverOpts{cfg: server.Config{
+		Auth:            auth.New(auth.Config{Client: cs, Namespace: ns, ServiceAccount: sa, Audience: audience}),
+		Nodes:           auth.Nodes{Client: cs},
+		IdentityBinding: server.BindRequired,
+		Strategies:      []server.Strategy{server.StrategyDestHost, server.StrategyDefault},
+		RecheckInterval: time.Second,
+	}})
+	podAgent := func(node, ip string) (*corev1.Pod, *proxyAgent) {
+		pod, err := env.Client.CoreV1().Pods(ns).Create(ctx, &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "agent-" + node},
+			Spec: corev1.PodSpec{NodeName: node, ServiceAccountName: sa, Containers: []corev1.Container{{Name: "a", Image: "a"}}}}, metav1.CreateOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		exp := int64(3600)
+		tr, err := env.Client.CoreV1().ServiceAccounts(ns).CreateToken(ctx, sa, &authv1.TokenRequest{Spec: authv1.TokenRequestSpec{
+			Audiences: []string{audience}, ExpirationSeconds: &exp,
+			BoundObjectRef: &authv1.BoundObjectReference{Kind: "Pod", APIVersion: "v1", Name: pod.Name, UID: pod.UID}}}, metav1.CreateOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		f := filepath.Join(t.TempDir(), "token")
+		if err := os.WriteFile(f, []byte(tr.Status.Token), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		a := startAgent(t, p, ps.agentAddr, func(c *agent.Config) {
+			c.TokenPath, c.AgentID, c.Identifiers = f, node, "ipv4="+ip
+		})
+		eventually(t, node+"'s agent", a.a.Ready)
+		return pod, a
+	}
+	waitClosed := func(what string, a *proxyAgent) {
+		t.Helper()
+		deadline := time.Now().Add(40 * time.Second) // the 10 s token cache, then a re-check
+		for a.a.Ready() {
+			if time.Now().After(deadline) {
+				t.Fatalf("%s: the tunnel is still up", what)
+			}
+			time.Sleep(200 * time.Millisecond)
+		}
+	}
+	nodeA := newNode("node-a", "127.0.0.1")
+	podA, a := podAgent("node-a", "127.0.0.1")
+	nodeC := newNode("node-c", "127.0.0.3")
+	_, c := podAgent("node-c", "127.0.0.3")
+
+	// node-c's Node now lists another address: its agent's claim is stale.
+	setAddr(nodeC, "127.0.0.4")
+	waitClosed("node-c's Node no longer lists 127.0.0.3", c)
+	// node-a's pod is deleted, which invalidates its token.
+	if err := env.Client.CoreV1().Pods(ns).Delete(ctx, podA.Name, metav1.DeleteOptions{GracePeriodSeconds: new(int64)}); err != nil {
+		t.Fatal(err)
+	}
+	waitClosed("node-a's pod deleted (its token invalidated)", a)
+
+	// 127.0.0.1 now belongs to node-b; node-a's agent cannot come back.
+	setAddr(nodeA, "127.0.0.2")
+	newNode("node-b", "127.0.0.1")
+	_, b := podAgent("node-b", "127.0.0.1")
+	hs := httpBackend(t) // at 127.0.0.1: node-b's kubelet
+	for range 30 {
+		dctx, dcancel := context.WithTimeout(ctx, 10*time.Second)
+		conn, err := grpcDial(dctx, t, p, ps.frontAddr, hs.Listener.Addr().String())
+		dcancel()
+		if err != nil {
+			t.Fatalf("dial node-b's address: %v", err)
+		}
+		t.Cleanup(func() { conn.Close() })
+	}
+	if a.a.Active() != 0 || c.a.Active() != 0 || b.a.Active() != 30 {
+		t.Errorf("30 connections to node-b's address: node-b's agent carries %d, node-a's (revoked) %d, node-c's (stale) %d; want all on node-b's",
+			b.a.Active(), a.a.Active(), c.a.Active())
+	}
+}

@@ -60,6 +60,13 @@ type Config struct {
 	// names and addresses bound agents have claimed do (see backends.pick),
 	// so also before that node's agent has connected to this server.
 	NodeCIDRs []netip.Prefix
+	// RecheckInterval is how often a connected agent's token is reviewed
+	// again and its claims checked again against its credentials (and its
+	// Node's addresses); a refusal ends its tunnel, and so does its client
+	// certificate's expiry (see watchIdentity). Default
+	// DefaultRecheckInterval; negative: checked only at connect (the
+	// certificate's expiry still ends the tunnel).
+	RecheckInterval time.Duration
 	// DialTimeout bounds a dial in either direction (default 10s).
 	DialTimeout time.Duration
 	// Window and MaxQueue tune per-connection flow control (see mux.Config).
@@ -78,6 +85,7 @@ type Server struct {
 	backends *backends
 	metrics  *mux.Metrics
 	refused  prometheus.Counter
+	closed   *prometheus.CounterVec
 	log      klog.Logger
 	// pool backs every gRPC buffer of both hops, so that buffers move
 	// between the agent stream and the frontends without copies.
@@ -91,6 +99,9 @@ func New(cfg Config) *Server {
 	}
 	if cfg.DialTimeout <= 0 {
 		cfg.DialTimeout = 10 * time.Second
+	}
+	if cfg.RecheckInterval == 0 {
+		cfg.RecheckInterval = DefaultRecheckInterval
 	}
 	if cfg.IdentityBinding == "" {
 		cfg.IdentityBinding = BindAuto
@@ -109,12 +120,17 @@ func New(cfg Config) *Server {
 		Name: "moat_tunnel_refused_destinations_total",
 		Help: "Node-originated dials refused because the destination is not allowed or the feature gate is off.",
 	})
-	cfg.Registry.MustRegister(backendGauge, refused)
+	closed := prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "moat_tunnel_agents_closed_total",
+		Help: "Agent tunnels the server ended because what admitted them no longer holds, by reason: certificate_expired, recheck_refused (token refused, claims no longer vouched for, Node gone).",
+	}, []string{"reason"})
+	cfg.Registry.MustRegister(backendGauge, refused, closed)
 	return &Server{
 		cfg:      cfg,
 		backends: newBackends(backendGauge, cfg.NodeCIDRs),
 		metrics:  mux.NewMetrics(cfg.Registry),
 		refused:  refused,
+		closed:   closed,
 		log:      cfg.Log,
 		pool:     grpcbuf.New(),
 	}
@@ -150,11 +166,12 @@ func (s *Server) Connect(st proto.AgentService_ConnectServer) error {
 		}
 	}
 	var token credential
+	var tok string
 	if s.cfg.Auth != nil {
-		tok, err := bearer(md.Get(proto.MetaAuthorization))
+		var err error
+		tok, err = bearer(md.Get(proto.MetaAuthorization))
 		if err == nil {
-			token.node, err = s.cfg.Auth.Authenticate(ctx, tok)
-			token.what = "token (TokenReview node-name)"
+			token, err = s.authenticate(ctx, tok)
 		}
 		if err != nil {
 			s.log.Info("Agent rejected", "agentID", agentID, "err", err)
@@ -162,7 +179,8 @@ func (s *Server) Connect(st proto.AgentService_ConnectServer) error {
 			return status.Errorf(codes.Unauthenticated, "agent %s: %v", agentID, err)
 		}
 	}
-	bound, err := s.bindIdentity(ctx, certCredential(ctx), token, agentID, idents)
+	cert := certCredential(ctx)
+	bound, err := s.bindIdentity(ctx, cert, token, agentID, idents)
 	if le := (lookupError{}); errors.As(err, &le) {
 		s.log.Info("Agent refused: its node's addresses could not be read", "agentID", agentID, "err", err)
 		return status.Errorf(codes.Unavailable, "agent %s: %v", agentID, err)
@@ -202,10 +220,45 @@ func (s *Server) Connect(st proto.AgentService_ConnectServer) error {
 		Metrics:     s.metrics,
 		Log:         s.log.WithValues("agentID", agentID),
 	})
+	var recheck func(context.Context) error
+	if s.cfg.Auth != nil || bound != "" {
+		recheck = func(ctx context.Context) error {
+			token := credential{}
+			if s.cfg.Auth != nil {
+				var err error
+				if token, err = s.authenticate(ctx, tok); err != nil {
+					return err
+				}
+			}
+			node, err := s.bindIdentity(ctx, cert, token, agentID, idents)
+			if err == nil && node != bound {
+				err = fmt.Errorf("its credentials now bind it to node %q, not %q", node, bound)
+			}
+			return err
+		}
+	}
+	runCtx, cancel := context.WithCancelCause(ctx)
+	defer cancel(nil)
+	go s.watchIdentity(runCtx, cancel, agentID, certExpiry(ctx), recheck)
 	s.backends.add(b)
 	defer s.backends.remove(b)
 	s.log.Info("Agent connected", "agentID", agentID, "features", feat.String(), "boundNode", bound)
-	err = b.sess.Run(ctx)
+	ran := make(chan error, 1)
+	go func() { ran <- b.sess.Run(runCtx) }()
+	select {
+	case err = <-ran:
+	case <-runCtx.Done():
+		if ctx.Err() == nil {
+			// watchIdentity ended it. The session's read loop waits in
+			// the stream's Recv, which returns once this handler does:
+			// the agent learns why, and reconnects to be judged afresh.
+			cause := context.Cause(runCtx)
+			s.backends.remove(b)
+			s.log.Info("Agent disconnected", "agentID", agentID, "err", cause)
+			return status.Errorf(codes.PermissionDenied, "agent %s: tunnel closed: %v", agentID, cause)
+		}
+		err = <-ran
+	}
 	s.log.Info("Agent disconnected", "agentID", agentID, "err", err)
 	if errors.Is(err, proto.ErrUndecodable) {
 		// The agent learns why its tunnel ended (a protocol error, not
@@ -213,6 +266,13 @@ func (s *Server) Connect(st proto.AgentService_ConnectServer) error {
 		return status.Errorf(codes.InvalidArgument, "agent %s: %v", agentID, err)
 	}
 	return nil
+}
+
+// authenticate reviews an agent's bearer token: the credential it is,
+// naming the node it is bound to, if any.
+func (s *Server) authenticate(ctx context.Context, tok string) (credential, error) {
+	node, err := s.cfg.Auth.Authenticate(ctx, tok)
+	return credential{node: node, what: "token (TokenReview node-name)"}, err
 }
 
 // window is the per-connection receive window this server announces.

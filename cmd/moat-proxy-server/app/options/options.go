@@ -59,6 +59,8 @@ type Options struct {
 	AuthenticationAud   string
 	// AgentIdentityBinding is server.IdentityBinding's flag form.
 	AgentIdentityBinding string
+	// AgentRecheckInterval is server.Config.RecheckInterval (0: never).
+	AgentRecheckInterval time.Duration
 	Kubeconfig           string
 	AllowedDestinations  []string
 	DialTimeout          time.Duration
@@ -90,7 +92,7 @@ func New() (*Options, error) {
 	}
 	return &Options{Mode: ModeGRPC, DeleteExistingUDSFile: true, ServerPort: 8090, AgentPort: 8091, HealthPort: 8092,
 		AdminBindAddress: "127.0.0.1", AdminPort: 8095, ServerID: id, ShutdownGrace: 5 * time.Second,
-		ServerCount: 1, ProxyStrategies: "default", AgentIdentityBinding: string(server.BindAuto), DialTimeout: 10 * time.Second, Window: 1 << 20,
+		ServerCount: 1, ProxyStrategies: "default", AgentIdentityBinding: string(server.BindAuto), AgentRecheckInterval: server.DefaultRecheckInterval, DialTimeout: 10 * time.Second, Window: 1 << 20,
 		Common: c}, nil
 }
 
@@ -128,6 +130,9 @@ func (o *Options) Flags() cliflag.NamedFlagSets {
 	fs.StringVar(&o.AgentIdentityBinding, "agent-identity-binding", o.AgentIdentityBinding,
 		"auto: an agent whose client certificate (CN "+proto.NodeCertPrefix+"<node>) or token (bound to a pod or Node) names a node must use that node's name as --agent-id, and may claim only identifiers its credential vouches for (host=<node> or a DNS SAN, ipv4/ipv6= an IP SAN, no cidr=); "+
 			"required: as auto, and agents whose credentials name no node are refused; off: agents' own claims are trusted, as upstream")
+	fs.DurationVar(&o.AgentRecheckInterval, "agent-recheck-interval", o.AgentRecheckInterval,
+		"how often a connected agent's token is reviewed again and its agentID and identifiers checked again against its credentials and its Node's current addresses; a refusal closes its tunnel (the agent reconnects and is judged afresh), "+
+			"no answer keeps it until the next check. A tunnel also closes when its client certificate expires. 0: checked only at connect")
 	fs.StringVar(&o.Kubeconfig, "kubeconfig", o.Kubeconfig, "kubeconfig for TokenReview and reading the Nodes agent tokens are bound to (RBAC: deploy/tunnel/moat-proxy-server-rbac.yaml); empty uses $KUBECONFIG, ~/.kube/config, then the in-cluster service account")
 	fs.DurationVar(&o.DialTimeout, "dial-timeout", o.DialTimeout, "bound on a dial in either direction")
 	fs.IntVar(&o.Window, "flow-control-window", o.Window, "per-connection receive window in bytes with Moat agents; announced to each agent, which sends at most that much unacknowledged data per connection")
@@ -245,6 +250,9 @@ func (o *Options) Validate() error {
 	if o.DialTimeout <= 0 {
 		errs = append(errs, fmt.Errorf("--dial-timeout %s: must be positive", o.DialTimeout))
 	}
+	if o.AgentRecheckInterval < 0 || (o.AgentRecheckInterval > 0 && o.AgentRecheckInterval < 10*time.Second) {
+		errs = append(errs, fmt.Errorf("--agent-recheck-interval %s: must be 0 (never) or at least 10s (a TokenReview per agent each time)", o.AgentRecheckInterval))
+	}
 	if o.Window < 64<<10 {
 		errs = append(errs, fmt.Errorf("--flow-control-window %d: must be at least 65536", o.Window))
 	}
@@ -307,7 +315,11 @@ func (o *Options) Config() server.Config {
 	allowed, _ := dest.NewAllowList(o.AllowedDestinations)
 	binding, _ := server.ParseIdentityBinding(o.AgentIdentityBinding)
 	nodeCIDRs, _ := o.nodeCIDRs()
-	return server.Config{ServerID: o.ServerID, ServerCount: o.ServerCount, Strategies: strategies, NodeCIDRs: nodeCIDRs,
+	recheck := o.AgentRecheckInterval
+	if recheck == 0 {
+		recheck = -1 // never; the library's zero is its default
+	}
+	return server.Config{RecheckInterval: recheck, ServerID: o.ServerID, ServerCount: o.ServerCount, Strategies: strategies, NodeCIDRs: nodeCIDRs,
 		NodeToControlPlane: o.NodeToControlPlane(), Allowed: allowed, DialTimeout: o.DialTimeout, Window: o.Window,
 		IdentityBinding: binding}
 }

@@ -43,6 +43,9 @@ func TestOptionsValidate(t *testing.T) {
 		{[]string{"--agent-identity-binding=required"}, ""},
 		{[]string{"--node-address-cidrs=192.0.2.0/24,2001:db8::/64"}, ""},
 		{[]string{"--node-address-cidrs=192.0.2.0"}, "--node-address-cidrs"},
+		{[]string{"--agent-recheck-interval=0"}, ""},
+		{[]string{"--agent-recheck-interval=1s"}, "--agent-recheck-interval"},
+		{[]string{"--agent-recheck-interval=-1m"}, "--agent-recheck-interval"},
 		{[]string{"--node-address-cidrs=fe80::%eth0/64"}, "--node-address-cidrs"},
 	}
 	for _, c := range cases {
@@ -69,6 +72,12 @@ func TestConfig(t *testing.T) {
 	}
 	if c := parse(t, []string{"--node-address-cidrs=192.0.2.7/24"}).Config(); len(c.NodeCIDRs) != 1 || c.NodeCIDRs[0].String() != "192.0.2.0/24" {
 		t.Fatalf("--node-address-cidrs: %v", c.NodeCIDRs)
+	}
+	if c := parse(t, nil).Config(); c.RecheckInterval != server.DefaultRecheckInterval {
+		t.Fatalf("default re-check interval %s", c.RecheckInterval)
+	}
+	if c := parse(t, []string{"--agent-recheck-interval=0"}).Config(); c.RecheckInterval >= 0 {
+		t.Fatalf("--agent-recheck-interval=0: %s, want negative (never)", c.RecheckInterval)
 	}
 	if c := parse(t, []string{"--agent-identity-binding=off"}).Config(); c.IdentityBinding != server.BindOff {
 		t.Fatalf("--agent-identity-binding=off: %q", c.IdentityBinding)
