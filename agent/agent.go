@@ -205,7 +205,7 @@ func (a *Agent) Run(ctx context.Context) error {
 	if !cache.WaitForCacheSync(ctx.Done(), a.inf.nps.HasSynced, a.inf.cnps.HasSynced) {
 		return nil
 	}
-	a.updateSelectorKeys()
+	a.updateSelectorKeys(a.cachedKeyLists())
 	run(a.inf.pods)
 	if !cache.WaitForCacheSync(ctx.Done(), a.inf.pods.HasSynced, a.inf.namespaces.HasSynced, a.inf.nodes.HasSynced, a.inf.nps.HasSynced, a.inf.cnps.HasSynced, a.inf.handlersSynced) {
 		// Stopped before the caches synced: nothing was programmed, the

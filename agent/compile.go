@@ -19,9 +19,12 @@ import (
 //
 //   - for the first sync, and on every --resync (which also guards
 //     against any drift of the incremental path);
-//   - when a policy change makes selectors read a label key none read
-//     before (see labelkeys.go: label changes on that key may have been
-//     dropped, so the compiler's labels could be stale).
+//   - when a changed policy reads a label key the key set lacks (see
+//     labelkeys.go: label changes on that key may have been dropped, so
+//     the compiler's labels could be stale). The changed policies are
+//     read before anything is staged, and the objects checked are the
+//     ones compiled: a newer version stored meanwhile waits for its own
+//     event.
 
 // compiled are the ClusterNetworkPolicies the current program was
 // compiled from, by name, as the status writer reports on them. The map
@@ -40,11 +43,15 @@ type compiled struct {
 func (a *Agent) compile(resync bool) (prog *policy.Program, full, changed bool) {
 	changes := a.takeChanges()
 	full = resync || a.compiler == nil
-	if full || len(changes[kindNetworkPolicy]) > 0 || len(changes[kindClusterNetworkPolicy]) > 0 {
-		// Before any pod is read from the caches (labelkeys.go).
-		if a.updateSelectorKeys() {
-			full = true
-		}
+	var nps map[string]*decodedNP
+	var cnps map[string]*decodedCNP
+	if !full {
+		// The changed policies first, before any pod, and these very
+		// objects are compiled: a policy that reads a key the set lacks
+		// makes this a full compilation (labelkeys.go).
+		var lists keyLists
+		nps, cnps, lists = a.changedPolicies(changes)
+		full = !a.selectorKeys.Load().covers(lists)
 	}
 	if full {
 		start := time.Now()
@@ -87,8 +94,8 @@ func (a *Agent) compile(resync bool) (prog *policy.Program, full, changed bool) 
 		n++
 	}
 	for key := range changes[kindNetworkPolicy] {
-		if o, exists, _ := a.inf.nps.GetStore().GetByKey(key); exists {
-			a.compiler.UpsertNetworkPolicy(&o.(*decodedNP).NetworkPolicy)
+		if np, exists := nps[key]; exists {
+			a.compiler.UpsertNetworkPolicy(&np.NetworkPolicy)
 		} else {
 			ns, name, _ := cache.SplitMetaNamespaceKey(key)
 			a.compiler.DeleteNetworkPolicy(ns, name)
@@ -96,25 +103,46 @@ func (a *Agent) compile(resync bool) (prog *policy.Program, full, changed bool) 
 		n++
 	}
 	if len(changes[kindClusterNetworkPolicy]) > 0 {
-		cnps := maps.Clone(a.compiled.cnps)
+		compiledCNPs := maps.Clone(a.compiled.cnps)
 		for key := range changes[kindClusterNetworkPolicy] {
-			if o, exists, _ := a.inf.cnps.GetStore().GetByKey(key); exists {
-				cnp := o.(*decodedCNP)
+			if cnp, exists := cnps[key]; exists {
 				a.compiler.UpsertClusterNetworkPolicy(cnp.ClusterNetworkPolicy)
-				cnps[key] = cnp
+				compiledCNPs[key] = cnp
 			} else {
 				a.compiler.DeleteClusterNetworkPolicy(key)
-				delete(cnps, key)
+				delete(compiledCNPs, key)
 			}
 			n++
 		}
-		a.compiled.cnps = cnps
+		a.compiled.cnps = compiledCNPs
 	}
 	if n > 0 {
 		a.metrics.compiles.WithLabelValues("incremental").Inc()
 		a.metrics.changes.Add(float64(n))
 	}
 	return a.compiler.Program(), false, n > 0
+}
+
+// changedPolicies reads the changed policies from their caches: those
+// still there by key (the others are deleted), and the key lists they
+// read.
+func (a *Agent) changedPolicies(changes [numKinds]map[string]struct{}) (nps map[string]*decodedNP, cnps map[string]*decodedCNP, lists keyLists) {
+	nps, cnps, lists = map[string]*decodedNP{}, map[string]*decodedCNP{}, keyLists{}
+	for key := range changes[kindNetworkPolicy] {
+		if o, exists, _ := a.inf.nps.GetStore().GetByKey(key); exists {
+			np := o.(*decodedNP)
+			nps[key] = np
+			lists.add(np.keys)
+		}
+	}
+	for key := range changes[kindClusterNetworkPolicy] {
+		if o, exists, _ := a.inf.cnps.GetStore().GetByKey(key); exists {
+			cnp := o.(*decodedCNP)
+			cnps[key] = cnp
+			lists.add(cnp.keys)
+		}
+	}
+	return nps, cnps, lists
 }
 
 // compilerOptions are the compiler's options for this node.

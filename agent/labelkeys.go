@@ -19,14 +19,13 @@ import (
 // recompiling, which is what most label churn in a cluster costs it then:
 // the watch event alone.
 //
-// The keys are collected from every policy in the caches (a superset of
-// what this node compiles is safe), by walking each decoded policy for
-// every metav1.LabelSelector it holds, so that a selector in a field added
-// later is not missed. The set is recomputed whenever policies change,
-// before pods are read from the caches: a policy that reads a new key
-// makes that sync a full compilation, and
-// any update dropped before the set knew the key is read from the pod
-// cache by that compilation (compile.go).
+// The keys are collected from every policy a compilation reads (a
+// superset of what this node compiles is safe), by walking each decoded
+// policy for every metav1.LabelSelector it holds, so that a selector in a
+// field added later is not missed. A compilation reads the policies it
+// compiles before any pod: a policy that reads a new key makes that sync a
+// full compilation, and any update dropped before the set knew the key is
+// read from the pod cache by that compilation (compile.go).
 
 // keySet is a set of label keys; nil means "unknown yet: every key".
 type keySet map[string]struct{}
@@ -136,40 +135,70 @@ func selectorKeys(v any) []string {
 	return keys
 }
 
-// updateSelectorKeys recomputes the keys every cached policy's selectors
-// read; the sync worker calls it before it reads pods from the caches for
-// a compilation. It reports whether a key is read that was not before (or
-// none were known): label changes on it may have been dropped, so only a
-// compilation from the caches is sure to see them. Each decoded policy
-// carries its keys, found when it was decoded (a new version is a new
-// object).
-func (a *Agent) updateSelectorKeys() (grown bool) {
-	set := keySet{}
+// keyLists are the distinct key lists of a set of policies: equal lists
+// are one handle, so a cluster's thousands of policies have a few dozen.
+// Each decoded policy carries its list, found when it was decoded (a new
+// version is a new object).
+type keyLists map[keyList]struct{}
+
+func (ls keyLists) add(l keyList) { ls[l] = struct{}{} }
+
+// covers reports whether s holds every key of ls; never for a nil set
+// (nothing known yet).
+func (s *keySet) covers(ls keyLists) bool {
+	if s == nil {
+		return false
+	}
+	for l := range ls {
+		for k := range l.all() {
+			if _, ok := (*s)[k]; !ok {
+				return false
+			}
+		}
+	}
+	return true
+}
+
+// cachedKeyLists are the key lists of every cached policy.
+func (a *Agent) cachedKeyLists() keyLists {
+	ls := keyLists{}
 	for _, store := range []cache.Store{a.inf.nps.GetStore(), a.inf.cnps.GetStore()} {
 		for _, o := range store.List() {
-			d, ok := o.(interface{ readKeys() keyList })
-			if !ok {
-				continue // the informers' transforms decode every policy they store
-			}
-			for k := range d.readKeys().all() {
-				set[k] = struct{}{}
+			if d, ok := o.(interface{ readKeys() keyList }); ok {
+				ls.add(d.readKeys())
 			}
 		}
 	}
+	return ls
+}
+
+// updateSelectorKeys makes the key set cover ls: the key lists of exactly
+// the policies a full compilation is about to compile (or, before the pod
+// informer starts, of every cached policy), read before any pod. A key
+// not in the set (or no set yet) makes the set that of ls. Label changes
+// on the new key may have been dropped, which the compilation repairs:
+// it reads every pod from the cache after this, under the new set. Only
+// a full compilation may therefore grow the set; the incremental path
+// compiles a policy only when the set already covers it (compile.go).
+//
+// The set must come from the very objects compiled, not from another
+// reading of the caches: a policy version with a new key stored between
+// the two readings would be compiled against pods projected without that
+// key, its selectors on it matching no pod (a subject isolating nothing,
+// a deny peer denying nothing) until a later sync.
+func (a *Agent) updateSelectorKeys(ls keyLists) {
 	prev := a.selectorKeys.Load()
-	grown = prev == nil
-	for k := range set {
-		if grown {
-			break
+	if prev.covers(ls) {
+		// The set stays as it was, a superset of what is read, which is
+		// safe: pods cached under it need not be projected again
+		// (labelproj.go), and the filter above only drops less.
+		return
+	}
+	set := keySet{}
+	for l := range ls {
+		for k := range l.all() {
+			set[k] = struct{}{}
 		}
-		_, known := (*prev)[k]
-		grown = !known
 	}
-	// Without a new key the set stays as it was, a superset of what is
-	// read, which is safe: pods cached under it need not be projected
-	// again (labelproj.go), and the filter above only drops less.
-	if grown {
-		a.selectorKeys.Store(&set)
-	}
-	return grown
+	a.selectorKeys.Store(&set)
 }

@@ -41,7 +41,10 @@ type problem struct {
 
 // takeSnapshot reads every cache (the objects are already in the policy
 // model's form, see cached.go). Pods that have finished are left out even
-// if the cache still holds them (their IPs may be reused).
+// if the cache still holds them (their IPs may be reused). It makes the
+// label key set cover the policies it read before it reads the pods
+// under that set (labelkeys.go), so it is for full compilations only:
+// nothing else may grow the set.
 func (a *Agent) takeSnapshot() *snapshot {
 	s := &snapshot{cnps: map[string]*decodedCNP{}}
 	c := &s.cluster
@@ -55,21 +58,27 @@ func (a *Agent) takeSnapshot() *snapshot {
 			c.Nodes = append(c.Nodes, n.Node)
 		}
 	}
-	keys := a.selectorKeys.Load()
-	for _, o := range a.inf.pods.GetStore().List() {
-		if p, ok := o.(*cachedPod); ok && !p.finished {
-			c.Pods = append(c.Pods, p.podFor(keys))
-		}
-	}
+	// The policies before the pods, and the key set from exactly these
+	// (labelkeys.go).
+	lists := keyLists{}
 	for _, o := range a.inf.nps.GetStore().List() {
 		if np, ok := o.(*decodedNP); ok {
 			c.NetworkPolicies = append(c.NetworkPolicies, &np.NetworkPolicy)
+			lists.add(np.keys)
 		}
 	}
 	for _, o := range a.inf.cnps.GetStore().List() {
 		if cnp, ok := o.(*decodedCNP); ok {
 			s.cnps[cnp.Name] = cnp
 			c.ClusterNetworkPolicies = append(c.ClusterNetworkPolicies, cnp.ClusterNetworkPolicy)
+			lists.add(cnp.keys)
+		}
+	}
+	a.updateSelectorKeys(lists)
+	keys := a.selectorKeys.Load()
+	for _, o := range a.inf.pods.GetStore().List() {
+		if p, ok := o.(*cachedPod); ok && !p.finished {
+			c.Pods = append(c.Pods, p.podFor(keys))
 		}
 	}
 	return s
