@@ -1,11 +1,14 @@
 package e2e
 
 import (
+	"bufio"
 	"context"
+	"crypto/tls"
 	"crypto/x509"
 	"errors"
 	"fmt"
 	"net"
+	"net/http"
 	"net/netip"
 	"strings"
 	"testing"
@@ -16,6 +19,7 @@ import (
 	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
+	kclient "sigs.k8s.io/apiserver-network-proxy/konnectivity-client/pkg/client"
 
 	agentoptions "github.com/moat-net/moat/cmd/moat-proxy-agent/app/options"
 	serveroptions "github.com/moat-net/moat/cmd/moat-proxy-server/app/options"
@@ -384,6 +388,72 @@ func TestNodeAddressCIDRs(t *testing.T) {
 			t.Errorf("--node-address-cidrs %v, localhost: %q", c.cidrs, got)
 		}
 		b.stop()
+		ps.stop()
+	}
+}
+
+// TestFrontendRefusesNodeCertificates: kube-apiserver's TCP frontend
+// refuses a client certificate that names a node (an agent's, a kubelet's),
+// in both modes, even where --server-ca-cert signs it (this harness uses
+// one CA for both hops, as a set-up with the cluster CA for both does).
+// Before, node-b's agent certificate opened a konnectivity-client tunnel
+// and reached node-a's destination through node-a's agent.
+// kube-apiserver's own certificate still works.
+func TestFrontendRefusesNodeCertificates(t *testing.T) {
+	p := newPKI(t)
+	hs := httpBackend(t)
+	nodeB := issue(t, p, "system:node:node-b", "127.0.0.2")
+	nodeTLS := &tls.Config{RootCAs: p.ca.Pool, Certificates: []tls.Certificate{nodeB.TLS}, ServerName: "localhost", MinVersion: tls.VersionTLS12}
+	for _, mode := range []string{serveroptions.ModeGRPC, serveroptions.ModeHTTPConnect} {
+		ps := startServer(t, p, serverOpts{mode: mode, cfg: server.Config{IdentityBinding: server.BindRequired,
+			Strategies: []server.Strategy{server.StrategyDestHost}}})
+		a := startAgent(t, p, ps.agentAddr, func(c *agent.Config) {
+			c.Creds = agentCreds(t, p, issue(t, p, "system:node:node-a", "127.0.0.1"))
+			c.AgentID, c.Identifiers = "node-a", "ipv4=127.0.0.1"
+		})
+		eventually(t, "node-a's agent", a.a.Ready)
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		var err error
+		if mode == serveroptions.ModeGRPC {
+			var tun kclient.Tunnel
+			tun, err = kclient.CreateSingleUseGrpcTunnelWithContext(ctx, context.Background(), ps.frontAddr, grpc.WithTransportCredentials(credentials.NewTLS(nodeTLS)))
+			if err == nil {
+				var c net.Conn
+				if c, err = tun.DialContext(ctx, "tcp", hs.Listener.Addr().String()); err == nil {
+					c.Close()
+				}
+			}
+		} else {
+			d := tls.Dialer{Config: nodeTLS}
+			var nc net.Conn
+			if nc, err = d.DialContext(ctx, "tcp", ps.frontAddr); err == nil {
+				fmt.Fprintf(nc, "CONNECT %s HTTP/1.1\r\nHost: %[1]s\r\n\r\n", hs.Listener.Addr().String())
+				var resp *http.Response
+				if resp, err = http.ReadResponse(bufio.NewReader(nc), &http.Request{Method: http.MethodConnect}); err == nil && resp.StatusCode == http.StatusOK {
+					err = nil
+				} else if err == nil {
+					err = errors.New(resp.Status)
+				}
+				nc.Close()
+			}
+		}
+		cancel()
+		if err == nil {
+			t.Errorf("%s: node-b's certificate dialled node-a's destination through the frontend (node-a's agent carried it), want refused", mode)
+		}
+		dial := func(ctx context.Context, addr string) (net.Conn, error) {
+			return grpcDial(ctx, t, p, ps.frontAddr, addr)
+		}
+		if mode == serveroptions.ModeHTTPConnect {
+			dial = func(ctx context.Context, addr string) (net.Conn, error) {
+				c, _, err := connectDial(ctx, t, p, ps.frontAddr, addr)
+				return c, err
+			}
+		}
+		if got := httpGetVia(t, dial, hs.URL+"/kubelet"); got != "hello /kubelet" {
+			t.Errorf("%s: kube-apiserver's certificate: %q", mode, got)
+		}
+		a.stop()
 		ps.stop()
 	}
 }

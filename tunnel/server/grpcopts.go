@@ -1,6 +1,9 @@
 package server
 
 import (
+	"crypto/tls"
+	"fmt"
+	"strings"
 	"time"
 
 	"google.golang.org/grpc"
@@ -9,6 +12,7 @@ import (
 	"google.golang.org/grpc/keepalive"
 
 	"github.com/moat-net/moat/tunnel/grpcbuf"
+	"github.com/moat-net/moat/tunnel/proto"
 )
 
 // WindowSize is the HTTP/2 stream and connection window on the agent hop:
@@ -53,4 +57,21 @@ func (s *Server) FrontendServerOptions(creds credentials.TransportCredentials) [
 		opts = append(opts, grpc.Creds(creds))
 	}
 	return opts
+}
+
+// RefuseNodeClients is the TCP frontend's tls.Config.VerifyConnection: a
+// client certificate whose subject CN is a node's (system:node:<name>: an
+// agent's certificate, a kubelet's client certificate) is refused. The
+// frontend is kube-apiserver's alone, and its client CA
+// (--server-ca-cert) verifies only the chain: where that CA also signs
+// agent or kubelet certificates (the agent CA or the cluster CA), any
+// node's root could otherwise open tunnels through every node's agent.
+func RefuseNodeClients(cs tls.ConnectionState) error {
+	if len(cs.PeerCertificates) == 0 {
+		return nil // no client certificate: ClientAuth refuses it where required
+	}
+	if cn := cs.PeerCertificates[0].Subject.CommonName; strings.HasPrefix(cn, proto.NodeCertPrefix) {
+		return fmt.Errorf("client certificate CN %q is a node's: the kube-apiserver frontend serves kube-apiserver only (--server-ca-cert must not sign node or agent certificates)", cn)
+	}
+	return nil
 }

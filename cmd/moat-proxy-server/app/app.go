@@ -122,6 +122,17 @@ func listen(o *options.Options) (l Listeners, closeAll func(), err error) {
 		if l.FrontendTLS, err = tlsconfig.Server(o.ServerCert, o.ServerKey, o.ServerCACert, "server"); err != nil {
 			return l, nil, err
 		}
+		if o.ClusterCACert != "" {
+			// Every certificate the agent CA signs would open the
+			// frontend, and with it tunnels through every agent.
+			shared, err := tlsconfig.SharedCA(o.ServerCACert, o.ClusterCACert)
+			if err != nil {
+				return l, nil, fmt.Errorf("--server-ca-cert/--cluster-ca-cert: %w", err)
+			}
+			if shared != nil {
+				return l, nil, fmt.Errorf("--server-ca-cert and --cluster-ca-cert share the CA %q: every agent's certificate would be accepted by kube-apiserver's frontend and could dial through every node's agent; give the frontend a CA that signs only kube-apiserver's client certificate", shared.Subject)
+			}
+		}
 		l.FrontendTLS.MinVersion, l.FrontendTLS.CipherSuites = o.TLSVersion(), o.TLSCipherSuites()
 		if l.FrontendTCP, err = open("server-port", "tcp", hostPort(o.ServerBindAddress, o.ServerPort)); err != nil {
 			return l, nil, err

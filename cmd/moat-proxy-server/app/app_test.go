@@ -98,3 +98,58 @@ func TestRun(t *testing.T) {
 		t.Fatal("Run did not return after its context ended")
 	}
 }
+
+// A TCP frontend whose client CA (--server-ca-cert) shares a certificate
+// with the agents' (--cluster-ca-cert) is refused at start, naming both
+// flags: every agent's certificate would open kube-apiserver's frontend.
+// A bundle holding the agent CA among others is refused too; a CA of the
+// frontend's own starts.
+func TestSharedFrontendCARefused(t *testing.T) {
+	dir := t.TempDir()
+	o := testOptions(t, dir)
+	front, err := pki.NewCA(dir, "frontend")
+	if err != nil {
+		t.Fatal(err)
+	}
+	other, err := pki.NewCA(dir, "other")
+	if err != nil {
+		t.Fatal(err)
+	}
+	leaf, err := front.Issue("proxy-server-frontend", "localhost", "127.0.0.1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	agentCA, err := os.ReadFile(o.ClusterCACert)
+	if err != nil {
+		t.Fatal(err)
+	}
+	otherCA, err := os.ReadFile(other.CertFile)
+	if err != nil {
+		t.Fatal(err)
+	}
+	bundle := filepath.Join(dir, "bundle.crt")
+	if err := os.WriteFile(bundle, append(otherCA, agentCA...), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	o.ServerCert, o.ServerKey, o.ServerBindAddress = leaf.CertFile, leaf.KeyFile, "127.0.0.1"
+	for _, c := range []struct {
+		ca      string
+		refused bool
+	}{{o.ClusterCACert, true}, {bundle, true}, {front.CertFile, false}} {
+		o.ServerCACert, o.ServerPort = c.ca, testenv.FreePort(t)
+		if err := o.Validate(); err != nil {
+			t.Fatal(err)
+		}
+		_, closeAll, err := listen(o)
+		if c.refused {
+			if err == nil || !strings.Contains(err.Error(), "--server-ca-cert and --cluster-ca-cert share the CA") {
+				t.Errorf("--server-ca-cert %s: %v, want refused", filepath.Base(c.ca), err)
+			}
+		} else if err != nil {
+			t.Errorf("--server-ca-cert of its own: %v", err)
+		}
+		if err == nil {
+			closeAll()
+		}
+	}
+}

@@ -53,6 +53,11 @@ func Serve(ctx context.Context, srv *server.Server, l Listeners) error {
 	if l.FrontendTCP != nil && l.FrontendTLS == nil {
 		return errors.New("TCP frontend needs TLS")
 	}
+	if l.FrontendTLS != nil {
+		// kube-apiserver's frontend: never a node's certificate.
+		l.FrontendTLS = l.FrontendTLS.Clone()
+		l.FrontendTLS.VerifyConnection = server.RefuseNodeClients
+	}
 	var wg sync.WaitGroup
 	errc := make(chan error, 8)
 	run := func(name string, f func() error) {

@@ -107,7 +107,7 @@ func (o *Options) Flags() cliflag.NamedFlagSets {
 	fs.IntVar(&o.ServerPort, "server-port", o.ServerPort, "port of the mTLS TCP frontend; 0 serves the Unix socket only")
 	fs.StringVar(&o.ServerCert, "server-cert", o.ServerCert, "TCP frontend serving certificate")
 	fs.StringVar(&o.ServerKey, "server-key", o.ServerKey, "TCP frontend serving key")
-	fs.StringVar(&o.ServerCACert, "server-ca-cert", o.ServerCACert, "CA that signs kube-apiserver's client certificate (TCP frontend)")
+	fs.StringVar(&o.ServerCACert, "server-ca-cert", o.ServerCACert, "CA that signs kube-apiserver's client certificate (TCP frontend); it must sign no agent's certificate (a bundle sharing a certificate with --cluster-ca-cert is refused at start), and a client certificate with CN "+proto.NodeCertPrefix+"<node> is refused")
 	fs.StringVar(&o.TLSMinVersion, "tls-min-version", o.TLSMinVersion, "minimum TLS version of both listeners: VersionTLS12 or VersionTLS13 (lower values are raised to TLS 1.2); empty: TLS 1.2")
 	fs.StringSliceVar(&o.CipherSuites, "cipher-suites", o.CipherSuites, "comma-separated TLS 1.2 cipher suites of both listeners (Go's names; no effect on TLS 1.3); empty: Go's defaults")
 	fs.DurationVar(&o.ShutdownGrace, "graceful-shutdown-timeout", o.ShutdownGrace, "on shutdown, how long kube-apiserver's connections may finish before the agent tunnels close; 0: the default")
