@@ -84,8 +84,10 @@ func New(cfg Config) *TokenReview {
 const NodeNameExtra = "authentication.kubernetes.io/node-name"
 
 // Authenticate implements server.Authenticator: node is the token's
-// NodeNameExtra, "" for a token bound to no node (or to several, which
-// kube-apiserver never returns). It returns within the configured timeout
+// NodeNameExtra, "" for a token bound to no node; a token naming several
+// nodes (kube-apiserver never answers so, another authenticator behind the
+// review could) is refused, since no node could hold it and "none" would
+// trust it cluster-wide. It returns within the configured timeout
 // whatever the API server does. An error that is not a refusal (no answer,
 // a failed request) is server.Unavailable, so a tunnel being re-checked
 // survives an API server outage.
@@ -97,10 +99,14 @@ func (a *TokenReview) Authenticate(ctx context.Context, token string) (node stri
 		}
 		return "", err
 	}
-	if v := u.GetExtra()[NodeNameExtra]; len(v) == 1 {
+	switch v := u.GetExtra()[NodeNameExtra]; len(v) {
+	case 0:
+		return "", nil
+	case 1:
 		return v[0], nil
+	default:
+		return "", fmt.Errorf("token review: the token names %d nodes %q in %s, want at most one", len(v), v, NodeNameExtra)
 	}
-	return "", nil
 }
 
 // unavailableError is an error that got no answer from the API server

@@ -30,7 +30,8 @@ import (
 // does: token "good" (and any token starting with "good") is the agent's
 // service account for audience "konn", "good-node-a" is the same account's
 // token bound to a pod on node-a (the node-name extra), "other" is another
-// account, "slow" is never answered. It counts the reviews it receives.
+// account, "slow" is never answered, "good-nodes" names two nodes (no
+// kube-apiserver does that; a webhook authenticator behind it could). It counts the reviews it receives.
 func fakeAPIServer(t *testing.T, reviews *atomic.Int64) *httptest.Server {
 	hs := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if r.Method != http.MethodPost || r.URL.Path != "/apis/authentication.k8s.io/v1/tokenreviews" {
@@ -50,6 +51,9 @@ func fakeAPIServer(t *testing.T, reviews *atomic.Int64) *httptest.Server {
 		case strings.HasPrefix(tok, "good"):
 			tr.Status = authv1.TokenReviewStatus{Authenticated: true, Audiences: tr.Spec.Audiences,
 				User: authv1.UserInfo{Username: "system:serviceaccount:kube-system:konnectivity-agent"}}
+			if tok == "good-nodes" {
+				tr.Status.User.Extra = map[string]authv1.ExtraValue{NodeNameExtra: {"node-a", "node-b"}}
+			}
 			if node, ok := strings.CutPrefix(tok, "good-"); ok && strings.HasPrefix(node, "node-") {
 				tr.Status.User.Extra = map[string]authv1.ExtraValue{
 					NodeNameExtra:                           {node},
@@ -92,6 +96,9 @@ func TestTokenReview(t *testing.T) {
 		{"good-node-a", "node-a", ""}, // from the cache
 		{"other", "", "is not"},
 		{"bad", "", "invalid bearer token"},
+		// Several nodes is no node to hold the agent to: refused, where
+		// "names none" would have trusted it cluster-wide under auto.
+		{"good-nodes", "", `names 2 nodes ["node-a" "node-b"]`},
 	}
 	for _, c := range cases {
 		node, err := a.Authenticate(context.Background(), c.token)
@@ -105,7 +112,7 @@ func TestTokenReview(t *testing.T) {
 			t.Errorf("%s: err %v, want %q", c.token, err, c.wantErr)
 		}
 	}
-	for result, want := range map[string]float64{"accepted": 2, "rejected": 2} {
+	for result, want := range map[string]float64{"accepted": 3, "rejected": 2} {
 		if got := reviewed(t, reg, result); got != want {
 			t.Errorf("moat_tunnel_token_reviews_total{result=%q} = %v, want %v", result, got, want)
 		}
