@@ -250,3 +250,54 @@ func TestPerNodeCertificates(t *testing.T) {
 		}
 	}
 }
+
+// TestDaemonSetServerFlags runs the server flags the DaemonSet's header
+// lists (token authentication of its agents) through the server's option
+// parsing and against a server: an agent whose token names its node is
+// accepted as that node, and a token of the service account that names no
+// node is refused. Before, the flags left --agent-identity-binding at auto,
+// under which such a token was trusted cluster-wide: it could claim any
+// node's ID and cidr=0.0.0.0/0.
+func TestDaemonSetServerFlags(t *testing.T) {
+	b, err := os.ReadFile("../../deploy/tunnel/moat-proxy-agent-daemonset.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var args []string
+	for _, line := range strings.Split(string(b), "\n") {
+		if f, ok := strings.CutPrefix(line, "#   --"); ok {
+			f, _, _ = strings.Cut(f, " ")
+			args = append(args, "--"+f)
+		}
+	}
+	if len(args) == 0 {
+		t.Fatal("moat-proxy-agent-daemonset.yaml lists no server flags")
+	}
+	so, err := serveroptions.New()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := flagSet("daemonset server", so.Flags()).Parse(append(args, "--cluster-cert=c", "--cluster-key=k", "--uds-name=/s", "--server-port=0")); err != nil {
+		t.Fatalf("DaemonSet's server flags %q: %v", args, err)
+	}
+	if err := so.Validate(); err != nil {
+		t.Fatalf("DaemonSet's server flags %q: %v", args, err)
+	}
+	if so.AgentServiceAccount == "" {
+		t.Fatalf("DaemonSet's server flags %q: no token authentication", args)
+	}
+	p := newPKI(t)
+	cfg := so.Config()
+	ps := startServer(t, p, serverOpts{cfg: server.Config{Auth: boundTokens{}, IdentityBinding: cfg.IdentityBinding, Strategies: cfg.Strategies}})
+	shared := agentCreds(t, p, p.agent) // the DaemonSet's agents have no certificate naming a node
+	md := func(token, id, idents string) metadata.MD {
+		return metadata.Pairs(proto.MetaAgentID, id, proto.MetaAuthorization, "Bearer "+token, proto.MetaAgentIdentifiers, idents)
+	}
+	if err := tryConnect(t, ps.agentAddr, shared, md("node-a", "node-a", "host=node-a&default-route=true")); err != nil {
+		t.Errorf("token bound to node-a as node-a: %v", err)
+	}
+	err = tryConnect(t, ps.agentAddr, shared, md("unbound", "node-b", "cidr=0.0.0.0/0"))
+	if status.Code(err) != codes.PermissionDenied || !strings.Contains(err.Error(), "credentials name no node") {
+		t.Errorf("token bound to no node: %v, want PermissionDenied (credentials name no node)", err)
+	}
+}
