@@ -48,6 +48,12 @@ if [[ ! ${node} =~ ${dns} || ${#node} -gt 253 ]]; then
 	echo "issue-agent-cert.sh: node name ${node@Q} is not a lower-case DNS subdomain (RFC 1123), as Node names are" >&2
 	exit 2
 fi
+# The subject CN system:node:<node> may be at most 64 characters
+# (X.509's ub-common-name, which openssl enforces): 52 for the name.
+if (( ${#node} > 52 )); then
+	echo "issue-agent-cert.sh: node name ${node@Q} is ${#node} characters; the certificate's CN system:node:<node> allows at most 52 (X.509 limits a CN to 64)" >&2
+	exit 2
+fi
 if [[ ! ${days} =~ ^[1-9][0-9]*$ ]]; then
 	echo "issue-agent-cert.sh: DAYS=${days@Q} is not a positive number of days" >&2
 	exit 2
@@ -88,7 +94,8 @@ extendedKeyUsage = clientAuth
 subjectAltName = ${sans}
 EXT
 openssl req -new -newkey ec -pkeyopt ec_paramgen_curve:prime256v1 -nodes \
-	-keyout "${tmp}/agent.key" -subj "/CN=system:node:${node}" -out "${tmp}/agent.csr" 2>/dev/null
+	-keyout "${tmp}/agent.key" -subj "/CN=system:node:${node}" -out "${tmp}/agent.csr" 2>"${tmp}/req.err" ||
+	{ echo "issue-agent-cert.sh: openssl req failed:" >&2; cat "${tmp}/req.err" >&2; exit 1; }
 openssl x509 -req -in "${tmp}/agent.csr" -CA "${ca_cert}" -CAkey "${ca_key}" \
 	-set_serial "0x$(openssl rand -hex 16)" -days "${days}" -sha256 \
 	-extfile "${tmp}/ext.cnf" -extensions agent -out "${tmp}/agent.crt"

@@ -173,6 +173,16 @@ func TestPerNodeCertificates(t *testing.T) {
 			t.Errorf("issue-agent-cert.sh %q: issued, want refused", bad)
 		}
 	}
+	// A name too long for the CN (system:node:<name>, at most 64
+	// characters) is refused saying so; before, openssl's error was
+	// discarded and the script failed silently. 52 characters fit.
+	long := strings.Repeat("n", 53)
+	if _, _, err := issueFor(long, "127.0.0.1"); err == nil || !strings.Contains(err.Error(), "at most 52") {
+		t.Errorf("issue-agent-cert.sh with a 53-character name: %v, want refused naming the limit", err)
+	}
+	if _, _, err := issueFor(long[:52], "127.0.0.1"); err != nil {
+		t.Errorf("issue-agent-cert.sh with a 52-character name: %v", err)
+	}
 	certA, keyA, err := issueFor("node-a", "127.0.0.1", "Node-A.Example")
 	if err != nil {
 		t.Fatal(err)
