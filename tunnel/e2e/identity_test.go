@@ -457,3 +457,37 @@ func TestFrontendRefusesNodeCertificates(t *testing.T) {
 		ps.stop()
 	}
 }
+
+// TestUnclaimedCertificateSANsStayTheNodes: an agent whose node
+// certificate lists the node's address but that does not announce it (a
+// stock agent, or --identifiers-from-cert=false with the shipped
+// --agent-identifiers=default-route=true) still receives that node's
+// connections alone: the server takes a bound node's certificate SANs as
+// that node's destinations whether claimed or not. Before, destHost never
+// matched and the default strategy gave node-b's agent a share of them.
+func TestUnclaimedCertificateSANsStayTheNodes(t *testing.T) {
+	p := newPKI(t)
+	ps := startServer(t, p, serverOpts{cfg: server.Config{IdentityBinding: server.BindRequired,
+		Strategies: []server.Strategy{server.StrategyDestHost, server.StrategyDefault}}})
+	hs := httpBackend(t) // node-a's kubelet at 127.0.0.1
+	agents := map[string]*proxyAgent{}
+	for _, n := range []struct{ name, ip string }{{"node-a", "127.0.0.1"}, {"node-b", "127.0.0.2"}} {
+		agents[n.name] = startAgent(t, p, ps.agentAddr, func(c *agent.Config) {
+			c.Creds = agentCreds(t, p, issue(t, p, "system:node:"+n.name, n.name, n.ip))
+			c.AgentID, c.Identifiers = n.name, "default-route=true"
+		})
+	}
+	eventually(t, "both agents", func() bool { return ps.srv.Backends() == 2 })
+	for range 20 {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		c, err := grpcDial(ctx, t, p, ps.frontAddr, hs.Listener.Addr().String())
+		cancel()
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { c.Close() })
+	}
+	if a, b := agents["node-a"].a.Active(), agents["node-b"].a.Active(); a != 20 || b != 0 {
+		t.Errorf("20 connections to node-a's address: node-a's agent carries %d, node-b's %d; want all on node-a's", a, b)
+	}
+}

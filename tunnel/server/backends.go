@@ -49,7 +49,10 @@ type backend struct {
 	// node is the node the agent's credentials bind it to, "" if none.
 	node   string
 	idents proto.Identifiers
-	sess   *mux.Session
+	// vouched are the names and addresses its node's certificate lists
+	// (its SANs), claimed or not: that node's too.
+	vouched proto.Identifiers
+	sess    *mux.Session
 }
 
 // backends are the connected agents, and what this server has learnt
@@ -78,11 +81,13 @@ func (bs *backends) add(b *backend) {
 	bs.mu.Lock()
 	if b.node != "" {
 		bs.hostOwners[strings.ToLower(b.node)] = b.node
-		for _, h := range b.idents.Hosts {
-			bs.hostOwners[h] = b.node
-		}
-		for _, a := range b.idents.Addrs {
-			bs.addrOwners[a] = b.node
+		for _, id := range []proto.Identifiers{b.idents, b.vouched} {
+			for _, h := range id.Hosts {
+				bs.hostOwners[h] = b.node
+			}
+			for _, a := range id.Addrs {
+				bs.addrOwners[a] = b.node
+			}
 		}
 	}
 	bs.list = append(bs.list, b)
@@ -109,35 +114,38 @@ func (bs *backends) count() int {
 }
 
 // nodeDestination says whether host is a node's own name or address (one
-// a bound agent has claimed, or in Config.NodeCIDRs), and why, for errors.
-func (bs *backends) nodeDestination(host string) (why string, ok bool) {
+// a bound agent has claimed or its certificate lists, or in
+// Config.NodeCIDRs), and why, for errors; owner is the node, where known.
+func (bs *backends) nodeDestination(host string) (owner, why string, ok bool) {
 	if a, err := netip.ParseAddr(host); err == nil {
 		// A zone does not make it another host: judged without it (and
 		// then no claim matches it, so it is refused).
 		a = a.WithZone("").Unmap()
 		if node, ok := bs.addrOwners[a]; ok {
-			return fmt.Sprintf("%s is node %q's address", host, node), true
+			return node, fmt.Sprintf("%s is node %q's address", host, node), true
 		}
 		for _, p := range bs.nodeCIDRs {
 			if p.Contains(a) {
-				return fmt.Sprintf("%s is in --node-address-cidrs %s", host, p), true
+				return "", fmt.Sprintf("%s is in --node-address-cidrs %s", host, p), true
 			}
 		}
-		return "", false
+		return "", "", false
 	}
 	if node, ok := bs.hostOwners[strings.ToLower(strings.TrimSuffix(host, "."))]; ok {
-		return fmt.Sprintf("%s is node %q's name", host, node), true
+		return node, fmt.Sprintf("%s is node %q's name", host, node), true
 	}
-	return "", false
+	return "", "", false
 }
 
 // pick applies the strategies in order; within one strategy a non-draining
 // agent is preferred and ties are broken at random. A node's own
 // destination (nodeDestination) is different: it goes only to an agent
-// that claims it (as destHost picks), whatever the strategies, and when
-// none is connected the dial is refused instead of falling back to the
-// default or defaultRoute strategy, whose pick would be any node's agent:
-// one node's root must not receive another node's kubelet connections.
+// that claims it (as destHost picks) or is bound to its node (an agent
+// that does not announce its certificate's SANs: a stock one), whatever
+// the strategies, and when none is connected the dial is refused instead
+// of falling back to the default or defaultRoute strategy, whose pick
+// would be any node's agent: one node's root must not receive another
+// node's kubelet connections.
 func (bs *backends) pick(strategies []Strategy, address string) (*backend, error) {
 	host, _, err := net.SplitHostPort(address)
 	if err != nil {
@@ -145,20 +153,21 @@ func (bs *backends) pick(strategies []Strategy, address string) (*backend, error
 	}
 	bs.mu.Lock()
 	defer bs.mu.Unlock()
-	if why, ok := bs.nodeDestination(host); ok {
-		strategies = []Strategy{StrategyDestHost}
-		if b := bs.pickLocked(strategies, host); b != nil {
+	if owner, why, ok := bs.nodeDestination(host); ok {
+		if b := bs.pickLocked([]Strategy{StrategyDestHost}, host, owner); b != nil {
 			return b, nil
 		}
 		return nil, fmt.Errorf("%w for %s: %s, and no connected agent claims it; a node's destinations go only to that node's agent, never to another's", errNoAgent, address, why)
 	}
-	if b := bs.pickLocked(strategies, host); b != nil {
+	if b := bs.pickLocked(strategies, host, ""); b != nil {
 		return b, nil
 	}
 	return nil, errNoAgent
 }
 
-func (bs *backends) pickLocked(strategies []Strategy, host string) *backend {
+// pickLocked is pick's choice by strategies; destHost also picks the agents
+// bound to owner, if set.
+func (bs *backends) pickLocked(strategies []Strategy, host, owner string) *backend {
 	for _, st := range strategies {
 		var ready, draining []*backend
 		for _, b := range bs.list {
@@ -167,7 +176,7 @@ func (bs *backends) pickLocked(strategies []Strategy, host string) *backend {
 			case StrategyDefault:
 				ok = true
 			case StrategyDestHost:
-				ok = b.idents.MatchesHost(host)
+				ok = b.idents.MatchesHost(host) || (owner != "" && b.node == owner)
 			case StrategyDefaultRoute:
 				ok = b.idents.DefaultRoute
 			}

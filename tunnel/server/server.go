@@ -205,6 +205,9 @@ func (s *Server) Connect(st proto.AgentService_ConnectServer) error {
 		return fmt.Errorf("agent %s: send header: %w", agentID, err)
 	}
 	b := &backend{id: agentID, node: bound, idents: idents}
+	if bound != "" && cert.node == bound {
+		b.vouched = proto.Identifiers{Hosts: cert.hosts, Addrs: cert.addrs}
+	}
 	b.sess = mux.New(st, mux.Config{
 		LocalOrigin: proto.OriginControlPlane,
 		Credit:      feat.Credit,
