@@ -30,9 +30,8 @@ import (
 // (hash). The changes also include an egress rule with a named port to
 // all destinations, updated, deleted and re-created while a DNS rule of
 // the node's namespace keeps its peer set alive and the pods declaring
-// the name come and go: the incremental compiler's stale Match of review
-// 8 F1, which a compilation of the objects does not have. Review 8 wrote
-// the first version of this test.
+// the name come and go: the incremental compiler once kept a stale
+// Match there, which a compilation of the objects does not have.
 func TestAgentEqualsAPIObjects(t *testing.T) {
 	t.Run("named port, policy re-created", agentNamedEgressRecreated)
 	seeds := []uint64{1, 2, 3}

@@ -185,7 +185,7 @@ func TestFewLeaseCandidates(t *testing.T) {
 }
 
 // TestNewLeaderDoesNotResendEvents: a NetworkPolicy problem reported by
-// one leader is not reported again by the next (review 10, F16): the new
+// one leader is not reported again by the next: the new
 // leader finds the Event its predecessor sent.
 func TestNewLeaderDoesNotResendEvents(t *testing.T) {
 	if testing.Short() {

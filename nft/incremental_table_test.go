@@ -24,7 +24,7 @@ import (
 // unchanged inputs), through random event sequences, and compare what it
 // programs after every batch with a from-scratch policy.Compile of the
 // same snapshot programmed into a fresh table. The events are those the
-// compiler's own random tests lacked when review 8 found F1 (a dropped
+// compiler's own random tests lacked when this test found a bug (a dropped
 // egress rule with named ports left its Match in a shared peer set, and
 // the same policy updated or re-created took it stale): policies touched
 // with the same spec or re-created after pod changes, pods' ports changed,
@@ -557,7 +557,7 @@ func (s *eventCluster) batch(n int) string {
 // Programs is the table a fresh Syncer programs from a full compile of
 // the same snapshot, for a node-scoped compiler (as moat-agent runs it)
 // and a cluster-wide one; and the two Programs' verdicts agree every
-// tenth batch. Review 8 found F1 with this comparison (the cluster-wide
+// tenth batch. That comparison found the bug above (the cluster-wide
 // run of seed 21 fails without its fix). -rounds scales it: rounds/4
 // seeds of 60 batches each.
 func TestIncrementalTableEqualsFull(t *testing.T) {

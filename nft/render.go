@@ -202,7 +202,7 @@ var podLinkRules = []string{
 // networks are written to stop: dispatch finds no egress chain for an
 // fe80:: address, so a pod whose egress is denied would reach every
 // service of its node listening on :: through the node's link-local
-// address on its link (review 12, finding 1). Of it only link
+// address on its link. Of it only link
 // infrastructure passes: neighbour discovery and router solicitations
 // (baseRules, before these) and multicast listener queries and reports
 // (MLD, which conntrack leaves untracked); every other new connection,

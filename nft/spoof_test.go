@@ -125,7 +125,7 @@ spec:
 `
 
 // TestForgedSourcesAgreeWithEvaluator: the evaluator denies what the
-// anti-spoofing rules drop (review 7 F6: it allowed an unowned source in
+// anti-spoofing rules drop (it allowed an unowned source in
 // the pod CIDRs as "outside the pod network"), and allows what they let
 // through: pods' addresses, and the node's own address inside its CIDRs
 // (the output hook does not check it, with node-local traffic allowed or
@@ -191,8 +191,7 @@ spec:
 `
 
 // TestNodePeerLeavesOutPodAddresses: the rules' `nodes` set, like the
-// evaluator, leaves out a node address a pod-network pod claims (review 7
-// F11), so b/z reaches node n2's other address but not pod a/x.
+// evaluator, leaves out a node address a pod-network pod claims, so b/z reaches node n2's other address but not pod a/x.
 func TestNodePeerLeavesOutPodAddresses(t *testing.T) {
 	prog := compileYAML(t, nodeClaimCluster)
 	rs := Build(prog, "n1")
@@ -204,7 +203,7 @@ func TestNodePeerLeavesOutPodAddresses(t *testing.T) {
 	checkAgainstEvaluator(t, prog, []netip.Addr{netip.MustParseAddr("192.168.1.2")}, []Packet{{Proto: policy.ProtoTCP, Port: 80}})
 }
 
-// TestUnknownDestinations (review 11 F2): the forward hook drops a new
+// TestUnknownDestinations: the forward hook drops a new
 // connection to an address in the node's pod CIDRs that no pod owns (a
 // pod whose address has not reached the agent yet), as the evaluator
 // denies it; the node's own connections (output hook) and connections to

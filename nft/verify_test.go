@@ -112,7 +112,7 @@ func TestKernelVerifyNoticesFlushedRuleset(t *testing.T) {
 }
 
 // TestKernelVerifyNoticesEdits: edits of the table that keep its drop
-// counters (review 12 F2: a chain flushed or deleted, an accept inserted,
+// counters (a chain flushed or deleted, an accept inserted,
 // the table flushed or made dormant) leave the node unpoliced; Verify
 // reports each as ErrTableEdited, and a replace repairs it. Each edit is
 // another writer's commit, as an operator's nft command is.

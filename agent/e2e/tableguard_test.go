@@ -31,7 +31,7 @@ spec:
 `
 
 // TestTableEditsAreRepaired: edits of table inet moat that keep its drop
-// counters (review 12 F2) open the node's denied flows; the agent's table
+// counters open the node's denied flows; the agent's table
 // check notices each and replaces the table, with --resync=0, so nothing
 // else would repair it, and reports it as a NodeTableEdited Event. A
 // second agent started for the node exits (F5).
@@ -67,7 +67,7 @@ func TestTableEditsAreRepaired(t *testing.T) {
 			c.waitReady("n1")
 		})
 	}
-	// A second agent for n1 (review 12 F5) exits at once: the first one
+	// A second agent for n1 exits at once: the first one
 	// holds the node's lock.
 	// A minute bounds the wait for its exit: one that runs instead
 	// (before the lock) is killed then, and the test fails.
@@ -128,7 +128,7 @@ func TestTableRestoredWhileNodeDeleted(t *testing.T) {
 }
 
 // TestDeniedConnectionsOfTheGapAreCut: a connection a policy denies,
-// opened while the node had no table (review 12 F3), is cut when the
+// opened while the node had no table, is cut when the
 // table is programmed again, without --cut-denied-established: after a
 // table the agent finds deleted, after one it finds edited, and at the
 // first sync of an agent that finds none (a rebooted node).

@@ -12,7 +12,7 @@ import (
 
 // The http-connect frontend offers only HTTP/1.1 in ALPN: CONNECT hands the
 // socket over, which HTTP/2 cannot, so a client offering h2 first still
-// gets a working tunnel (review 6 F6: it negotiated h2, the agent dialed,
+// gets a working tunnel (it negotiated h2, the agent dialed,
 // and the answer was 500 "cannot be hijacked").
 func TestHTTPConnectOffersOnlyHTTP1(t *testing.T) {
 	p := newPKI(t)

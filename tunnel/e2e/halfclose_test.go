@@ -48,7 +48,7 @@ func halfCloseExchange(t *testing.T, c net.Conn, cw interface{ CloseWrite() erro
 // a Moat server and a Moat agent, on both paths: kube-apiserver's CONNECT
 // (over mTLS, so its half-close is TLS close_notify) to a node backend, and
 // a node client through the KEP-2025 listener to a control-plane backend
-// (review 6 F3: both lost the answer).
+// (both lost the answer).
 func TestHalfClose(t *testing.T) {
 	p := newPKI(t)
 	be := answerAtEOF(t)

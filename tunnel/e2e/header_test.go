@@ -24,7 +24,7 @@ func (s stuckReview) Authenticate(ctx context.Context, _ string) (string, error)
 
 // A server whose response header does not come within the agent's connect
 // timeout (a review slower than it) makes the agent cancel that stream and
-// try again, never wait on it unbounded (review 6 F8: the agent's connect
+// try again, never wait on it unbounded (the agent's connect
 // loop stayed in st.Recv with no tunnel while the server routed dials to
 // the stream).
 func TestLateHeaderCancelsStream(t *testing.T) {

@@ -69,7 +69,7 @@ func issue(t *testing.T, p *pki, cn string, sans ...string) *testpki.Leaf {
 // client certificate names a node (CN system:node:<name>) must use that
 // name as its agentID and may claim only identifiers the certificate
 // vouches for, so one node's certificate cannot pull another node's
-// kube-apiserver connections (review 6 F4); a certificate shared by every
+// kube-apiserver connections; a certificate shared by every
 // node names none and is trusted as upstream; "required" refuses it, "off"
 // trusts every claim. Each case is a real TLS handshake with certificates
 // made here.
@@ -127,8 +127,8 @@ func TestIdentityBindingCertificates(t *testing.T) {
 	}
 }
 
-// TestIdentityBindingRouting is review 6's F4 repro with per-node
-// certificates: node-a's agent announces its address for the destHost
+// TestIdentityBindingRouting: with per-node
+// certificates, node-a's agent announces its address for the destHost
 // strategy; an agent holding node-b's certificate that claims node-a's
 // address (or every address) gets no tunnel, so every connection to node-a
 // goes through node-a's own agent.

@@ -19,7 +19,7 @@ import (
 // destination that never reads leaves no connection behind: the server's
 // handler, blocked waiting for credit, notices the stream's end, and the
 // agent gives up flushing to the silent destination after the close
-// linger (review 6 F2: both held the connection forever).
+// linger (both held the connection forever).
 func TestSilentDestinationReleasedWhenClientLeaves(t *testing.T) {
 	p := newPKI(t)
 	sreg := prometheus.NewRegistry()

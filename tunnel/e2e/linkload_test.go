@@ -18,7 +18,7 @@ import (
 // through the KEP-2025 listener, as a kubelet makes) takes while 8 bulk
 // downloads share the agent tunnel, on a link shaped to MOAT_TUNNEL_RATE
 // (tc tbf, default 5mbit) both ways between two network namespaces
-// (review 6 F10: every packet of the tunnel leaves in one order, so the new
+// (every packet of the tunnel leaves in one order, so the new
 // connection's DIAL_RSP, handshake and answer queue behind the downloads'
 // DATA). Rounds (MOAT_TUNNEL_ROUNDS, default 3) rotate this build and the
 // builds MOAT_TUNNEL_ALT names (comma-separated directories with

@@ -13,7 +13,7 @@ import (
 
 // Both ends of an agent tunnel bound the bytes their socket keeps unsent
 // in the kernel (TCP_NOTSENT_LOWAT), so that a new connection's packets do
-// not queue behind megabytes of another connection's DATA (review 6 F10).
+// not queue behind megabytes of another connection's DATA.
 // The daemons run in this process: their sockets are found among its file
 // descriptors by the agent port.
 func TestAgentHopLimitsUnsent(t *testing.T) {

@@ -14,7 +14,7 @@ import (
 // of an agent in one FIFO: without a bound the kernel's autotuned send
 // buffer fills with megabytes of bulk DATA, and every packet queued after
 // it (a new connection's DIAL_RSP, its TLS handshake, credit) waits for
-// all of that to cross the link (review 6 F10: 10 s at 5 Mbit/s). With it
+// all of that to cross the link (10 s at 5 Mbit/s). With it
 // the socket reports writable only below the mark, so gRPC's writer, and
 // behind it the connections' senders, wait in the process, where queued
 // control packets overtake DATA (mux flushes them before each DATA). Bytes

@@ -39,7 +39,7 @@ func waitForWaiters(l *sendLock, n int) {
 }
 
 // A small packet waits only for the packet being sent, not behind a chunk
-// of every busy connection (review 6 F10): with one bulk packet on the
+// of every busy connection: with one bulk packet on the
 // stream and seven more, of seven other connections, waiting, a small
 // DATA packet that arrived after them is the next one sent, and the bulk
 // packets follow in their order.

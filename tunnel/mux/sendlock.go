@@ -3,7 +3,7 @@ package mux
 import "sync"
 
 // sendLock serialises the writers of a session's stream, handing it over
-// to waiting small packets before waiting bulk ones (review 6 F10). Every
+// to waiting small packets before waiting bulk ones. Every
 // packet of an agent tunnel leaves in one order; with a plain mutex, which
 // hands over in arrival order once contended, a new connection's DIAL_RSP
 // or TLS handshake, or a keystroke, waited behind one chunk of every busy
