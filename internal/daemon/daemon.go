@@ -36,6 +36,9 @@ import (
 type Common struct {
 	Features featuregate.MutableVersionedFeatureGate
 	Logging  *logsapi.LoggingConfiguration
+	// GCPercent is the daemon's garbage-collection target when GOGC is
+	// not set (0: Go's default, 100); see applyGCPercent.
+	GCPercent int
 }
 
 // NewCommon returns the common options at their defaults.
@@ -73,8 +76,9 @@ type Options interface {
 // NewCommand returns the cobra command of a daemon: no arguments, usage
 // not printed on run errors (main prints the error once), --help in
 // sections wrapped to the terminal. When it runs it validates o, applies
-// the logging flags, sets the Go memory limit from the cgroup's unless
-// GOMEMLIMIT is set, and calls run until it returns. run's signals
+// the logging flags, sets the daemon's garbage-collection target
+// (Common.GCPercent) unless GOGC is set and the Go memory limit from the
+// cgroup's unless GOMEMLIMIT is set, and calls run until it returns. run's signals
 // receives SIGTERM and SIGINT (room for two, so a daemon that drains on
 // the first can exit at once on the second); StopOnSignal turns it into
 // a context for daemons that simply stop. run's ctx carries the klog
@@ -97,6 +101,9 @@ func NewCommand(use, short, long string, o Options, run func(ctx context.Context
 				return fmt.Errorf("logging flags: %w", err)
 			}
 			defer logs.FlushLogs()
+			if p := applyGCPercent(c.GCPercent); p > 0 {
+				klog.Background().V(2).Info("Go garbage-collection target set", "percent", p)
+			}
 			if soft, err := applyMemoryLimit(cgroupRoot, procCgroup); err != nil {
 				klog.Background().Error(err, "Go memory limit not set from the cgroup's")
 			} else if soft > 0 {

@@ -30,6 +30,22 @@ const (
 	procCgroup = "/proc/self/cgroup"
 )
 
+// applyGCPercent sets the runtime's garbage-collection target to percent
+// unless GOGC is set (the operator's choice wins) or percent is 0, and
+// returns what it set (0: nothing). A daemon whose heap is mostly
+// long-lived caches, as moat-agent's informers and compiled policy are,
+// needs less than Go's default room of 100% above its live heap for the
+// garbage of its events: at 50% moat-agent's resident memory at 30,000
+// pods falls from 150-161 to 122-126 MB, for 12-26% more CPU per event
+// it compiles (BENCHMARKS.md, Agent).
+func applyGCPercent(percent int) int {
+	if percent <= 0 || os.Getenv("GOGC") != "" {
+		return 0
+	}
+	debug.SetGCPercent(percent)
+	return percent
+}
+
 // applyMemoryLimit sets the soft memory limit from the cgroup's (see
 // memoryLimitShare) and returns what it set, 0 when it set nothing: when
 // GOMEMLIMIT is set, or there is no limit to read. root is the cgroup

@@ -75,3 +75,31 @@ func TestApplyMemoryLimit(t *testing.T) {
 		t.Errorf("with GOMEMLIMIT: set %d (%v), runtime limit %d; want nothing set", set, err, debug.SetMemoryLimit(-1))
 	}
 }
+
+// TestApplyGCPercent: a daemon's garbage-collection target applies unless
+// the operator set GOGC, and 0 leaves Go's default.
+func TestApplyGCPercent(t *testing.T) {
+	defer debug.SetGCPercent(debug.SetGCPercent(100))
+	for _, tc := range []struct {
+		name    string
+		gogc    string
+		percent int
+		want    int // what applyGCPercent reports
+		target  int // the runtime's target afterwards
+	}{
+		{"daemon's target", "", 50, 50, 50},
+		{"GOGC wins", "200", 50, 0, 100},
+		{"no target of its own", "", 0, 0, 100},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			debug.SetGCPercent(100)
+			t.Setenv("GOGC", tc.gogc)
+			if got := applyGCPercent(tc.percent); got != tc.want {
+				t.Errorf("applyGCPercent(%d) = %d, want %d", tc.percent, got, tc.want)
+			}
+			if got := debug.SetGCPercent(100); got != tc.target {
+				t.Errorf("GC target %d, want %d", got, tc.target)
+			}
+		})
+	}
+}

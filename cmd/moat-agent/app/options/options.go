@@ -72,6 +72,12 @@ type Options struct {
 // every agent on the node, in a pod or started by hand, sees one file.
 const DefaultLockFile = "/run/moat/agent.lock"
 
+// GCPercent is the agent's garbage-collection target unless GOGC is set:
+// its heap is mostly caches that live as long as it does, so it keeps
+// half its live heap as room for garbage instead of Go's default of all
+// of it (daemon.Common.GCPercent).
+const GCPercent = 50
+
 // New returns the options at their defaults (NODE_NAME and POD_NAMESPACE
 // from the environment).
 func New() (*Options, error) {
@@ -79,6 +85,7 @@ func New() (*Options, error) {
 	if err != nil {
 		return nil, err
 	}
+	c.GCPercent = GCPercent
 	return &Options{
 		NodeName:                os.Getenv("NODE_NAME"),
 		MetricsBindAddress:      ":9470",

@@ -102,3 +102,16 @@ func TestFlagsFillConfig(t *testing.T) {
 		t.Error("--feature-gates did not reach Config().Features")
 	}
 }
+
+// TestGCPercentDefault: the agent asks for its own garbage-collection
+// target (applied unless GOGC is set) below Go's default: its heap is
+// mostly long-lived caches (BENCHMARKS.md, Agent).
+func TestGCPercentDefault(t *testing.T) {
+	o, err := New()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if o.GCPercent != GCPercent || GCPercent <= 0 || GCPercent >= 100 {
+		t.Errorf("GCPercent %d (constant %d): want the agent's own target below Go's 100", o.GCPercent, GCPercent)
+	}
+}
