@@ -70,26 +70,7 @@ func (c NetlinkConntrack) Delete(ctx context.Context, deny func(Packet) bool) (i
 	if flows, err := c.list(0); err == nil {
 		families = deniedFamilies(flows, deny)
 	}
-	total := 0
-	var errs []error
-	for _, fam := range families {
-		if err := ctx.Err(); err != nil {
-			return total, err
-		}
-		f := flowFilter{deny: deny}
-		var n uint
-		var err error
-		if c.Handle != nil {
-			n, err = c.Handle.ConntrackDeleteFilters(netlink.ConntrackTable, fam, f)
-		} else {
-			n, err = netlink.ConntrackDeleteFilters(netlink.ConntrackTable, fam, f)
-		}
-		total += int(n)
-		if err != nil {
-			errs = append(errs, fmt.Errorf("conntrack family %d: %w", fam, err))
-		}
-	}
-	return total, errors.Join(errs...)
+	return c.deleteMatching(ctx, families, flowFilter{deny: deny})
 }
 
 // DeleteAddrs implements Conntrack, dumping only the families of addrs.
@@ -117,6 +98,14 @@ func (c NetlinkConntrack) DeleteAddrs(ctx context.Context, addrs []netip.Addr) (
 			families = append(families, fam)
 		}
 	}
+	return c.deleteMatching(ctx, families, f)
+}
+
+// deleteMatching deletes the entries of each family that f matches, in
+// the namespace of c.Handle (the caller's when nil), and counts them. A
+// family that fails does not stop the others; ctx is checked between
+// families.
+func (c NetlinkConntrack) deleteMatching(ctx context.Context, families []netlink.InetFamily, f netlink.CustomConntrackFilter) (int, error) {
 	total := 0
 	var errs []error
 	for _, fam := range families {
