@@ -296,8 +296,8 @@ func (s *scaleResult) add(r scaleResult) {
 }
 
 func runScaleIteration(ctx context.Context, b *testing.B, env *kubetest.Env, proxy *countingProxy, bin, kubeconfig, netns, node string, target *corev1.Pod, others []*corev1.Pod) scaleResult {
-	health := fmt.Sprintf("127.0.0.1:%d", freePort(b))
-	metricsURL := fmt.Sprintf("http://127.0.0.1:%d/metrics", freePort(b))
+	health := fmt.Sprintf("127.0.0.1:%d", testenv.FreePort(b))
+	metricsURL := fmt.Sprintf("http://127.0.0.1:%d/metrics", testenv.FreePort(b))
 	logPath := filepath.Join(b.TempDir(), "agent.log")
 	logf, err := os.Create(logPath)
 	if err != nil {

@@ -6,7 +6,6 @@ package e2e
 import (
 	"context"
 	"fmt"
-	"net"
 	"net/http"
 	"net/netip"
 	"os"
@@ -157,16 +156,6 @@ type agentProc struct {
 	done   chan error
 }
 
-func freePort(t testing.TB) int {
-	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port
-}
-
 // startAgent runs moat-agent for a node, programming the node's namespace.
 func (c *cluster) startAgent(node string, extra ...string) *agentProc {
 	t := c.t
@@ -175,7 +164,7 @@ func (c *cluster) startAgent(node string, extra ...string) *agentProc {
 	if err != nil {
 		t.Fatal(err)
 	}
-	p := &agentProc{node: node, health: fmt.Sprintf("127.0.0.1:%d", freePort(t)), done: make(chan error, 1)}
+	p := &agentProc{node: node, health: fmt.Sprintf("127.0.0.1:%d", testenv.FreePort(t)), done: make(chan error, 1)}
 	p.log = filepath.Join(t.TempDir(), "moat-agent-"+node+".log")
 	logf, err := os.Create(p.log)
 	if err != nil {
