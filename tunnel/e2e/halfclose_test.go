@@ -11,6 +11,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/moat-net/moat/cmd/moat-proxy-server/app/options"
+	"github.com/moat-net/moat/internal/testenv"
 	"github.com/moat-net/moat/tunnel/agent"
 	"github.com/moat-net/moat/tunnel/dest"
 	"github.com/moat-net/moat/tunnel/server"
@@ -58,7 +59,7 @@ func TestHalfClose(t *testing.T) {
 	}
 	sreg := prometheus.NewRegistry()
 	ps := startServer(t, p, serverOpts{mode: options.ModeHTTPConnect, cfg: server.Config{NodeToControlPlane: true, Allowed: allowed, Registry: sreg}})
-	port := freePort(t)
+	port := testenv.FreePort(t)
 	tg, err := dest.ParseTarget(fmt.Sprintf("%d:%s", port, be.Addr().String()))
 	if err != nil {
 		t.Fatal(err)

@@ -28,21 +28,13 @@ import (
 	"sigs.k8s.io/apiserver-network-proxy/konnectivity-client/proto/client"
 
 	"github.com/moat-net/moat/cmd/moat-proxy-server/app/options"
+	"github.com/moat-net/moat/internal/testenv"
 	"github.com/moat-net/moat/tunnel/agent"
 	"github.com/moat-net/moat/tunnel/auth"
 	"github.com/moat-net/moat/tunnel/dest"
 	"github.com/moat-net/moat/tunnel/proto"
 	"github.com/moat-net/moat/tunnel/server"
 )
-
-func freePort(t testing.TB) int {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ln.Close()
-	return ln.Addr().(*net.TCPAddr).Port
-}
 
 func metricValue(t testing.TB, g prometheus.Gatherer, name string, labels map[string]string) float64 {
 	t.Helper()
@@ -89,7 +81,7 @@ func TestBothDirectionsOneStream(t *testing.T) {
 		t.Fatal(err)
 	}
 	ps := startServer(t, p, serverOpts{cfg: server.Config{NodeToControlPlane: true, Allowed: allowed}})
-	port := freePort(t)
+	port := testenv.FreePort(t)
 	tg, _ := dest.ParseTarget(fmt.Sprintf("%d:%s", port, be.Addr().String()))
 	startAgent(t, p, ps.agentAddr, func(c *agent.Config) {
 		c.NodeToControlPlane = true
@@ -167,7 +159,7 @@ func TestStockServerTimeout(t *testing.T) {
 	ln, _ := net.Listen("tcp", "127.0.0.1:0")
 	go g.Serve(ln)
 	defer g.Stop()
-	port := freePort(t)
+	port := testenv.FreePort(t)
 	tg, _ := dest.ParseTarget(fmt.Sprintf("%d:localhost:6443", port))
 	pa := startAgent(t, p, ln.Addr().String(), func(c *agent.Config) {
 		c.NodeToControlPlane = true

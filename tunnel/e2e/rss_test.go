@@ -15,6 +15,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/moat-net/moat/internal/testenv"
 )
 
 // rssKB reads VmRSS of pid from /proc.
@@ -52,7 +54,7 @@ func idleRSS(b *testing.B, mode string) {
 	dir := buildBinariesB(b)
 	p := newPKI(b)
 	uds := filepath.Join(b.TempDir(), "s.sock")
-	agentPort, healthPort := freePort(b), freePort(b)
+	agentPort, healthPort := testenv.FreePort(b), testenv.FreePort(b)
 	start := func(name string, args ...string) *exec.Cmd {
 		c := exec.Command(filepath.Join(dir, name), args...)
 		c.Stderr = os.Stderr

@@ -17,6 +17,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/moat-net/moat/internal/testenv"
 )
 
 // tunnelImpl is a pair of server and agent binaries that take upstream's
@@ -51,7 +53,7 @@ func sameRunImpls(b *testing.B) []tunnelImpl {
 // the two processes' IDs and their /metrics addresses (admin ports).
 func startProcStack(b *testing.B, p *pki, im tunnelImpl, mode, backend string) (string, []int, []string) {
 	uds := filepath.Join(b.TempDir(), "s.sock")
-	agentPort := freePort(b)
+	agentPort := testenv.FreePort(b)
 	var pids []int
 	start := func(bin string, args ...string) {
 		c := exec.Command(bin, args...)
@@ -66,7 +68,7 @@ func startProcStack(b *testing.B, p *pki, im tunnelImpl, mode, backend string) (
 		pids = append(pids, c.Process.Pid)
 		b.Cleanup(func() { c.Process.Kill(); c.Wait() })
 	}
-	port := func() string { return strconv.Itoa(freePort(b)) }
+	port := func() string { return strconv.Itoa(testenv.FreePort(b)) }
 	serverAdmin, agentAdmin := port(), port()
 	start(im.server, "--mode="+mode, "--uds-name="+uds, "--delete-existing-uds-file", "--server-port=0",
 		"--agent-bind-address=127.0.0.1", "--agent-port="+strconv.Itoa(agentPort),

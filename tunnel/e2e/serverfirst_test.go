@@ -15,6 +15,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/moat-net/moat/cmd/moat-proxy-server/app/options"
+	"github.com/moat-net/moat/internal/testenv"
 	"github.com/moat-net/moat/tunnel/agent"
 	"github.com/moat-net/moat/tunnel/dest"
 	"github.com/moat-net/moat/tunnel/server"
@@ -113,7 +114,7 @@ func TestServerFirst(t *testing.T) {
 	t.Run("kep2025", func(t *testing.T) {
 		srvReg, agReg := prometheus.NewRegistry(), prometheus.NewRegistry()
 		ps := startServer(t, p, serverOpts{cfg: server.Config{Registry: srvReg, NodeToControlPlane: true, Allowed: allowed}})
-		port := freePort(t)
+		port := testenv.FreePort(t)
 		tg, _ := dest.ParseTarget(fmt.Sprintf("%d:%s", port, banner.Addr().String()))
 		startAgent(t, p, ps.agentAddr, func(c *agent.Config) {
 			c.Registry = agReg
