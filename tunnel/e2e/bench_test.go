@@ -14,11 +14,11 @@ import (
 	"slices"
 	"strings"
 	"sync"
-	"syscall"
 	"testing"
 	"time"
 
 	"github.com/moat-net/moat/cmd/moat-proxy-server/app/options"
+	"github.com/moat-net/moat/internal/cputime"
 	"github.com/moat-net/moat/tunnel/tlsconfig"
 )
 
@@ -249,7 +249,7 @@ func BenchmarkConnect(b *testing.B) {
 		b.Run(mode, func(b *testing.B) {
 			st := newBenchStack(b, mode)
 			one := make([]byte, 1)
-			start, c0 := time.Now(), cpuTime()
+			start, c0 := time.Now(), cputime.Process()
 			b.ResetTimer()
 			for range b.N {
 				c, err := st.dial(context.Background())
@@ -264,7 +264,7 @@ func BenchmarkConnect(b *testing.B) {
 				c.Close()
 			}
 			b.ReportMetric(float64(b.N)/time.Since(start).Seconds(), "conns/s")
-			b.ReportMetric(float64((cpuTime()-c0).Microseconds())/float64(b.N), "cpu-µs/conn")
+			b.ReportMetric(float64((cputime.Process()-c0).Microseconds())/float64(b.N), "cpu-µs/conn")
 		})
 	}
 }
@@ -413,13 +413,13 @@ func BenchmarkCeiling(b *testing.B) {
 			if err != nil {
 				b.Fatal(err)
 			}
-			t0, c0 := time.Now(), cpuTime()
+			t0, c0 := time.Now(), cputime.Process()
 			c.Write(header('Z', size, 0))
 			if _, err := io.CopyN(io.Discard, c, size); err != nil {
 				b.Fatal(err)
 			}
 			took[m] += time.Since(t0)
-			cpu[m] += cpuTime() - c0
+			cpu[m] += cputime.Process() - c0
 			c.Close()
 		}
 	}
@@ -433,11 +433,4 @@ func BenchmarkCeiling(b *testing.B) {
 	}
 	b.ReportMetric(rate("http-connect-uds")/rate("relay-tls"), "http-connect-uds/ceiling")
 	b.ReportMetric(rate("grpc-uds")/rate("relay-tls"), "grpc-uds/ceiling")
-}
-
-// cpuTime is the user and system CPU time this process has used.
-func cpuTime() time.Duration {
-	var ru syscall.Rusage
-	syscall.Getrusage(syscall.RUSAGE_SELF, &ru)
-	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
 }
