@@ -342,7 +342,7 @@ func TestUnknownFieldAndLeaderFailover(t *testing.T) {
 		t.Skip("starts a real kube-apiserver; runs without -short")
 	}
 	ctx := context.Background()
-	env, clients := startAPIServerWith(ctx, t, fixture.CRDWithExtraPeerField(t))
+	env, clients := startAPIServerWith(ctx, t, kubetest.CRDWithNewerFields(t))
 	fixture.CreateNamespace(ctx, t, env, fixture.Namespace("a", nil))
 	fixture.CreateNode(ctx, t, env, fixture.Node("n1", nil, "192.168.1.1"))
 	fixture.CreateNode(ctx, t, env, fixture.Node("n2", nil, "192.168.1.2"))

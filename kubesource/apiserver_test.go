@@ -6,10 +6,6 @@ import (
 	"strings"
 	"testing"
 
-	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
-	"sigs.k8s.io/yaml"
-
-	"github.com/moat-net/moat/deploy"
 	"github.com/moat-net/moat/internal/kubetest"
 	"github.com/moat-net/moat/kubesource"
 	"github.com/moat-net/moat/kubesource/kubesourcetest"
@@ -28,7 +24,7 @@ func TestAgainstAPIServer(t *testing.T) {
 		t.Skip("starts a real kube-apiserver; runs without -short")
 	}
 	ctx := context.Background()
-	env := kubetest.Start(ctx, t, kubetest.WithCRDs(crdWithNewerFields(t)))
+	env := kubetest.Start(ctx, t, kubetest.WithCRDs(kubetest.CRDWithNewerFields(t)))
 	const dir = "../examples/quickstart"
 	if err := kubesourcetest.ApplyFiles(ctx, env, dir+"/cluster.yaml", dir+"/policy.yaml"); err != nil {
 		t.Fatal(err)
@@ -121,52 +117,6 @@ func cnpErrors(res *manifest.Result, names ...string) string {
 		}
 	}
 	return strings.Join(lines, "\n")
-}
-
-// crdWithNewerFields is the experimental CRD with two fields a newer API
-// might add, which Moat's types lack: ingress peers' serviceAccounts and
-// protocols' icmp.
-func crdWithNewerFields(t *testing.T) []byte {
-	t.Helper()
-	data, err := deploy.CRDs(deploy.Experimental)
-	if err != nil {
-		t.Fatal(err)
-	}
-	objs, err := kubetest.DecodeYAML(data)
-	if err != nil || len(objs) != 1 {
-		t.Fatalf("experimental CRDs: %d objects, %v", len(objs), err)
-	}
-	crd := objs[0]
-	versions, _, _ := unstructured.NestedSlice(crd.Object, "spec", "versions")
-	for i, v := range versions {
-		vm := v.(map[string]any)
-		ingress := []string{"schema", "openAPIV3Schema", "properties", "spec", "properties", "ingress", "items", "properties"}
-		for _, add := range []struct {
-			path  []string
-			field string
-		}{
-			{append(append([]string(nil), ingress...), "from", "items", "properties"), "serviceAccounts"},
-			{append(append([]string(nil), ingress...), "protocols", "items", "properties"), "icmp"},
-		} {
-			props, found, err := unstructured.NestedMap(vm, add.path...)
-			if err != nil || !found {
-				t.Fatalf("CRD has no properties at %v: %v", add.path, err)
-			}
-			props[add.field] = map[string]any{"type": "object", "x-kubernetes-preserve-unknown-fields": true}
-			if err := unstructured.SetNestedMap(vm, props, add.path...); err != nil {
-				t.Fatal(err)
-			}
-		}
-		versions[i] = vm
-	}
-	if err := unstructured.SetNestedSlice(crd.Object, versions, "spec", "versions"); err != nil {
-		t.Fatal(err)
-	}
-	out, err := yaml.Marshal(crd.Object)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return out
 }
 
 // A real API server without the ClusterNetworkPolicy CRD answers its list

@@ -53,7 +53,7 @@ func TestAgentsEnforceWithRealPackets(t *testing.T) {
 	agentBinary(t)
 	// The CRD with one peer field more than the agent knows (a newer API),
 	// installed before any agent watches.
-	env := kubetest.Start(ctx, t, kubetest.WithCRDs(fixture.CRDWithExtraPeerField(t)))
+	env := kubetest.Start(ctx, t, kubetest.WithCRDs(kubetest.CRDWithNewerFields(t)))
 	c := newCluster(ctx, t, env, testNamespaces, testNodes, testPods)
 	c.startAgent("n1")
 	c.startAgent("n2")

@@ -24,7 +24,7 @@ func TestUnknownPodFailsClosedWithoutPodCIDRs(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 8*time.Minute)
 	defer cancel()
 	agentBinary(t)
-	env := kubetest.Start(ctx, t, kubetest.WithCRDs(fixture.CRDWithExtraPeerField(t)))
+	env := kubetest.Start(ctx, t, kubetest.WithCRDs(kubetest.CRDWithNewerFields(t)))
 	c := newCluster(ctx, t, env, testNamespaces, testNodes, testPods)
 	zero := int64(0)
 	if err := env.Client.CoreV1().Pods("a").Delete(ctx, "w", metav1.DeleteOptions{GracePeriodSeconds: &zero}); err != nil {
