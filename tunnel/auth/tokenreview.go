@@ -4,11 +4,16 @@
 // own time limit, and successful reviews are cached briefly
 // (internal/tokenreview, kube-apiserver's own token cache), so
 // reconnecting agents do not each cost the API server a review and a slow
-// reviewer cannot hold an unauthenticated agent stream open.
+// reviewer cannot hold an unauthenticated agent stream open. Refused
+// tokens are remembered briefly too, by their hash: in token-only mode
+// anyone who reaches the agent port can present a token, and a peer
+// reconnecting with a refused one (a flood, or a fleet of misconfigured
+// agents) would otherwise cost a review per stream.
 package auth
 
 import (
 	"context"
+	"crypto/sha256"
 	"errors"
 	"fmt"
 	"net/netip"
@@ -20,6 +25,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/cache"
 	"k8s.io/client-go/kubernetes"
 )
 
@@ -29,9 +35,15 @@ const (
 	// another connecting agent with the same token started.
 	DefaultTimeout = tokenreview.DefaultTimeout
 	// DefaultCacheTTL is how long an accepted token stays accepted without
-	// a new review: kube-apiserver's token cache default for successes
-	// (failures and errors are never cached, as there).
+	// a new review: kube-apiserver's token cache default for successes.
 	DefaultCacheTTL = 10 * time.Second
+	// DefaultFailureTTL is how long a refused token stays refused without
+	// a new review (errors that got no answer are never remembered).
+	DefaultFailureTTL = 10 * time.Second
+	// maxRefused bounds the refused tokens remembered (least recently
+	// used go first): a flood of distinct tokens cannot grow the memory,
+	// and each of them costs a review anyway.
+	maxRefused = 4096
 )
 
 // Config configures a TokenReview authenticator.
@@ -46,8 +58,12 @@ type Config struct {
 	// CacheTTL is how long a success is cached (default DefaultCacheTTL;
 	// negative disables the cache).
 	CacheTTL time.Duration
-	// Registry receives moat_tunnel_token_reviews_total; nil registers
-	// nowhere.
+	// FailureTTL is how long a refused token is refused again without a
+	// review, with the same reason (default DefaultFailureTTL; negative:
+	// never).
+	FailureTTL time.Duration
+	// Registry receives moat_tunnel_token_reviews_total and
+	// moat_tunnel_token_refusals_remembered_total; nil registers nowhere.
 	Registry prometheus.Registerer
 }
 
@@ -55,6 +71,12 @@ type Config struct {
 // service account (and, if Audience is set, for that audience).
 type TokenReview struct {
 	reviews *tokenreview.Authenticator
+	// refused maps the SHA-256 of a refused token to the refusal (an
+	// error), for failureTTL; nil when failureTTL is negative. Keyed by
+	// hash so that the server holds no tokens it did not accept.
+	refused    *cache.LRUExpireCache
+	failureTTL time.Duration
+	remembered prometheus.Counter
 }
 
 // New returns an authenticator for cfg.
@@ -62,21 +84,32 @@ func New(cfg Config) *TokenReview {
 	if cfg.CacheTTL == 0 {
 		cfg.CacheTTL = DefaultCacheTTL
 	}
+	if cfg.FailureTTL == 0 {
+		cfg.FailureTTL = DefaultFailureTTL
+	}
 	results := prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "moat_tunnel_token_reviews_total",
-		Help: "TokenReviews of agent tokens sent to the API server, by result: accepted, rejected, error, timeout. An accepted token is not reviewed again for the cache TTL.",
+		Help: "TokenReviews of agent tokens sent to the API server, by result: accepted, rejected, error, timeout. An accepted token is not reviewed again for the cache TTL, a rejected one for the failure TTL.",
 	}, []string{"result"})
+	remembered := prometheus.NewCounter(prometheus.CounterOpts{
+		Name: "moat_tunnel_token_refusals_remembered_total",
+		Help: "Agent tokens refused without a TokenReview because the same token was refused within the failure TTL.",
+	})
 	if cfg.Registry != nil {
-		cfg.Registry.MustRegister(results)
+		cfg.Registry.MustRegister(results, remembered)
 	}
-	return &TokenReview{reviews: tokenreview.New(tokenreview.Config{
+	a := &TokenReview{reviews: tokenreview.New(tokenreview.Config{
 		Client:     cfg.Client,
 		Audience:   cfg.Audience,
 		Username:   "system:serviceaccount:" + cfg.Namespace + ":" + cfg.ServiceAccount,
 		Timeout:    cfg.Timeout,
 		SuccessTTL: cfg.CacheTTL, // negative: no cache
 		Results:    results,
-	})}
+	}), failureTTL: cfg.FailureTTL, remembered: remembered}
+	if cfg.FailureTTL > 0 {
+		a.refused = cache.NewLRUExpireCache(maxRefused)
+	}
+	return a
 }
 
 // NodeNameExtra is the TokenReview extra that names the node of a token
@@ -90,14 +123,23 @@ const NodeNameExtra = "authentication.kubernetes.io/node-name"
 // trust it cluster-wide. It returns within the configured timeout
 // whatever the API server does. An error that is not a refusal (no answer,
 // a failed request) is server.Unavailable, so a tunnel being re-checked
-// survives an API server outage.
+// survives an API server outage. A refusal is remembered for the failure
+// TTL: the same token is refused again, for the same reason, without a
+// review.
 func (a *TokenReview) Authenticate(ctx context.Context, token string) (node string, err error) {
+	key := sha256.Sum256([]byte(token))
+	if a.refused != nil {
+		if v, ok := a.refused.Get(key); ok {
+			a.remembered.Inc()
+			return "", v.(error)
+		}
+	}
 	u, err := a.reviews.Authenticate(ctx, token)
 	if err != nil {
 		if !errors.Is(err, tokenreview.ErrRejected) {
 			return "", unavailableError{err}
 		}
-		return "", err
+		return "", a.refuse(key, err)
 	}
 	switch v := u.GetExtra()[NodeNameExtra]; len(v) {
 	case 0:
@@ -105,8 +147,16 @@ func (a *TokenReview) Authenticate(ctx context.Context, token string) (node stri
 	case 1:
 		return v[0], nil
 	default:
-		return "", fmt.Errorf("token review: the token names %d nodes %q in %s, want at most one", len(v), v, NodeNameExtra)
+		return "", a.refuse(key, fmt.Errorf("token review: the token names %d nodes %q in %s, want at most one", len(v), v, NodeNameExtra))
 	}
+}
+
+// refuse remembers err as the answer for the token hashed to key.
+func (a *TokenReview) refuse(key [sha256.Size]byte, err error) error {
+	if a.refused != nil {
+		a.refused.Add(key, err, a.failureTTL)
+	}
+	return err
 }
 
 // unavailableError is an error that got no answer from the API server

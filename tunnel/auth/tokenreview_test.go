@@ -158,10 +158,11 @@ func TestTokenReviewTimeout(t *testing.T) {
 }
 
 // Accepted tokens are reviewed once per cache TTL, concurrent checks of one
-// token share a review, and rejected tokens are reviewed every time.
+// token share a review, and with FailureTTL negative rejected tokens are
+// reviewed every time.
 func TestTokenReviewCache(t *testing.T) {
 	var reviews atomic.Int64
-	a, _ := newReview(t, &reviews, Config{CacheTTL: 300 * time.Millisecond})
+	a, _ := newReview(t, &reviews, Config{CacheTTL: 300 * time.Millisecond, FailureTTL: -1})
 	for range 5 {
 		if _, err := a.Authenticate(context.Background(), "good"); err != nil {
 			t.Fatal(err)
@@ -190,7 +191,7 @@ func TestTokenReviewCache(t *testing.T) {
 		}
 	}
 	if n := reviews.Load(); n != 5 {
-		t.Fatalf("3 checks of a bad token: %d reviews in all, want 5 (failures are not cached)", n)
+		t.Fatalf("3 checks of a bad token: %d reviews in all, want 5 (failures are not cached here)", n)
 	}
 	eventually(t, func() bool {
 		before := reviews.Load()
@@ -199,6 +200,76 @@ func TestTokenReviewCache(t *testing.T) {
 		}
 		return reviews.Load() == before+1 // reviewed again once the TTL passed
 	})
+}
+
+// A refused token is refused again for the failure TTL without a review,
+// for the same reason: a peer of the agent port that reconnects with a bad
+// token (a flood, a fleet of misconfigured agents) cannot make each stream
+// cost the API server a review. A token answered with an error, not a
+// refusal, is reviewed again at once, and a refused token is reviewed
+// again once the TTL has passed.
+func TestTokenReviewRemembersRefusals(t *testing.T) {
+	var reviews atomic.Int64
+	a, reg := newReview(t, &reviews, Config{FailureTTL: time.Hour, Timeout: 300 * time.Millisecond})
+	var first error
+	for i := range 50 {
+		for _, tok := range []string{"bad", "other", "good-nodes"} {
+			_, err := a.Authenticate(context.Background(), tok)
+			if err == nil {
+				t.Fatalf("%s accepted", tok)
+			}
+			if tok == "bad" && i == 0 {
+				first = err
+			}
+			if tok == "bad" && err.Error() != first.Error() {
+				t.Fatalf("bad token refused again as %q, first as %q", err, first)
+			}
+		}
+	}
+	if n := reviews.Load(); n != 3 {
+		t.Fatalf("50 checks each of 3 refused tokens made %d reviews, want 3", n)
+	}
+	if got := remembered(t, reg); got != 147 {
+		t.Errorf("moat_tunnel_token_refusals_remembered_total = %v, want 147", got)
+	}
+	eventually(t, func() bool { // errors are not remembered
+		if _, err := a.Authenticate(context.Background(), "slow"); err == nil || !isUnavailable(err) {
+			t.Fatalf("slow reviewer: err %v, want unavailable", err)
+		}
+		return reviews.Load() >= 5
+	})
+
+	short, _ := newReview(t, &reviews, Config{FailureTTL: 100 * time.Millisecond})
+	before := reviews.Load()
+	if _, err := short.Authenticate(context.Background(), "bad"); err == nil {
+		t.Fatal("bad token accepted")
+	}
+	eventually(t, func() bool {
+		if _, err := short.Authenticate(context.Background(), "bad"); err == nil {
+			t.Fatal("bad token accepted")
+		}
+		return reviews.Load() > before+1 // reviewed again once the TTL passed
+	})
+}
+
+func isUnavailable(err error) bool {
+	var u interface{ Unavailable() bool }
+	return errors.As(err, &u) && u.Unavailable()
+}
+
+// remembered reads moat_tunnel_token_refusals_remembered_total.
+func remembered(t *testing.T, reg *prometheus.Registry) float64 {
+	t.Helper()
+	mfs, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, mf := range mfs {
+		if mf.GetName() == "moat_tunnel_token_refusals_remembered_total" {
+			return mf.GetMetric()[0].GetCounter().GetValue()
+		}
+	}
+	return 0
 }
 
 func eventually(t *testing.T, cond func() bool) {
