@@ -217,6 +217,33 @@ func TestTokenReviewRealAPIServer(t *testing.T) {
 			t.Errorf("%s: got %v, want PermissionDenied with %q", c.name, err, c.wantErr)
 		}
 	}
+
+	// Without --authentication-audience the review asks for no audience,
+	// and kube-apiserver answers for its own: a token for this server's
+	// audience (the DaemonSet's) is refused, and the agent needs a token
+	// valid for kube-apiserver itself, one the proxy server could replay
+	// there. What moat-proxy-server's start-up warning says.
+	noAud := startServer(t, p, serverOpts{cfg: server.Config{Auth: auth.New(auth.Config{Client: cs, Namespace: ns, ServiceAccount: "konnectivity-agent"}),
+		Nodes: auth.Nodes{Client: cs}}})
+	exp := int64(3600)
+	apiTok, err := env.Client.CoreV1().ServiceAccounts(ns).CreateToken(ctx, "konnectivity-agent", &authv1.TokenRequest{
+		Spec: authv1.TokenRequestSpec{ExpirationSeconds: &exp}}, metav1.CreateOptions{}) // kube-apiserver's audiences
+	if err != nil {
+		t.Fatal(err)
+	}
+	konnTok, err := os.ReadFile(token("konnectivity-agent", audience))
+	if err != nil {
+		t.Fatal(err)
+	}
+	try := func(tok string) error {
+		return tryConnect(t, noAud.agentAddr, shared, metadata.Pairs(proto.MetaAgentID, "agent-x", proto.MetaAuthorization, "Bearer "+tok))
+	}
+	if err := try(string(konnTok)); status.Code(err) != codes.Unauthenticated || !strings.Contains(err.Error(), "is invalid for the target audiences") {
+		t.Errorf("no audience, token for %s: got %v, want Unauthenticated (not for kube-apiserver's audiences)", audience, err)
+	}
+	if err := try(apiTok.Status.Token); err != nil {
+		t.Errorf("no audience, token for kube-apiserver's audiences: refused: %v", err)
+	}
 }
 
 // TestRecheckRealAPIServer: with a real kube-apiserver and the shipped

@@ -297,8 +297,11 @@ func (o *Options) Warnings() []string {
 	var w []string
 	if o.AgentServiceAccount != "" && o.AuthenticationAud == "" {
 		// Upstream refuses to start without it; Moat allows it for
-		// clusters whose agents only have legacy tokens, but says so.
-		w = append(w, "no --authentication-audience: any token of the agent service account is accepted, including tokens not meant for this server (legacy ones, or minted for another audience); set it and give agents audience-bound projected tokens")
+		// clusters whose agents only have legacy tokens, but says what
+		// it costs: a review that asks for no audience is answered for
+		// kube-apiserver's own audiences, so the agents' tokens are API
+		// credentials, and audience-bound ones are refused.
+		w = append(w, "no --authentication-audience: kube-apiserver then accepts only agent tokens valid for its own audiences (legacy secret tokens, tokens for the API server), which this server, or anything that terminates or reads the agent hop, could replay to kube-apiserver as the agent service account; tokens minted for this server (audience system:konnectivity-server, as deploy/tunnel's DaemonSet projects) are refused. Set --authentication-audience and give agents projected tokens for that audience")
 	}
 	return w
 }

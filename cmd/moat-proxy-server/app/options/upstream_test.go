@@ -115,13 +115,25 @@ func TestProxyServerIDEnv(t *testing.T) {
 }
 
 // Token authentication without --authentication-audience starts (upstream
-// refuses) but is warned about.
+// refuses) but is warned about, saying what kube-apiserver does then
+// (TestTokenReviewRealAPIServer checks it): the agents' tokens must be
+// valid for the API server itself, so the proxy server could replay them,
+// and tokens for this server's audience are refused.
 func TestWarnings(t *testing.T) {
 	base := []string{"--cluster-cert=c", "--cluster-key=k", "--uds-name=/tmp/s", "--server-port=0",
 		"--agent-namespace=kube-system", "--agent-service-account=konnectivity-agent"}
 	o, _ := parseOut(t, base)
-	if w := o.Warnings(); len(w) != 1 || !strings.Contains(w[0], "--authentication-audience") {
-		t.Errorf("warnings %q", w)
+	w := o.Warnings()
+	if len(w) != 1 || !strings.Contains(w[0], "--authentication-audience") {
+		t.Fatalf("warnings %q", w)
+	}
+	for _, want := range []string{"valid for its own audiences", "replay", "system:konnectivity-server", "are refused"} {
+		if !strings.Contains(w[0], want) {
+			t.Errorf("warning %q does not say %q", w[0], want)
+		}
+	}
+	if strings.Contains(w[0], "another audience") {
+		t.Errorf("warning %q says other-audience tokens are accepted; kube-apiserver refuses them", w[0])
 	}
 	o, _ = parseOut(t, append(base, "--authentication-audience=system:konnectivity-server"))
 	if w := o.Warnings(); len(w) != 0 {
