@@ -27,7 +27,10 @@
 #
 # Use a CA of its own for agents, not the cluster CA: kube-apiserver
 # accepts a certificate of its client CA as a login, and this one names
-# user system:node:<node>.
+# user system:node:<node>; and the other way, a bootstrap-token holder can
+# have a cluster-CA certificate for any node's name approved (kubeadm's
+# auto-approval of node client CSRs), which an agent CA that is the
+# cluster CA would accept as that node's agent.
 set -euo pipefail
 
 if [[ $# -lt 2 || $1 == -* ]]; then
