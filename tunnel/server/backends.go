@@ -6,6 +6,7 @@ import (
 	"math/rand/v2"
 	"net"
 	"net/netip"
+	"slices"
 	"strings"
 	"sync"
 
@@ -105,6 +106,23 @@ func (bs *backends) remove(b *backend) {
 	}
 	bs.gauge.Set(float64(len(bs.list)))
 	bs.mu.Unlock()
+}
+
+// sharing are the agentIDs of the other connected tunnels bound to b's
+// node, while b is connected and bound.
+func (bs *backends) sharing(b *backend) []string {
+	bs.mu.Lock()
+	defer bs.mu.Unlock()
+	if b.node == "" || !slices.Contains(bs.list, b) {
+		return nil
+	}
+	var ids []string
+	for _, x := range bs.list {
+		if x != b && x.node == b.node {
+			ids = append(ids, x.id)
+		}
+	}
+	return ids
 }
 
 func (bs *backends) count() int {

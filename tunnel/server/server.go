@@ -86,6 +86,9 @@ type Server struct {
 	metrics  *mux.Metrics
 	refused  prometheus.Counter
 	closed   *prometheus.CounterVec
+	// sameNode counts tunnels that stayed connected beside another tunnel
+	// bound to the same node (see warnShared).
+	sameNode prometheus.Counter
 	log      klog.Logger
 	// pool backs every gRPC buffer of both hops, so that buffers move
 	// between the agent stream and the frontends without copies.
@@ -124,13 +127,18 @@ func New(cfg Config) *Server {
 		Name: "moat_tunnel_agents_closed_total",
 		Help: "Agent tunnels the server ended because what admitted them no longer holds, by reason: certificate_expired, recheck_refused (token refused, claims no longer vouched for, Node gone).",
 	}, []string{"reason"})
-	cfg.Registry.MustRegister(backendGauge, refused, closed)
+	sameNode := prometheus.NewCounter(prometheus.CounterOpts{
+		Name: "moat_tunnel_node_tunnels_shared_total",
+		Help: "Agent tunnels that stayed connected for 5 s beside another tunnel bound to the same node on this server, which then shares that node's connections: a copied certificate or token, or a reconnect before the server noticed the old tunnel end.",
+	})
+	cfg.Registry.MustRegister(backendGauge, refused, closed, sameNode)
 	return &Server{
 		cfg:      cfg,
 		backends: newBackends(backendGauge, cfg.NodeCIDRs),
 		metrics:  mux.NewMetrics(cfg.Registry),
 		refused:  refused,
 		closed:   closed,
+		sameNode: sameNode,
 		log:      cfg.Log,
 		pool:     grpcbuf.New(),
 	}
@@ -246,6 +254,10 @@ func (s *Server) Connect(st proto.AgentService_ConnectServer) error {
 	s.backends.add(b)
 	defer s.backends.remove(b)
 	s.log.Info("Agent connected", "agentID", agentID, "features", feat.String(), "boundNode", bound)
+	if bound != "" {
+		shared := time.AfterFunc(sharedNodeGrace, func() { s.warnShared(b) })
+		defer shared.Stop()
+	}
 	ran := make(chan error, 1)
 	go func() { ran <- b.sess.Run(runCtx) }()
 	select {
@@ -269,6 +281,28 @@ func (s *Server) Connect(st proto.AgentService_ConnectServer) error {
 		return status.Errorf(codes.InvalidArgument, "agent %s: %v", agentID, err)
 	}
 	return nil
+}
+
+// sharedNodeGrace is how long a tunnel must stay connected beside another
+// tunnel bound to the same node before that is warned about: an agent
+// that finds it reached a server it already has a tunnel to (through a
+// load balancer, with several servers) closes the new one at once.
+const sharedNodeGrace = 5 * time.Second
+
+// warnShared logs and counts b if another tunnel bound to its node is
+// connected too. Not refused: a reconnect can come before the server
+// notices the old tunnel end. But a copy of a node's credential (a copied
+// certificate, a stolen token) would otherwise take a share of that
+// node's connections unnoticed, since the strategies pick among every
+// tunnel of the node.
+func (s *Server) warnShared(b *backend) {
+	others := s.backends.sharing(b)
+	if len(others) == 0 {
+		return
+	}
+	s.sameNode.Inc()
+	s.log.Info("Warning: another tunnel bound to this agent's node is connected, and the node's connections are shared among them: a reconnect before the old tunnel ended, or a copy of the node's certificate or token",
+		"agentID", b.id, "boundNode", b.node, "connected", others)
 }
 
 // authenticate reviews an agent's bearer token: the credential it is,
