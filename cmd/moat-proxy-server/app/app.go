@@ -63,6 +63,7 @@ func Run(ctx context.Context, o *options.Options) error {
 		if err != nil {
 			return fmt.Errorf("--kubeconfig: %w", err)
 		}
+		rc.QPS, rc.Burst = o.KubeconfigQPS, o.KubeconfigBurst
 		cs, err := kubernetes.NewForConfig(rc)
 		if err != nil {
 			return fmt.Errorf("--kubeconfig: %w", err)

@@ -62,9 +62,14 @@ type Options struct {
 	// AgentRecheckInterval is server.Config.RecheckInterval (0: never).
 	AgentRecheckInterval time.Duration
 	Kubeconfig           string
-	AllowedDestinations  []string
-	DialTimeout          time.Duration
-	Window               int
+	// KubeconfigQPS and KubeconfigBurst bound the API client's request
+	// rate (TokenReviews and Node reads, at connect and every re-check);
+	// 0 takes client-go's (5 and 10).
+	KubeconfigQPS       float32
+	KubeconfigBurst     int
+	AllowedDestinations []string
+	DialTimeout         time.Duration
+	Window              int
 	// ShutdownGrace bounds how long frontends may finish on shutdown
 	// (upstream's --graceful-shutdown-timeout; 0 keeps the 5s default).
 	ShutdownGrace time.Duration
@@ -77,6 +82,17 @@ type Options struct {
 
 	daemon.Common
 }
+
+// DefaultKubeconfigQPS and DefaultKubeconfigBurst are the API client's
+// rate limits (as upstream manifests commonly set them): each connected
+// agent costs up to two requests per --agent-recheck-interval and at
+// connect, so 5,000 token-authenticated agents re-checked every 5 minutes
+// need ~33 requests/s, past client-go's default of 5, and a restart's
+// reconnects a burst above that.
+const (
+	DefaultKubeconfigQPS   = 50
+	DefaultKubeconfigBurst = 100
+)
 
 // New returns the options at upstream's defaults.
 func New() (*Options, error) {
@@ -92,7 +108,8 @@ func New() (*Options, error) {
 	}
 	return &Options{Mode: ModeGRPC, DeleteExistingUDSFile: true, ServerPort: 8090, AgentPort: 8091, HealthPort: 8092,
 		AdminBindAddress: "127.0.0.1", AdminPort: 8095, ServerID: id, ShutdownGrace: 5 * time.Second,
-		ServerCount: 1, ProxyStrategies: "default", AgentIdentityBinding: string(server.BindAuto), AgentRecheckInterval: server.DefaultRecheckInterval, DialTimeout: 10 * time.Second, Window: 1 << 20,
+		ServerCount: 1, ProxyStrategies: "default", AgentIdentityBinding: string(server.BindAuto), AgentRecheckInterval: server.DefaultRecheckInterval,
+		KubeconfigQPS: DefaultKubeconfigQPS, KubeconfigBurst: DefaultKubeconfigBurst, DialTimeout: 10 * time.Second, Window: 1 << 20,
 		Common: c}, nil
 }
 
@@ -134,6 +151,8 @@ func (o *Options) Flags() cliflag.NamedFlagSets {
 		"how often a connected agent's token is reviewed again and its agentID and identifiers checked again against its credentials and its Node's current addresses; a refusal closes its tunnel (the agent reconnects and is judged afresh), "+
 			"no answer keeps it until the next check. A tunnel also closes when its client certificate expires. 0: checked only at connect")
 	fs.StringVar(&o.Kubeconfig, "kubeconfig", o.Kubeconfig, "kubeconfig for TokenReview and reading the Nodes agent tokens are bound to (RBAC: deploy/tunnel/moat-proxy-server-rbac.yaml); empty uses $KUBECONFIG, ~/.kube/config, then the in-cluster service account")
+	fs.Float32Var(&o.KubeconfigQPS, "kubeconfig-qps", o.KubeconfigQPS, "requests per second of the --kubeconfig client (TokenReviews and Node reads, at each agent's connect and re-check); 0: client-go's default (5)")
+	fs.IntVar(&o.KubeconfigBurst, "kubeconfig-burst", o.KubeconfigBurst, "burst of the --kubeconfig client's requests; 0: client-go's default (10)")
 	fs.DurationVar(&o.DialTimeout, "dial-timeout", o.DialTimeout, "bound on a dial in either direction")
 	fs.IntVar(&o.Window, "flow-control-window", o.Window, "per-connection receive window in bytes with Moat agents; announced to each agent, which sends at most that much unacknowledged data per connection")
 	fs.Var(upstreamflags.PositiveDuration{D: &o.DialTimeout}, "backend-dial-timeout", "upstream's name for --dial-timeout's wait for an agent's DIAL_RSP; 0 (upstream: no bound) keeps --dial-timeout")
@@ -163,9 +182,7 @@ var ignoredServerFlags = []upstreamflags.Ignored{
 	upstreamflags.Ignore("keepalive-time", upstreamflags.Duration, "the agent port pings idle agents every 30s"),
 	upstreamflags.Ignore("frontend-keepalive-time", upstreamflags.Duration, "the frontend sends no keepalive pings of its own"),
 	upstreamflags.Ignore("enable-contention-profiling", upstreamflags.Bool, "no block profile; --enable-profiling serves the others"),
-	upstreamflags.Ignore("kubeconfig-qps", upstreamflags.Float, "the TokenReview client uses client-go's defaults"),
-	upstreamflags.Ignore("kubeconfig-burst", upstreamflags.Int, "the TokenReview client uses client-go's defaults"),
-	upstreamflags.Ignore("kube-api-content-type", upstreamflags.String, "the TokenReview client uses client-go's defaults"),
+	upstreamflags.Ignore("kube-api-content-type", upstreamflags.String, "the API client sends JSON"),
 	upstreamflags.Ignore("xfr-channel-size", upstreamflags.Int, "Moat has per-connection flow control (--flow-control-window), not channels"),
 	upstreamflags.Ignore("frontend-write-channel-size", upstreamflags.Int, "Moat has per-connection flow control (--flow-control-window), not channels"),
 	upstreamflags.Ignore("warn-on-channel-limit", upstreamflags.Bool, "Moat has no channels to warn about"),
@@ -234,6 +251,9 @@ func (o *Options) Validate() error {
 	}
 	if _, err := o.nodeCIDRs(); err != nil {
 		errs = append(errs, err)
+	}
+	if o.KubeconfigQPS < 0 || o.KubeconfigBurst < 0 {
+		errs = append(errs, fmt.Errorf("--kubeconfig-qps=%g --kubeconfig-burst=%d: must not be negative", o.KubeconfigQPS, o.KubeconfigBurst))
 	}
 	if (o.AgentNamespace == "") != (o.AgentServiceAccount == "") {
 		errs = append(errs, errors.New("--agent-namespace and --agent-service-account must be set together"))

@@ -83,3 +83,25 @@ func TestConfig(t *testing.T) {
 		t.Fatalf("--agent-identity-binding=off: %q", c.IdentityBinding)
 	}
 }
+
+// TestKubeconfigRate: --kubeconfig-qps and --kubeconfig-burst set the API
+// client's rate (they were accepted and ignored, which left 5,000 agents'
+// re-checks behind client-go's 5 requests/s), with defaults above
+// client-go's, and a negative rate is refused.
+func TestKubeconfigRate(t *testing.T) {
+	o, out := parseOut(t, []string{"--kubeconfig-qps=20", "--kubeconfig-burst=40"})
+	if o.KubeconfigQPS != 20 || o.KubeconfigBurst != 40 {
+		t.Errorf("--kubeconfig-qps=20 --kubeconfig-burst=40: qps %g, burst %d", o.KubeconfigQPS, o.KubeconfigBurst)
+	}
+	if strings.Contains(out, "kubeconfig-qps") || strings.Contains(out, "kubeconfig-burst") {
+		t.Errorf("a flag that takes effect is warned about: %q", out)
+	}
+	d := parse(t, nil)
+	if d.KubeconfigQPS != DefaultKubeconfigQPS || d.KubeconfigBurst != DefaultKubeconfigBurst || DefaultKubeconfigQPS <= 5 {
+		t.Errorf("defaults: qps %g, burst %d", d.KubeconfigQPS, d.KubeconfigBurst)
+	}
+	neg := parse(t, []string{"--cluster-cert=c", "--cluster-key=k", "--cluster-ca-cert=ca", "--uds-name=/tmp/s", "--server-port=0", "--kubeconfig-qps=-1"})
+	if err := neg.Validate(); err == nil || !strings.Contains(err.Error(), "--kubeconfig-qps=-1") {
+		t.Errorf("--kubeconfig-qps=-1: %v", err)
+	}
+}
