@@ -30,7 +30,11 @@ const (
 	ReasonConflict = "conflict"
 	// ReasonSpoofed: a new connection from an address in the node's pod
 	// CIDRs that no pod the agent knows owns (forged, or a pod not
-	// learnt yet).
+	// learnt yet); any packet on a pod interface from a source not routed
+	// through it, or a local pod's address on another interface
+	// (podLinkRules); a pod's ICMP error about a connection it is no end
+	// of (relatedRules); a pod's overlay encapsulation to a node
+	// (encapRules).
 	ReasonSpoofed = "spoofed"
 	// ReasonUnknownDestination: a new connection the node forwards to an
 	// address in its pod CIDRs that no pod the agent knows owns (a pod
@@ -40,7 +44,8 @@ const (
 	// IPv6 link-local address, to a broadcast or multicast address, or
 	// an IPv6 router message (pods on one bridge; see linkRules), or one
 	// a pod opens to the node from its IPv6 link-local or unspecified
-	// address (podLinkScopeRules).
+	// address (podLinkScopeRules); an IPv6 neighbour discovery message
+	// whose hop limit is not 255 (ndDrop).
 	ReasonLinkScope = "link_scope"
 )
 

@@ -140,7 +140,7 @@ func (o *Options) Flags() cliflag.NamedFlagSets {
 	fs.StringVar(&o.ProxyStrategies, "proxy-strategies", o.ProxyStrategies, "comma-separated backend strategies tried in order: default, destHost, defaultRoute")
 	fs.StringSliceVar(&o.NodeAddressCIDRs, "node-address-cidrs", o.NodeAddressCIDRs,
 		"comma-separated CIDRs holding the nodes' own addresses (their InternalIP/ExternalIP), not pods' or Services': a connection to one goes only to an agent that claims that address (as destHost), "+
-			"never to another node's agent by the default or defaultRoute strategy, and is refused while none is connected. Names and addresses bound agents have claimed are treated so without it, once their agent has connected")
+			"never to another node's agent by the default or defaultRoute strategy, and is refused while none is connected. A bound agent's node name, the names and addresses it claims and its node certificate's SANs are treated so without it, once that agent has connected")
 	fs.StringVar(&o.AgentNamespace, "agent-namespace", o.AgentNamespace, "namespace of the agents' service account (token auth)")
 	fs.StringVar(&o.AgentServiceAccount, "agent-service-account", o.AgentServiceAccount, "agents' service account (token auth)")
 	fs.StringVar(&o.AuthenticationAud, "authentication-audience", o.AuthenticationAud, "audience agent tokens must carry")
@@ -149,7 +149,7 @@ func (o *Options) Flags() cliflag.NamedFlagSets {
 			"required: as auto, and agents whose credentials name no node are refused; off: agents' own claims are trusted, as upstream")
 	fs.DurationVar(&o.AgentRecheckInterval, "agent-recheck-interval", o.AgentRecheckInterval,
 		"how often a connected agent's token is reviewed again and its agentID and identifiers checked again against its credentials and its Node's current addresses; a refusal closes its tunnel (the agent reconnects and is judged afresh), "+
-			"no answer keeps it until the next check. A tunnel also closes when its client certificate expires. 0: checked only at connect")
+			"no answer keeps it until the next check. A tunnel also closes when its client certificate expires. 0: no re-checks (a tunnel still closes at its certificate's expiry)")
 	fs.StringVar(&o.Kubeconfig, "kubeconfig", o.Kubeconfig, "kubeconfig for TokenReview and reading the Nodes agent tokens are bound to (RBAC: deploy/tunnel/moat-proxy-server-rbac.yaml); empty uses $KUBECONFIG, ~/.kube/config, then the in-cluster service account")
 	fs.Float32Var(&o.KubeconfigQPS, "kubeconfig-qps", o.KubeconfigQPS, "requests per second of the --kubeconfig client (TokenReviews and Node reads, at each agent's connect and re-check); 0: client-go's default (5)")
 	fs.IntVar(&o.KubeconfigBurst, "kubeconfig-burst", o.KubeconfigBurst, "burst of the --kubeconfig client's requests; 0: client-go's default (10)")
