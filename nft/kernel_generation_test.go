@@ -226,12 +226,6 @@ func TestKernelCheckedResync(t *testing.T) {
 		}
 		checked("quiet again", false)
 
-		nft := func(args ...string) {
-			t.Helper()
-			if out, err := exec.Command("nft", args...).CombinedOutput(); err != nil {
-				t.Fatalf("nft %s: %v: %s", strings.Join(args, " "), err, out)
-			}
-		}
 		for _, edit := range [][]string{
 			{"add", "table", "inet", "other"},
 			{"add", "chain", "inet", Table, "intruder"},
@@ -240,7 +234,7 @@ func TestKernelCheckedResync(t *testing.T) {
 		} {
 			step := "after nft " + strings.Join(edit, " ")
 			before := readGeneration(t, step)
-			nft(edit...)
+			runNft(t, edit...)
 			res := checked(step, true)
 			if want := "nftables generation moved from " + strconv.FormatUint(uint64(before), 10); !strings.HasPrefix(res.Check.Reason(), want) {
 				t.Errorf("%s: reason %q, want %q...", step, res.Check.Reason(), want)
@@ -249,7 +243,7 @@ func TestKernelCheckedResync(t *testing.T) {
 		}
 		// An edit, then a patch of the Syncer's own before the resync:
 		// the patch must not pass for the state the Syncer knows.
-		nft("add", "chain", "inet", Table, "intruder")
+		runNft(t, "add", "chain", "inet", Table, "intruder")
 		fix := func(res Result, err error) {
 			t.Helper()
 			if err != nil || res.Full || res.Operations == 0 {
@@ -260,7 +254,7 @@ func TestKernelCheckedResync(t *testing.T) {
 		fix(s.Sync(ctx, compileYAML(t, counterPods)))
 		checked("after an edit and two patches", true)
 		// The other table was left alone.
-		nft("list", "table", "inet", "other")
+		runNft(t, "list", "table", "inet", "other")
 	})
 }
 

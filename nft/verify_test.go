@@ -65,31 +65,13 @@ func TestVerifyNoticesDeletedTable(t *testing.T) {
 // Another writer's commit alone is no loss.
 func TestKernelVerifyNoticesFlushedRuleset(t *testing.T) {
 	inPrivateNetns(t, func() {
-		ctx := context.Background()
-		nft, err := NewInterface()
-		if err != nil {
-			t.Fatal(err)
-		}
-		s := New(nft, Options{Node: "node-1"})
-		prog := compileFile(t, "tiers.yaml", policy.Options{IngressNetworksAndNodes: true})
-		if _, err := s.Sync(ctx, prog); err != nil {
-			t.Fatal(err)
-		}
+		ctx, s, prog := syncTiers(t)
 		if err := s.Verify(ctx); err != nil {
 			t.Fatalf("Verify right after the sync: %v", err)
 		}
-		nftCmd := func(args ...string) {
-			t.Helper()
-			if out, err := exec.Command("nft", args...).CombinedOutput(); err != nil {
-				t.Fatalf("nft %v: %v: %s", args, err, out)
-			}
-		}
-		nftCmd("add", "table", "ip", "someone-else")
-		if err := s.Verify(ctx); err != nil {
-			t.Fatalf("Verify after another writer's commit: %v", err)
-		}
+		verifyAfterOtherWriter(ctx, t, s)
 		for _, loss := range [][]string{{"flush", "ruleset"}, {"delete", "table", "inet", Table}} {
-			nftCmd(loss...)
+			runNft(t, loss...)
 			if res, err := s.Sync(ctx, prog); err != nil || !res.Reused {
 				t.Fatalf("Sync after nft %v: %+v, %v (want Reused)", loss, res, err)
 			}
@@ -97,10 +79,7 @@ func TestKernelVerifyNoticesFlushedRuleset(t *testing.T) {
 			if !errors.Is(err, ErrTableMissing) {
 				t.Fatalf("Verify after nft %v: %v, want ErrTableMissing", loss, err)
 			}
-			s.Invalidate()
-			if res, err := s.Sync(ctx, prog); err != nil || !res.Full {
-				t.Fatalf("Sync after Invalidate: %+v, %v (want a full replace)", res, err)
-			}
+			replaceAfterInvalidate(ctx, t, s, prog)
 			if listed := nftList(t); !strings.Contains(listed, "ip saddr vmap @egress4") {
 				t.Fatalf("table not programmed again after nft %v:\n%s", loss, listed)
 			}
@@ -118,16 +97,7 @@ func TestKernelVerifyNoticesFlushedRuleset(t *testing.T) {
 // another writer's commit, as an operator's nft command is.
 func TestKernelVerifyNoticesEdits(t *testing.T) {
 	inPrivateNetns(t, func() {
-		ctx := context.Background()
-		nft, err := NewInterface()
-		if err != nil {
-			t.Fatal(err)
-		}
-		s := New(nft, Options{Node: "node-1"})
-		prog := compileFile(t, "tiers.yaml", policy.Options{IngressNetworksAndNodes: true})
-		if _, err := s.Sync(ctx, prog); err != nil {
-			t.Fatal(err)
-		}
+		ctx, s, prog := syncTiers(t)
 		var policyChain string
 		for name, c := range s.Applied().chains {
 			if len(c.Rules) > 0 {
@@ -138,17 +108,8 @@ func TestKernelVerifyNoticesEdits(t *testing.T) {
 		if policyChain == "" {
 			t.Fatal("the ruleset has no policy chain with rules")
 		}
-		nftCmd := func(args ...string) {
-			t.Helper()
-			if out, err := exec.Command("nft", args...).CombinedOutput(); err != nil {
-				t.Fatalf("nft %v: %v: %s", args, err, out)
-			}
-		}
 		// Another writer's commit that leaves the table alone is no edit.
-		nftCmd("add", "table", "ip", "someone-else")
-		if err := s.Verify(ctx); err != nil {
-			t.Fatalf("Verify after another writer's commit: %v", err)
-		}
+		verifyAfterOtherWriter(ctx, t, s)
 		for _, edit := range [][]string{
 			{"flush", "chain", "inet", Table, "forward"},
 			{"delete", "chain", "inet", Table, "forward"},
@@ -160,21 +121,18 @@ func TestKernelVerifyNoticesEdits(t *testing.T) {
 			{"add", "table", "inet", Table, "{ flags dormant ; }"},
 			{"add", "chain", "inet", Table, "extra", "{ type filter hook prerouting priority -300 ; }"},
 		} {
-			nftCmd(edit...)
+			runNft(t, edit...)
 			err := s.Verify(ctx)
 			if !errors.Is(err, ErrTableEdited) {
 				t.Fatalf("Verify after nft %s: %v, want ErrTableEdited", strings.Join(edit, " "), err)
 			}
 			t.Logf("nft %s: %v", strings.Join(edit, " "), err)
-			s.Invalidate()
-			if res, err := s.Sync(ctx, prog); err != nil || !res.Full {
-				t.Fatalf("Sync after Invalidate: %+v, %v (want a full replace)", res, err)
-			}
+			replaceAfterInvalidate(ctx, t, s, prog)
 			if err := s.Verify(ctx); err != nil {
 				t.Fatalf("Verify after the replace that followed nft %s: %v", strings.Join(edit, " "), err)
 			}
-			nftCmd("add", "table", "ip", "someone-else") // no change: the generation stays
-			nftCmd("delete", "table", "ip", "someone-else")
+			runNft(t, "add", "table", "ip", "someone-else") // no change: the generation stays
+			runNft(t, "delete", "table", "ip", "someone-else")
 			if err := s.Verify(ctx); err != nil {
 				t.Fatalf("Verify of the repaired table after another writer's commits: %v", err)
 			}
@@ -193,16 +151,7 @@ func TestKernelVerifyNoticesEdits(t *testing.T) {
 // chains, and a replace repairs it.
 func TestKernelVerifyNoticesPolicyChainEdits(t *testing.T) {
 	inPrivateNetns(t, func() {
-		ctx := context.Background()
-		nft, err := NewInterface()
-		if err != nil {
-			t.Fatal(err)
-		}
-		s := New(nft, Options{Node: "node-1"})
-		prog := compileFile(t, "tiers.yaml", policy.Options{IngressNetworksAndNodes: true})
-		if _, err := s.Sync(ctx, prog); err != nil {
-			t.Fatal(err)
-		}
+		ctx, s, prog := syncTiers(t)
 		rs := s.Applied()
 		var policyChain string
 		for _, name := range sortedKeys(rs.chains) {
@@ -229,18 +178,9 @@ func TestKernelVerifyNoticesPolicyChainEdits(t *testing.T) {
 		if policyChain == "" || !pod.IsValid() || otherChain == "" {
 			t.Fatalf("the ruleset lacks a policy chain with rules (%q), an IPv4 pod in egress4 (%v) or a second chain (%q)", policyChain, pod, otherChain)
 		}
-		nftCmd := func(args ...string) {
-			t.Helper()
-			if out, err := exec.Command("nft", args...).CombinedOutput(); err != nil {
-				t.Fatalf("nft %v: %v: %s", args, err, out)
-			}
-		}
 		// Another writer's commit makes Verify read the table: the use
 		// counts of the chains as programmed are no edit.
-		nftCmd("add", "table", "ip", "someone-else")
-		if err := s.Verify(ctx); err != nil {
-			t.Fatalf("Verify after another writer's commit: %v", err)
-		}
+		verifyAfterOtherWriter(ctx, t, s)
 		for _, edit := range []string{
 			"insert rule inet " + Table + " " + policyChain + " accept",
 			"add rule inet " + Table + " " + policyChain + " accept",
@@ -249,18 +189,15 @@ func TestKernelVerifyNoticesPolicyChainEdits(t *testing.T) {
 			// One commit: the pod keeps an element, pointing elsewhere.
 			"delete element inet " + Table + " egress4 { " + pod.String() + " }; add element inet " + Table + " egress4 { " + pod.String() + " : jump " + otherChain + " }",
 		} {
-			nftCmd(edit)
+			runNft(t, edit)
 			err := s.Verify(ctx)
 			if !errors.Is(err, ErrTableEdited) {
 				t.Fatalf("Verify after nft %s: %v, want ErrTableEdited", edit, err)
 			}
 			t.Logf("nft %s: %v", edit, err)
-			s.Invalidate()
-			if res, err := s.Sync(ctx, prog); err != nil || !res.Full {
-				t.Fatalf("Sync after Invalidate: %+v, %v (want a full replace)", res, err)
-			}
-			nftCmd("add", "table", "ip", "someone-else") // no change: the generation stays
-			nftCmd("delete", "table", "ip", "someone-else")
+			replaceAfterInvalidate(ctx, t, s, prog)
+			runNft(t, "add", "table", "ip", "someone-else") // no change: the generation stays
+			runNft(t, "delete", "table", "ip", "someone-else")
 			if err := s.Verify(ctx); err != nil {
 				t.Fatalf("Verify of the table repaired after nft %s, after another writer's commits: %v", edit, err)
 			}
@@ -309,4 +246,51 @@ func TestKernelRestore(t *testing.T) {
 			t.Fatalf("Sync of the same program after Restore: %+v, %v (want Reused)", res, err)
 		}
 	})
+}
+
+// syncTiers programs tiers.yaml for node-1 with real nftables, in the
+// calling thread's network namespace (inPrivateNetns's), for the kernel
+// tests of Verify.
+func syncTiers(t *testing.T) (context.Context, *Syncer, *policy.Program) {
+	t.Helper()
+	ctx := context.Background()
+	nft, err := NewInterface()
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := New(nft, Options{Node: "node-1"})
+	prog := compileFile(t, "tiers.yaml", policy.Options{IngressNetworksAndNodes: true})
+	if _, err := s.Sync(ctx, prog); err != nil {
+		t.Fatal(err)
+	}
+	return ctx, s, prog
+}
+
+// runNft runs the nft command with args, as an operator's edit would,
+// and fails the test if nft refuses it.
+func runNft(t *testing.T, args ...string) {
+	t.Helper()
+	if out, err := exec.Command("nft", args...).CombinedOutput(); err != nil {
+		t.Fatalf("nft %s: %v: %s", strings.Join(args, " "), err, out)
+	}
+}
+
+// verifyAfterOtherWriter commits a table of another writer: Verify reads
+// the table then (the generation moved) and must find nothing wrong.
+func verifyAfterOtherWriter(ctx context.Context, t *testing.T, s *Syncer) {
+	t.Helper()
+	runNft(t, "add", "table", "ip", "someone-else")
+	if err := s.Verify(ctx); err != nil {
+		t.Fatalf("Verify after another writer's commit: %v", err)
+	}
+}
+
+// replaceAfterInvalidate is the agent's repair after Verify found the
+// table lost or edited: Invalidate, then a Sync that replaces the table.
+func replaceAfterInvalidate(ctx context.Context, t *testing.T, s *Syncer, prog *policy.Program) {
+	t.Helper()
+	s.Invalidate()
+	if res, err := s.Sync(ctx, prog); err != nil || !res.Full {
+		t.Fatalf("Sync after Invalidate: %+v, %v (want a full replace)", res, err)
+	}
 }
