@@ -100,6 +100,17 @@ func newNeighbourLab(t *testing.T, prefix, cluster, rpFilter string) (*spoofLab,
 	return l, v, dp
 }
 
+// warmUp sends P's allowed datagram to C and to V (listening on atC and
+// atV) and waits for both: the routes and neighbours are resolved before
+// a test's first packet that must not arrive.
+func warmUp(t *testing.T, l *spoofLab, f family, atC, atV *net.UDPConn) {
+	t.Helper()
+	send(t, l.p, port(f.p, 40000), port(f.c, 9998), "warm-up")
+	receiveUntil(t, atC)
+	send(t, l.p, port(f.p, 40000), port(f.v, 9998), "warm-up")
+	receiveUntil(t, atV)
+}
+
 // openFlow has V send from V:5000 to C:7000 and C answer: the node then
 // holds an established entry for the flow. It returns V's and C's
 // sockets.
@@ -135,10 +146,7 @@ func TestForgedSourceInEstablishedFlow(t *testing.T) {
 	l, v, dp := newNeighbourLab(t, "moat-efl-", neighbourCluster, "0")
 	atC, atV := listen(t, l.c, "udp", 9998)[0], listen(t, v, "udp", 9998)[0]
 	for _, f := range families {
-		send(t, l.p, port(f.p, 40000), port(f.c, 9998), "warm-up")
-		receiveUntil(t, atC)
-		send(t, l.p, port(f.p, 40000), port(f.v, 9998), "warm-up")
-		receiveUntil(t, atV)
+		warmUp(t, l, f, atC, atV)
 		vs, cs := openFlow(t, l, v, f)
 
 		sendAs(t, l.p, port(f.v, 5000), port(f.c, 7000), "as V")
@@ -325,10 +333,7 @@ func TestICMPErrorsAboutOthersFlows(t *testing.T) {
 		if f.p.Is6() {
 			proto = unix.IPPROTO_ICMPV6
 		}
-		send(t, l.p, port(f.p, 40000), port(f.c, 9998), "warm-up")
-		receiveUntil(t, atC)
-		send(t, l.p, port(f.p, 40000), port(f.v, 9998), "warm-up")
-		receiveUntil(t, atV)
+		warmUp(t, l, f, atC, atV)
 		openFlow(t, l, v, f)
 		rc, rv := newRawReceiver(t, l.c, f.p.Is4()), newRawReceiver(t, v, f.p.Is4())
 		raw := newRawSender(t, l.p, f.p, proto)
@@ -378,10 +383,7 @@ func TestRoutedNeighbourDiscovery(t *testing.T) {
 	l, v, dp := newNeighbourLab(t, "moat-rnd-", neighbourCluster, "0")
 	f := families[1]
 	atC, atV := listen(t, l.c, "udp6", 9998)[0], listen(t, v, "udp6", 9998)[0]
-	send(t, l.p, port(f.p, 40000), port(f.c, 9998), "warm-up")
-	receiveUntil(t, atC)
-	send(t, l.p, port(f.p, 40000), port(f.v, 9998), "warm-up")
-	receiveUntil(t, atV)
+	warmUp(t, l, f, atC, atV)
 	rc, rv, rr := newRawReceiver(t, l.c, false), newRawReceiver(t, v, false), newRawReceiver(t, l.r, false)
 	onLink := newRawSender(t, l.p, f.p, unix.IPPROTO_ICMPV6)
 	onLink.hopLimit(t, 255)
