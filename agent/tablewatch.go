@@ -3,8 +3,10 @@ package agent
 import (
 	"context"
 	"errors"
+	"sync/atomic"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/types"
 
@@ -84,14 +86,9 @@ func (a *Agent) watchTable(ctx context.Context, v TableVerifier, period time.Dur
 // connections its ruleset denies (nft.Syncer.Verify): they were accepted
 // while no table judged them.
 func (a *Agent) tableLost(err error) {
-	if !a.tableMissing.Swap(true) {
-		a.metrics.tableMissing.Inc()
-		a.metrics.ready.Set(0)
-		a.log.Error(err, "Table inet moat is gone from nftables: the node enforces nothing until it is programmed again; programming it now")
-		a.status.event(&corev1.ObjectReference{Kind: "Node", APIVersion: "v1", Name: a.cfg.NodeName, UID: types.UID(a.cfg.NodeName)}, corev1.EventTypeWarning, EventNodeTableMissing,
-			"table inet moat of node "+a.cfg.NodeName+" was deleted or flushed by another program (nft flush ruleset, a firewall reload); programming it again: "+err.Error())
-	}
-	a.requestResync(resyncForced)
+	a.tableDrifted(&a.tableMissing, a.metrics.tableMissing, err, EventNodeTableMissing,
+		"Table inet moat is gone from nftables: the node enforces nothing until it is programmed again; programming it now",
+		"was deleted or flushed by another program (nft flush ruleset, a firewall reload); programming it again")
 }
 
 // tableEdited reacts to an edit of the table by another program as
@@ -102,12 +99,22 @@ func (a *Agent) tableLost(err error) {
 // ruleset denies (nft.Syncer.Verify): they may have been accepted while
 // the edit let them through.
 func (a *Agent) tableEdited(err error) {
-	if !a.tableChanged.Swap(true) {
-		a.metrics.tableEdited.Inc()
+	a.tableDrifted(&a.tableChanged, a.metrics.tableEdited, err, EventNodeTableEdited,
+		"Table inet moat was edited by another program: the node may not enforce the policies until it is replaced; replacing it now",
+		"was edited by another program (nft flush chain, insert rule, flush table, flags dormant); replacing it")
+}
+
+// tableDrifted is tableLost's and tableEdited's reaction: the first time
+// flag is raised it counts the drift, marks the agent not ready, logs
+// logMsg and sends the Node an Event ("table inet moat of node N " +
+// what + ": " + err); every time it asks for a forced resync.
+func (a *Agent) tableDrifted(flag *atomic.Bool, count prometheus.Counter, err error, reason, logMsg, what string) {
+	if !flag.Swap(true) {
+		count.Inc()
 		a.metrics.ready.Set(0)
-		a.log.Error(err, "Table inet moat was edited by another program: the node may not enforce the policies until it is replaced; replacing it now")
-		a.status.event(&corev1.ObjectReference{Kind: "Node", APIVersion: "v1", Name: a.cfg.NodeName, UID: types.UID(a.cfg.NodeName)}, corev1.EventTypeWarning, EventNodeTableEdited,
-			"table inet moat of node "+a.cfg.NodeName+" was edited by another program (nft flush chain, insert rule, flush table, flags dormant); replacing it: "+err.Error())
+		a.log.Error(err, logMsg)
+		a.status.event(&corev1.ObjectReference{Kind: "Node", APIVersion: "v1", Name: a.cfg.NodeName, UID: types.UID(a.cfg.NodeName)}, corev1.EventTypeWarning, reason,
+			"table inet moat of node "+a.cfg.NodeName+" "+what+": "+err.Error())
 	}
 	a.requestResync(resyncForced)
 }
