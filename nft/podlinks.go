@@ -403,7 +403,10 @@ func (rs *Ruleset) forgedOn(iif int, src netip.Addr) bool {
 	if _, podIf := slices.BinarySearchFunc(rs.links, iif, func(l PodLink, i int) int { return l.Index - i }); podIf {
 		return true
 	}
-	return slices.Contains(linkAddrs(rs.links), src)
+	// A known pod's address arriving on another interface (podaddrs),
+	// found without building linkAddrs' sorted copy: Allows runs per
+	// conntrack entry when a sync cuts.
+	return slices.ContainsFunc(rs.links, func(l PodLink) bool { return !l.Unknown && l.Addr == src })
 }
 
 // knownLinks are the links of known pods' addresses: the elements of
