@@ -56,7 +56,7 @@ type NetlinkConntrack struct {
 // be read nothing is deleted: cutting the node's own connections is worse
 // than keeping a denied one until the next try.
 func (c NetlinkConntrack) Delete(ctx context.Context, deny func(Packet) bool) (int, error) {
-	local, err := c.localAddrs()
+	local, err := interfaceAddrs(c.Handle)
 	if err != nil {
 		return 0, fmt.Errorf("conntrack: the node's addresses: %w", err)
 	}
@@ -78,7 +78,7 @@ func (c NetlinkConntrack) Delete(ctx context.Context, deny func(Packet) bool) (i
 // are the node's connections, which no pod's departure ends. When those
 // cannot be read nothing is deleted.
 func (c NetlinkConntrack) DeleteAddrs(ctx context.Context, addrs []netip.Addr) (int, error) {
-	local, err := c.localAddrs()
+	local, err := interfaceAddrs(c.Handle)
 	if err != nil {
 		return 0, fmt.Errorf("conntrack: the node's addresses: %w", err)
 	}
@@ -142,12 +142,13 @@ func (f addrFilter) MatchConntrackFlow(flow *netlink.ConntrackFlow) bool {
 	return false
 }
 
-// localAddrs are the addresses of every interface of the namespace.
-func (c NetlinkConntrack) localAddrs() (map[netip.Addr]struct{}, error) {
+// interfaceAddrs are the addresses of every interface of h's namespace
+// (the calling thread's when h is nil), unmapped.
+func interfaceAddrs(h *netlink.Handle) (map[netip.Addr]struct{}, error) {
 	var addrs []netlink.Addr
 	var err error
-	if c.Handle != nil {
-		addrs, err = c.Handle.AddrList(nil, netlink.FAMILY_ALL)
+	if h != nil {
+		addrs, err = h.AddrList(nil, netlink.FAMILY_ALL)
 	} else {
 		addrs, err = netlink.AddrList(nil, netlink.FAMILY_ALL)
 	}

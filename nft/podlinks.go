@@ -228,15 +228,9 @@ func unknownPodRoutes(h *netlink.Handle, q LinkQuery, excluded map[int]bool) ([]
 	// The node's own addresses on any interface: an IPv6 address added
 	// as a /128 (a CNI's gateway on a pod's veth) comes with a host route
 	// in the main table, and is no pod.
-	addrs, err := h.AddrList(nil, netlink.FAMILY_ALL)
+	local, err := interfaceAddrs(h)
 	if err != nil {
 		return nil, fmt.Errorf("list addresses: %w", err)
-	}
-	local := map[netip.Addr]bool{}
-	for _, ad := range addrs {
-		if a, ok := netip.AddrFromSlice(ad.IP); ok {
-			local[a.Unmap()] = true
-		}
 	}
 	veth := map[int]bool{}
 	var out []PodLink
@@ -249,7 +243,7 @@ func unknownPodRoutes(h *netlink.Handle, q LinkQuery, excluded map[int]bool) ([]
 			continue
 		}
 		a := dst.Addr()
-		if !a.IsGlobalUnicast() || local[a] || slices.Contains(q.NodeAddrs, a) {
+		if _, own := local[a]; !a.IsGlobalUnicast() || own || slices.Contains(q.NodeAddrs, a) {
 			continue
 		}
 		if _, known := slices.BinarySearchFunc(q.Addrs, a, netip.Addr.Compare); known {
