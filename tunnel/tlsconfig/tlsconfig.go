@@ -5,9 +5,10 @@ package tlsconfig
 import (
 	"crypto/tls"
 	"crypto/x509"
-	"encoding/pem"
 	"fmt"
 	"os"
+
+	certutil "k8s.io/client-go/util/cert"
 )
 
 // Server loads a serving certificate; if caFile is set, clients must present
@@ -59,11 +60,11 @@ func Client(caFile, certFile, keyFile, serverName string) (*tls.Config, error) {
 // SharedCA returns a CA certificate that the PEM bundles fileA and fileB
 // both hold (the same certificate, byte for byte), nil if none.
 func SharedCA(fileA, fileB string) (*x509.Certificate, error) {
-	a, err := certs(fileA)
+	a, err := certutil.CertsFromFile(fileA)
 	if err != nil {
 		return nil, err
 	}
-	b, err := certs(fileB)
+	b, err := certutil.CertsFromFile(fileB)
 	if err != nil {
 		return nil, err
 	}
@@ -75,31 +76,6 @@ func SharedCA(fileA, fileB string) (*x509.Certificate, error) {
 		}
 	}
 	return nil, nil
-}
-
-// certs parses every certificate of a PEM bundle.
-func certs(file string) ([]*x509.Certificate, error) {
-	b, err := os.ReadFile(file)
-	if err != nil {
-		return nil, err
-	}
-	var out []*x509.Certificate
-	for {
-		var blk *pem.Block
-		blk, b = pem.Decode(b)
-		if blk == nil {
-			break
-		}
-		if blk.Type != "CERTIFICATE" {
-			continue
-		}
-		c, err := x509.ParseCertificate(blk.Bytes)
-		if err != nil {
-			return nil, fmt.Errorf("%s: %w", file, err)
-		}
-		out = append(out, c)
-	}
-	return out, nil
 }
 
 // Pool reads a PEM bundle of CA certificates.
