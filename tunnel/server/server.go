@@ -231,15 +231,15 @@ func (s *Server) Connect(st proto.AgentService_ConnectServer) error {
 		Metrics:     s.metrics,
 		Log:         s.log.WithValues("agentID", agentID),
 	})
+	// Only a token can stop holding (revoked, its Node's addresses
+	// moved): a certificate's claims stay what they were at connect, and
+	// its expiry ends the tunnel without a re-check (watchIdentity).
 	var recheck func(context.Context) error
-	if s.cfg.Auth != nil || bound != "" {
+	if s.cfg.Auth != nil {
 		recheck = func(ctx context.Context) error {
-			token := credential{}
-			if s.cfg.Auth != nil {
-				var err error
-				if token, err = s.authenticate(ctx, tok); err != nil {
-					return err
-				}
+			token, err := s.authenticate(ctx, tok)
+			if err != nil {
+				return err
 			}
 			node, err := s.bindIdentity(ctx, cert, token, agentID, idents)
 			if err == nil && node != bound {
