@@ -271,4 +271,9 @@ spec:
 	if len(dp.open) > 0 {
 		t.Errorf("%d of %d synced Programs let a/y reach a/x, which every version of a/p isolates (syncs %v)", len(dp.open), dp.syncs, dp.open)
 	}
+	// The race needs syncs while the updates arrive: with the first sync
+	// and one after the burst alone, nothing above was exercised.
+	if dp.syncs <= 2 {
+		t.Errorf("%d syncs over %d updates: no sync ran while they arrived, so the race was not exercised", dp.syncs, versions-1)
+	}
 }
