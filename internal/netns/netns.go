@@ -73,14 +73,19 @@ func (n *NS) Close() {
 	}
 }
 
-// Open opens a named namespace (a name under Dir) or a namespace file
-// given by path (anything with a slash, such as /proc/PID/ns/net).
-func Open(nameOrPath string) (*NS, error) {
-	path := nameOrPath
-	if !strings.Contains(path, "/") {
-		path = filepath.Join(Dir, path)
+// Path is the file of a named namespace (a name under Dir) or nameOrPath
+// itself when it is a path (anything with a slash, such as
+// /proc/PID/ns/net).
+func Path(nameOrPath string) string {
+	if strings.Contains(nameOrPath, "/") {
+		return nameOrPath
 	}
-	h, err := vnetns.GetFromPath(path)
+	return filepath.Join(Dir, nameOrPath)
+}
+
+// Open opens a named namespace or a namespace file (see Path).
+func Open(nameOrPath string) (*NS, error) {
+	h, err := vnetns.GetFromPath(Path(nameOrPath))
 	if err != nil {
 		return nil, fmt.Errorf("open network namespace %s: %w", nameOrPath, err)
 	}

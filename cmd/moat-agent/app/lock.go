@@ -11,6 +11,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/moat-net/moat/cmd/moat-agent/app/options"
+	"github.com/moat-net/moat/internal/netns"
 )
 
 // lockPath is the lock file of the options: --lock-file, except that
@@ -22,12 +23,8 @@ func lockPath(o *options.Options) (string, error) {
 	if o.NetNS == "" || o.LockFile != options.DefaultLockFile {
 		return o.LockFile, nil
 	}
-	p := o.NetNS
-	if !strings.Contains(p, "/") {
-		p = "/run/netns/" + p
-	}
 	var st unix.Stat_t
-	if err := unix.Stat(p, &st); err != nil {
+	if err := unix.Stat(netns.Path(o.NetNS), &st); err != nil {
 		return "", fmt.Errorf("--netns %s: %w", o.NetNS, err)
 	}
 	return filepath.Join(filepath.Dir(options.DefaultLockFile), fmt.Sprintf("netns-%d.lock", st.Ino)), nil
