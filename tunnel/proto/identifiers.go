@@ -1,6 +1,7 @@
 package proto
 
 import (
+	"crypto/x509"
 	"fmt"
 	"net/netip"
 	"net/url"
@@ -79,4 +80,26 @@ func (id Identifiers) MatchesHost(host string) bool {
 		}
 	}
 	return false
+}
+
+// NodeCert is what a node's client certificate says: the node its
+// subject CN names (NodeCertPrefix + node; "" for any other certificate)
+// and its SANs as agents claim them and servers check them, DNS names in
+// lower case without a trailing dot, IP addresses unmapped. The agent
+// (what it announces) and the server (what it lets it claim) read a
+// certificate only through it, so they cannot disagree.
+func NodeCert(c *x509.Certificate) (node string, hosts []string, addrs []netip.Addr) {
+	node, ok := strings.CutPrefix(c.Subject.CommonName, NodeCertPrefix)
+	if !ok || node == "" {
+		return "", nil, nil
+	}
+	for _, h := range c.DNSNames {
+		hosts = append(hosts, strings.ToLower(strings.TrimSuffix(h, ".")))
+	}
+	for _, ip := range c.IPAddresses {
+		if a, ok := netip.AddrFromSlice(ip); ok {
+			addrs = append(addrs, a.Unmap())
+		}
+	}
+	return node, hosts, addrs
 }

@@ -71,20 +71,11 @@ func certCredential(ctx context.Context) credential {
 // nodeCert is the node a client certificate names (subject CN
 // system:node:<name>) with its SANs; any other certificate names none.
 func nodeCert(c *x509.Certificate) credential {
-	node, ok := strings.CutPrefix(c.Subject.CommonName, proto.NodeCertPrefix)
-	if !ok || node == "" {
+	node, hosts, addrs := proto.NodeCert(c)
+	if node == "" {
 		return credential{}
 	}
-	cr := credential{node: node, what: "client certificate (CN " + c.Subject.CommonName + ")"}
-	for _, h := range c.DNSNames {
-		cr.hosts = append(cr.hosts, strings.ToLower(strings.TrimSuffix(h, ".")))
-	}
-	for _, ip := range c.IPAddresses {
-		if a, ok := netip.AddrFromSlice(ip); ok {
-			cr.addrs = append(cr.addrs, a.Unmap())
-		}
-	}
-	return cr
+	return credential{node: node, hosts: hosts, addrs: addrs, what: "client certificate (CN " + c.Subject.CommonName + ")"}
 }
 
 // NodeLookup reads what a Node object says about its node: the IP

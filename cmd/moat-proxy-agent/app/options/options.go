@@ -10,11 +10,9 @@ import (
 	"errors"
 	"fmt"
 	"net"
-	"net/netip"
 	"net/url"
 	"slices"
 	"strconv"
-	"strings"
 	"time"
 
 	"k8s.io/apimachinery/pkg/util/uuid"
@@ -82,7 +80,7 @@ func (o *Options) AgentIDFor(cert *x509.Certificate) string {
 	if o.AgentID != o.generatedID || cert == nil {
 		return o.AgentID
 	}
-	if node, ok := strings.CutPrefix(cert.Subject.CommonName, proto.NodeCertPrefix); ok && node != "" {
+	if node, _, _ := proto.NodeCert(cert); node != "" {
 		return node
 	}
 	return o.AgentID
@@ -99,7 +97,8 @@ func (o *Options) IdentifiersFor(cert *x509.Certificate) string {
 	if !o.IdentifiersFromCert || cert == nil {
 		return o.AgentIdentifiers
 	}
-	if node, ok := strings.CutPrefix(cert.Subject.CommonName, proto.NodeCertPrefix); !ok || node == "" {
+	node, hosts, addrs := proto.NodeCert(cert)
+	if node == "" {
 		return o.AgentIdentifiers
 	}
 	q, err := url.ParseQuery(o.AgentIdentifiers)
@@ -111,15 +110,11 @@ func (o *Options) IdentifiersFor(cert *x509.Certificate) string {
 			q[k] = append(q[k], v)
 		}
 	}
-	for _, h := range cert.DNSNames {
-		add("host", strings.ToLower(strings.TrimSuffix(h, ".")))
+	for _, h := range hosts {
+		add("host", h)
 	}
-	for _, ip := range cert.IPAddresses {
-		a, ok := netip.AddrFromSlice(ip)
-		if !ok {
-			continue
-		}
-		if a = a.Unmap(); a.Is4() {
+	for _, a := range addrs {
+		if a.Is4() {
 			add("ipv4", a.String())
 		} else {
 			add("ipv6", a.String())
