@@ -57,15 +57,26 @@ type credential struct {
 // certCredential reads the verified client certificate of the agent's TLS
 // connection, if any; an unverified one (no --cluster-ca-cert) names nothing.
 func certCredential(ctx context.Context) credential {
+	chain := verifiedChain(ctx)
+	if len(chain) == 0 {
+		return credential{}
+	}
+	return nodeCert(chain[0])
+}
+
+// verifiedChain is the first verified chain of the agent's TLS client
+// certificate, leaf first; nil without one (no --cluster-ca-cert, or no
+// TLS).
+func verifiedChain(ctx context.Context) []*x509.Certificate {
 	p, ok := peer.FromContext(ctx)
 	if !ok {
-		return credential{}
+		return nil
 	}
 	info, ok := p.AuthInfo.(credentials.TLSInfo)
-	if !ok || len(info.State.VerifiedChains) == 0 || len(info.State.VerifiedChains[0]) == 0 {
-		return credential{}
+	if !ok || len(info.State.VerifiedChains) == 0 {
+		return nil
 	}
-	return nodeCert(info.State.VerifiedChains[0][0])
+	return info.State.VerifiedChains[0]
 }
 
 // nodeCert is the node a client certificate names (subject CN

@@ -8,8 +8,6 @@ import (
 	"math/rand/v2"
 	"time"
 
-	"google.golang.org/grpc/credentials"
-	"google.golang.org/grpc/peer"
 )
 
 // DefaultRecheckInterval is Config.RecheckInterval's default: a revoked
@@ -38,15 +36,7 @@ var errCertificateExpired = errors.New("its client certificate has expired")
 // certExpiry is when the verified chain of the agent's client certificate
 // stops being valid (the earliest NotAfter in it), zero without one.
 func certExpiry(ctx context.Context) time.Time {
-	p, ok := peer.FromContext(ctx)
-	if !ok {
-		return time.Time{}
-	}
-	info, ok := p.AuthInfo.(credentials.TLSInfo)
-	if !ok || len(info.State.VerifiedChains) == 0 {
-		return time.Time{}
-	}
-	return chainExpiry(info.State.VerifiedChains[0])
+	return chainExpiry(verifiedChain(ctx))
 }
 
 func chainExpiry(chain []*x509.Certificate) time.Time {
