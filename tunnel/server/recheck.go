@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"time"
-
 )
 
 // DefaultRecheckInterval is Config.RecheckInterval's default: a revoked
