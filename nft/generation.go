@@ -2,7 +2,6 @@ package nft
 
 import (
 	"context"
-	"encoding/binary"
 	"errors"
 	"fmt"
 
@@ -38,12 +37,21 @@ type NetlinkGeneration struct {
 	NetNS int
 }
 
-// getGen is the request's message type: subsystem nf_tables, message
-// NFT_MSG_GETGEN; the answer is an NFT_MSG_NEWGEN.
-const (
-	getGen = netlink.HeaderType(unix.NFNL_SUBSYS_NFTABLES<<8 | unix.NFT_MSG_GETGEN)
-	newGen = netlink.HeaderType(unix.NFNL_SUBSYS_NFTABLES<<8 | unix.NFT_MSG_NEWGEN)
-)
+// dialNFTables opens a netfilter netlink socket in the namespace netns
+// (0: the calling thread's), bounded by ctx's deadline if it has one.
+func dialNFTables(ctx context.Context, netns int) (*netlink.Conn, error) {
+	conn, err := netlink.Dial(unix.NETLINK_NETFILTER, &netlink.Config{NetNS: netns})
+	if err != nil {
+		return nil, err
+	}
+	if dl, ok := ctx.Deadline(); ok {
+		if err := conn.SetDeadline(dl); err != nil {
+			conn.Close()
+			return nil, err
+		}
+	}
+	return conn, nil
+}
 
 // ReadGeneration implements GenerationReader. The socket lives for one
 // reading; a deadline of ctx bounds it.
@@ -51,43 +59,34 @@ func (r NetlinkGeneration) ReadGeneration(ctx context.Context) (uint32, error) {
 	if err := ctx.Err(); err != nil {
 		return 0, err
 	}
-	conn, err := netlink.Dial(unix.NETLINK_NETFILTER, &netlink.Config{NetNS: r.NetNS})
+	conn, err := dialNFTables(ctx, r.NetNS)
 	if err != nil {
 		return 0, fmt.Errorf("nftables generation: %w", err)
 	}
 	defer conn.Close()
-	if dl, ok := ctx.Deadline(); ok {
-		if err := conn.SetDeadline(dl); err != nil {
-			return 0, fmt.Errorf("nftables generation: %w", err)
-		}
-	}
 	// The nfgenmsg header: family AF_UNSPEC, version NFNETLINK_V0,
-	// resource id 0.
+	// resource id 0. The answer is an NFT_MSG_NEWGEN.
 	msgs, err := conn.Execute(netlink.Message{
-		Header: netlink.Header{Type: getGen, Flags: netlink.Request},
+		Header: netlink.Header{Type: nfTablesMsg(unix.NFT_MSG_GETGEN), Flags: netlink.Request},
 		Data:   []byte{unix.AF_UNSPEC, unix.NFNETLINK_V0, 0, 0},
 	})
 	if err != nil {
 		return 0, fmt.Errorf("nftables generation: %w", err)
 	}
 	for _, m := range msgs {
-		if m.Header.Type != newGen || len(m.Data) < 4 {
+		if m.Header.Type != nfTablesMsg(unix.NFT_MSG_NEWGEN) || len(m.Data) < 4 {
 			continue
 		}
-		ad, err := netlink.NewAttributeDecoder(m.Data[4:])
-		if err != nil {
-			return 0, fmt.Errorf("nftables generation: %w", err)
-		}
-		ad.ByteOrder = binary.BigEndian
-		for ad.Next() {
-			if ad.Type() == unix.NFTA_GEN_ID {
-				if id := ad.Uint32(); id != 0 {
-					return id, nil
-				}
+		var id uint32
+		if err := decodeAttrs(m.Data, func(ad *netlink.AttributeDecoder) {
+			if ad.Type() == unix.NFTA_GEN_ID && id == 0 {
+				id = ad.Uint32()
 			}
-		}
-		if err := ad.Err(); err != nil {
+		}); err != nil {
 			return 0, fmt.Errorf("nftables generation: %w", err)
+		}
+		if id != 0 {
+			return id, nil
 		}
 	}
 	return 0, errors.New("nftables generation: the kernel's answer holds none")

@@ -108,16 +108,11 @@ func (r NetlinkShape) ReadShape(ctx context.Context, count []string) (*TableShap
 	if err := ctx.Err(); err != nil {
 		return nil, err
 	}
-	conn, err := netlink.Dial(unix.NETLINK_NETFILTER, &netlink.Config{NetNS: r.NetNS})
+	conn, err := dialNFTables(ctx, r.NetNS)
 	if err != nil {
 		return nil, fmt.Errorf("read table inet %s: %w", Table, err)
 	}
 	defer conn.Close()
-	if dl, ok := ctx.Deadline(); ok {
-		if err := conn.SetDeadline(dl); err != nil {
-			return nil, fmt.Errorf("read table inet %s: %w", Table, err)
-		}
-	}
 	name := []byte(Table + "\x00")
 	// request sends one message: the nfgenmsg header (family inet,
 	// NFNETLINK_V0, resource id 0), the table's name in attribute attr
