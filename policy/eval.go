@@ -59,9 +59,22 @@ type Verdict struct {
 // on the size of the cluster.
 func (p *Program) Evaluate(f Flow) Verdict {
 	e, i := p.judgeBoth(f)
+	return p.verdict(e, i, f)
+}
+
+// verdict puts both directions' outcomes into words.
+func (p *Program) verdict(e, i outcome, f Flow) Verdict {
 	v := Verdict{Egress: p.explain(e, f, Egress), Ingress: p.explain(i, f, Ingress)}
 	v.Allowed = v.Egress.Allowed && v.Ingress.Allowed
 	return v
+}
+
+// duplicateEnd reports whether an end's address is claimed by several
+// pods: its traffic cannot be attributed, and is denied. Callers test
+// len(p.dupAddrs) first, so that a Program without such addresses (nearly
+// every one) pays no call per verdict.
+func (p *Program) duplicateEnd(f Flow) bool {
+	return p.dupAddrs[f.Src.Addr.Unmap()] != nil || p.dupAddrs[f.Dst.Addr.Unmap()] != nil
 }
 
 // Allowed is Evaluate without the explanation: the verdict alone, without
@@ -88,9 +101,7 @@ func (p *Program) EvaluateHairpin(f Flow) Verdict {
 		return p.Evaluate(f)
 	}
 	e, i := p.judgeHairpin(f)
-	v := Verdict{Egress: p.explain(e, f, Egress), Ingress: p.explain(i, f, Ingress)}
-	v.Allowed = v.Egress.Allowed && v.Ingress.Allowed
-	return v
+	return p.verdict(e, i, f)
 }
 
 // HairpinAllowed is EvaluateHairpin without the explanation.
@@ -109,7 +120,7 @@ func isHairpin(f Flow) bool {
 // judgeHairpin is judgeBoth for a pod's Service hairpin: no shortcut for
 // traffic to itself, and the NetworkPolicy tier allows it.
 func (p *Program) judgeHairpin(f Flow) (outcome, outcome) {
-	if len(p.dupAddrs) > 0 && (p.dupAddrs[f.Src.Addr.Unmap()] != nil || p.dupAddrs[f.Dst.Addr.Unmap()] != nil) {
+	if len(p.dupAddrs) > 0 && p.duplicateEnd(f) {
 		o := outcome{tier: TierNotPoliced, duplicate: true}
 		return o, o
 	}
@@ -146,7 +157,7 @@ type outcome struct {
 }
 
 func (p *Program) judgeBoth(f Flow) (outcome, outcome) {
-	if len(p.dupAddrs) > 0 && (p.dupAddrs[f.Src.Addr.Unmap()] != nil || p.dupAddrs[f.Dst.Addr.Unmap()] != nil) {
+	if len(p.dupAddrs) > 0 && p.duplicateEnd(f) {
 		o := outcome{tier: TierNotPoliced, duplicate: true}
 		return o, o
 	}
